@@ -1,0 +1,55 @@
+# keycap — the two commands that matter: `make run` and `make test`.
+# Everything is installed from the project's own files (package-lock.json,
+# tools/ferretdb/go.mod); nothing needs installing by hand.
+
+SHELL := /bin/bash
+NPM_STAMP := node_modules/.keycap-installed
+CLI := node dist/services/cli/src/main.js
+# buf breaking compares the protos with this git ref (override for branches/PRs).
+BREAKING_AGAINST ?= .git\#branch=main
+
+.PHONY: all install generate build lint breaking check-generated test run bench ferretdb clean
+
+all: build
+
+$(NPM_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund
+	@touch $@
+
+install: $(NPM_STAMP)
+
+## generate: TypeScript stubs and the reflection descriptor set from proto/ (one command)
+generate: $(NPM_STAMP)
+	npm run --silent generate
+
+build: generate
+	npx tsc -p tsconfig.json
+
+## lint: buf lint (STANDARD), buf breaking against main, strict type check
+lint: $(NPM_STAMP)
+	npx buf lint
+	$(MAKE) --no-print-directory breaking
+	npx tsc -p tsconfig.json --noEmit
+
+breaking: $(NPM_STAMP)
+	@if git rev-parse --verify -q main >/dev/null && git cat-file -e main:proto 2>/dev/null; then \
+	  echo "buf breaking against $(BREAKING_AGAINST)"; npx buf breaking --against '$(BREAKING_AGAINST)'; \
+	else echo "buf breaking: no proto/ on main yet; nothing to compare"; fi
+
+## ferretdb: build the FerretDB wrapper used when no mongod can be had (cached)
+ferretdb: build
+	node -e 'require("./dist/services/common/src/embedded-mongo").ensureFerretdb(require("./dist/services/common/src/logger").createLogger("make","info")).then(p=>console.log(p))'
+
+## test: set up and run every test against a real MongoDB-protocol server
+test: build lint
+	npx mocha
+
+## run: start kernel, ledger and ledger-admin in the foreground (Ctrl-C stops all)
+run: build
+	$(CLI) serve all
+
+bench: build
+	node dist/bench/run.js $(if $(QUICK),--quick,)
+
+clean:
+	rm -rf dist gen

@@ -1,0 +1,39 @@
+#!/usr/bin/env node
+import { Command } from "commander";
+import { runServices } from "../../common/src/service-runner";
+import { startKernel } from "../../kernel/src/main";
+import { startLedger } from "../../ledger/src/main";
+
+/** The `keycap` command line: run services, and (for operators) inspect the ledger. */
+export function buildProgram(): Command {
+  const program = new Command("keycap")
+    .description("keycap: enforceable idempotency for agent tool calls")
+    .showHelpAfterError();
+
+  program
+    .command("serve")
+    .description("run services in the foreground (configuration from the environment, see README)")
+    .argument("[service]", "all | kernel | ledger", "all")
+    .action(async (service: string) => {
+      switch (service) {
+        case "all":
+          return runServices("keycap", [startKernel, startLedger]);
+        case "kernel":
+          return runServices("kernel", [startKernel]);
+        case "ledger":
+          return runServices("ledger", [startLedger]);
+        default:
+          program.error(`keycap serve: unknown service ${JSON.stringify(service)} (all, kernel, ledger)`);
+      }
+    });
+  return program;
+}
+
+if (require.main === module) {
+  buildProgram()
+    .parseAsync(process.argv)
+    .catch((err: unknown) => {
+      process.stderr.write(`keycap: ${err instanceof Error ? err.message : String(err)}\n`);
+      process.exit(1);
+    });
+}

@@ -1,0 +1,152 @@
+import * as path from "node:path";
+import type { LogLevel } from "./logger";
+
+/**
+ * A configuration value that cannot be used. Its message is one line that names
+ * the setting; `main` prints it and exits non-zero.
+ */
+export class ConfigError extends Error {
+  constructor(readonly setting: string, problem: string) {
+    super(`${setting}: ${problem}`);
+    this.name = "ConfigError";
+  }
+}
+
+/** A `host:port` to listen on or dial. Port 0 asks the OS for a free port. */
+export interface HostPort {
+  host: string;
+  port: number;
+}
+
+export function formatHostPort(a: HostPort): string {
+  return a.host.includes(":") ? `[${a.host}]:${a.port}` : `${a.host}:${a.port}`;
+}
+
+/** Parses `host:port` (or `[v6]:port`), naming `setting` in the error. */
+export function parseHostPort(setting: string, raw: string): HostPort {
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([A-Za-z0-9.-]+)):([0-9]+)$/.exec(raw.trim());
+  if (!m) throw new ConfigError(setting, `expected host:port, got ${JSON.stringify(raw)}`);
+  const port = Number(m[3]);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new ConfigError(setting, `port must be 0-65535, got ${JSON.stringify(m[3])}`);
+  }
+  return { host: (m[1] ?? m[2]) as string, port };
+}
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+function str(env: Env, name: string): string | undefined {
+  const v = env[name];
+  return v === undefined || v.trim() === "" ? undefined : v.trim();
+}
+
+function int(env: Env, name: string, def: number, min: number, max: number): number {
+  const raw = str(env, name);
+  if (raw === undefined) return def;
+  if (!/^[0-9]+$/.test(raw)) throw new ConfigError(name, `expected an integer, got ${JSON.stringify(raw)}`);
+  const n = Number(raw);
+  if (n < min || n > max) throw new ConfigError(name, `must be between ${min} and ${max}, got ${n}`);
+  return n;
+}
+
+function hostPort(env: Env, name: string, def: string): HostPort {
+  return parseHostPort(name, str(env, name) ?? def);
+}
+
+const LOG_LEVELS: readonly LogLevel[] = ["debug", "info", "warn", "error", "silent"];
+
+/** Every setting of DESIGN §8 and the limits the README states, defaults applied. */
+export interface KeycapConfig {
+  kernelListen: HostPort;
+  ledgerListen: HostPort;
+  adminListen: HostPort;
+  /** Undefined: start the embedded default MongoDB. */
+  mongodbUri: string | undefined;
+  mongodbDatabase: string;
+  /** How long to wait for MongoDB at start (ms). */
+  mongodbTimeoutMs: number;
+  dataDir: string;
+  signingKeyFile: string;
+  /** Retired signing keys stay published this long (s). */
+  retiredKeyGraceSeconds: number;
+  adminToken: string | undefined;
+  adminTokenFile: string;
+  /** Where the ledger fetches the kernel's JWKS (GetSigningKeys). */
+  kernelAddress: HostPort;
+  /** A static JWKS file for the ledger instead of kernelAddress. */
+  jwksFile: string | undefined;
+  /** Where the kernel asks the ledger about Queryable request ids. */
+  ledgerAddress: HostPort;
+  issuer: string;
+  audience: string;
+  capabilityTtlSeconds: number;
+  capabilityMaxLifetimeSeconds: number;
+  clockToleranceSeconds: number;
+  maxArgumentsBytes: number;
+  maxArgumentsDepth: number;
+  maxPayloadBytes: number;
+  /** Unauthenticated refusals recorded per peer per minute before they are summarised. */
+  unauthenticatedAuditPerMinute: number;
+  shutdownGraceMs: number;
+  logLevel: LogLevel;
+}
+
+/** Reads and validates the environment. Throws ConfigError on the first bad value. */
+export function loadConfig(env: Env = process.env): KeycapConfig {
+  const dataDir = path.resolve(str(env, "KEYCAP_DATA_DIR") ?? ".keycap");
+  const kernelListen = hostPort(env, "KEYCAP_KERNEL_LISTEN", "127.0.0.1:50051");
+  const ledgerListen = hostPort(env, "KEYCAP_LEDGER_LISTEN", "127.0.0.1:50052");
+  const adminListen = hostPort(env, "KEYCAP_ADMIN_LISTEN", "127.0.0.1:50053");
+
+  const mongodbUri = str(env, "MONGODB_URI");
+  if (mongodbUri !== undefined && !/^mongodb(\+srv)?:\/\/[^/]+/.test(mongodbUri)) {
+    throw new ConfigError("MONGODB_URI", "expected mongodb://host[:port]/... or mongodb+srv://...");
+  }
+  const mongodbDatabase = str(env, "KEYCAP_MONGODB_DATABASE") ?? "keycap";
+  if (!/^[A-Za-z0-9_-]{1,63}$/.test(mongodbDatabase)) {
+    throw new ConfigError("KEYCAP_MONGODB_DATABASE", "expected 1-63 of [A-Za-z0-9_-]");
+  }
+
+  const logLevel = (str(env, "KEYCAP_LOG_LEVEL") ?? "info") as LogLevel;
+  if (!LOG_LEVELS.includes(logLevel)) {
+    throw new ConfigError("KEYCAP_LOG_LEVEL", `expected one of ${LOG_LEVELS.join(", ")}`);
+  }
+
+  const capabilityTtlSeconds = int(env, "KEYCAP_CAPABILITY_TTL_SECONDS", 300, 5, 3600);
+  const capabilityMaxLifetimeSeconds = int(env, "KEYCAP_CAPABILITY_MAX_LIFETIME_SECONDS", 900, 5, 86400);
+  if (capabilityTtlSeconds > capabilityMaxLifetimeSeconds) {
+    throw new ConfigError(
+      "KEYCAP_CAPABILITY_TTL_SECONDS",
+      `must not exceed KEYCAP_CAPABILITY_MAX_LIFETIME_SECONDS (${capabilityMaxLifetimeSeconds})`,
+    );
+  }
+
+  const jwksFile = str(env, "KEYCAP_JWKS_FILE");
+  return {
+    kernelListen,
+    ledgerListen,
+    adminListen,
+    mongodbUri,
+    mongodbDatabase,
+    mongodbTimeoutMs: int(env, "KEYCAP_MONGODB_TIMEOUT_MS", 5000, 100, 120000),
+    dataDir,
+    signingKeyFile: path.resolve(str(env, "KEYCAP_SIGNING_KEY_FILE") ?? path.join(dataDir, "signing-keys.json")),
+    retiredKeyGraceSeconds: int(env, "KEYCAP_RETIRED_KEY_GRACE_SECONDS", 86400, 0, 30 * 86400),
+    adminToken: str(env, "KEYCAP_ADMIN_TOKEN"),
+    adminTokenFile: path.resolve(str(env, "KEYCAP_ADMIN_TOKEN_FILE") ?? path.join(dataDir, "admin-token")),
+    kernelAddress: hostPort(env, "KEYCAP_KERNEL_ADDRESS", str(env, "KEYCAP_KERNEL_LISTEN") ?? "127.0.0.1:50051"),
+    jwksFile: jwksFile === undefined ? undefined : path.resolve(jwksFile),
+    ledgerAddress: hostPort(env, "KEYCAP_LEDGER_ADDRESS", str(env, "KEYCAP_LEDGER_LISTEN") ?? "127.0.0.1:50052"),
+    issuer: str(env, "KEYCAP_ISSUER") ?? "keycap-kernel",
+    audience: str(env, "KEYCAP_AUDIENCE") ?? "keycap-ledger",
+    capabilityTtlSeconds,
+    capabilityMaxLifetimeSeconds,
+    clockToleranceSeconds: int(env, "KEYCAP_CLOCK_TOLERANCE_SECONDS", 5, 0, 300),
+    maxArgumentsBytes: int(env, "KEYCAP_MAX_ARGUMENTS_BYTES", 65536, 2, 16 * 1024 * 1024),
+    maxArgumentsDepth: int(env, "KEYCAP_MAX_ARGUMENTS_DEPTH", 32, 1, 1000),
+    maxPayloadBytes: int(env, "KEYCAP_MAX_PAYLOAD_BYTES", 1024 * 1024, 1, 64 * 1024 * 1024),
+    unauthenticatedAuditPerMinute: int(env, "KEYCAP_UNAUTHENTICATED_AUDIT_PER_MINUTE", 60, 0, 1_000_000),
+    shutdownGraceMs: int(env, "KEYCAP_SHUTDOWN_GRACE_MS", 10000, 0, 600000),
+    logLevel,
+  };
+}

@@ -1,0 +1,94 @@
+import * as fs from "node:fs";
+import { Server, ServerCredentials, type ServiceDefinition, type UntypedServiceImplementation } from "@grpc/grpc-js";
+import * as protoLoader from "@grpc/proto-loader";
+import { ReflectionService } from "@grpc/reflection";
+import { HealthImplementation } from "grpc-health-check";
+import { formatHostPort, type HostPort } from "./config";
+import type { Logger } from "./logger";
+import { descriptorSetPath } from "./repo-paths";
+
+/** One gRPC service to serve on a listener. */
+export interface ServiceBinding {
+  /** Fully-qualified name, e.g. "keycap.kernel.v1.KernelService" (health and reflection use it). */
+  name: string;
+  definition: ServiceDefinition;
+  implementation: UntypedServiceImplementation;
+}
+
+export interface ListenerOptions {
+  /** Short name for logs: "kernel", "ledger", "admin". */
+  name: string;
+  address: HostPort;
+  services: ServiceBinding[];
+  logger: Logger;
+  /** Largest request accepted by the transport (bytes). */
+  maxReceiveBytes?: number;
+}
+
+/** A listener that is serving. */
+export interface RunningListener {
+  name: string;
+  /** The bound address (the real port when 0 was asked for). */
+  address: HostPort;
+  /**
+   * Stops accepting calls, lets in-flight calls finish for up to graceMs, then
+   * cancels whatever is left (grpc-js tryShutdown has no deadline of its own).
+   */
+  shutdown(graceMs: number): Promise<void>;
+}
+
+let descriptorCache: protoLoader.PackageDefinition | undefined;
+function descriptors(): protoLoader.PackageDefinition {
+  descriptorCache ??= protoLoader.loadFileDescriptorSetFromBuffer(fs.readFileSync(descriptorSetPath()));
+  return descriptorCache;
+}
+
+/**
+ * Starts a gRPC server with the given services plus the standard health
+ * service (grpc.health.v1) and server reflection limited to those services.
+ */
+export async function startListener(opts: ListenerOptions): Promise<RunningListener> {
+  const server = new Server({
+    // Keepalive and size limits are set on purpose, not left to chance.
+    "grpc.max_receive_message_length": opts.maxReceiveBytes ?? 4 * 1024 * 1024,
+    "grpc.keepalive_time_ms": 60_000,
+    "grpc.keepalive_timeout_ms": 20_000,
+    "grpc.keepalive_permit_without_calls": 1,
+    "grpc.max_connection_age_grace_ms": 30_000,
+  });
+  const statuses: Record<string, "SERVING"> = { "": "SERVING" };
+  for (const s of opts.services) {
+    server.addService(s.definition, s.implementation);
+    statuses[s.name] = "SERVING";
+  }
+  const health = new HealthImplementation(statuses);
+  health.addToServer(server);
+  new ReflectionService(descriptors(), { services: opts.services.map((s) => s.name) }).addToServer(server);
+
+  const port = await new Promise<number>((resolve, reject) => {
+    server.bindAsync(formatHostPort(opts.address), ServerCredentials.createInsecure(), (err, p) =>
+      err ? reject(err) : resolve(p),
+    );
+  });
+  const address = { host: opts.address.host, port };
+  opts.logger.info({ listener: opts.name, address: formatHostPort(address), services: opts.services.map((s) => s.name) }, "listening");
+
+  return {
+    name: opts.name,
+    address,
+    shutdown: async (graceMs) => {
+      for (const name of Object.keys(statuses)) health.setStatus(name, "NOT_SERVING");
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(() => {
+          opts.logger.warn({ listener: opts.name, graceMs }, "grace period over; cancelling in-flight calls");
+          server.forceShutdown();
+          resolve();
+        }, graceMs);
+        server.tryShutdown(() => {
+          clearTimeout(timer);
+          resolve();
+        });
+      });
+    },
+  };
+}

@@ -1,0 +1,90 @@
+import { Metadata, status, type ServiceError, type sendUnaryData, type ServerUnaryCall } from "@grpc/grpc-js";
+import { Status } from "../../../gen/ts/google/rpc/status";
+import { ErrorInfo } from "../../../gen/ts/google/rpc/error_details";
+import { ERROR_DOMAIN, KeycapError } from "./errors";
+import type { Logger } from "./logger";
+
+const ERROR_INFO_TYPE_URL = "type.googleapis.com/google.rpc.ErrorInfo";
+const STATUS_DETAILS_KEY = "grpc-status-details-bin";
+
+/**
+ * The one place gRPC errors are built: a KeycapError becomes its code and
+ * message plus a binary google.rpc.Status carrying an ErrorInfo in the
+ * `grpc-status-details-bin` trailer, so clients in any language can branch on
+ * the reason.
+ */
+export function toServiceError(err: KeycapError): Partial<ServiceError> {
+  const info = ErrorInfo.create({ reason: err.reason, domain: ERROR_DOMAIN, metadata: { ...err.metadata } });
+  const details = Status.encode(
+    Status.create({
+      code: err.code,
+      message: err.message,
+      details: [{ typeUrl: ERROR_INFO_TYPE_URL, value: Buffer.from(ErrorInfo.encode(info).finish()) }],
+    }),
+  ).finish();
+  const metadata = new Metadata();
+  metadata.set(STATUS_DETAILS_KEY, Buffer.from(details));
+  return { code: err.code, details: err.message, metadata };
+}
+
+/** What a client reads back from a keycap error. */
+export interface ErrorInfoData {
+  reason: string;
+  domain: string;
+  metadata: Record<string, string>;
+}
+
+/** Reads the google.rpc.ErrorInfo from an error's status-details trailer, if any. */
+export function readErrorInfo(err: unknown): ErrorInfoData | undefined {
+  if (typeof err !== "object" || err === null || !("metadata" in err)) return undefined;
+  const md = (err as { metadata?: unknown }).metadata;
+  if (!(md instanceof Metadata)) return undefined;
+  const raw = md.get(STATUS_DETAILS_KEY)[0];
+  if (!(raw instanceof Buffer)) return undefined;
+  try {
+    const st = Status.decode(raw);
+    for (const any of st.details) {
+      if (any.typeUrl === ERROR_INFO_TYPE_URL) {
+        const info = ErrorInfo.decode(any.value);
+        return { reason: info.reason, domain: info.domain, metadata: { ...info.metadata } };
+      }
+    }
+  } catch {
+    return undefined;
+  }
+  return undefined;
+}
+
+/**
+ * Wraps a promise-returning handler as a grpc-js unary handler. Only deliberate
+ * KeycapErrors reach the caller; anything else is logged here with its stack and
+ * answered INTERNAL without detail.
+ */
+export function unaryHandler<Req, Res>(
+  logger: Logger,
+  method: string,
+  handler: (request: Req, call: ServerUnaryCall<Req, Res>) => Promise<Res>,
+): (call: ServerUnaryCall<Req, Res>, callback: sendUnaryData<Res>) => void {
+  return (call, callback) => {
+    handler(call.request, call).then(
+      (response) => callback(null, response),
+      (err: unknown) => {
+        if (err instanceof KeycapError) {
+          callback(toServiceError(err), null);
+          return;
+        }
+        logger.error({ method, err }, "unexpected error in handler");
+        callback(
+          toServiceError(new KeycapError(status.INTERNAL, "INTERNAL", "internal error; see the service log")),
+          null,
+        );
+      },
+    );
+  };
+}
+
+/** Handler that answers UNIMPLEMENTED (for RPCs not built yet). */
+export function unimplemented(method: string): (call: unknown, callback: sendUnaryData<never>) => void {
+  return (_call, callback) =>
+    callback(toServiceError(new KeycapError(status.UNIMPLEMENTED, "NOT_IMPLEMENTED", `${method} is not implemented yet`)), null);
+}

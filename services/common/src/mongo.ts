@@ -1,0 +1,37 @@
+import { MongoClient, type Db } from "mongodb";
+import { ConfigError } from "./config";
+
+/** An open MongoDB connection for one service. */
+export interface MongoConnection {
+  client: MongoClient;
+  db: Db;
+  close(): Promise<void>;
+}
+
+/** Hides credentials in a URI for messages. */
+export function redactUri(uri: string): string {
+  return uri.replace(/\/\/[^@/]*@/, "//***@");
+}
+
+/**
+ * Connects and pings within timeoutMs; an unreachable server is a ConfigError
+ * naming MONGODB_URI, so a bad URI stops the start with one clear line.
+ * Writes default to write concern majority (FerretDB accepts and ignores it).
+ */
+export async function connectMongo(uri: string, database: string, timeoutMs: number): Promise<MongoConnection> {
+  const client = new MongoClient(uri, {
+    serverSelectionTimeoutMS: timeoutMs,
+    connectTimeoutMS: timeoutMs,
+    writeConcern: { w: "majority" },
+    appName: "keycap",
+  });
+  try {
+    await client.connect();
+    await client.db(database).command({ ping: 1 });
+  } catch (err) {
+    await client.close(true).catch(() => undefined);
+    const reason = err instanceof Error ? err.message.split("\n")[0] : String(err);
+    throw new ConfigError("MONGODB_URI", `cannot reach ${redactUri(uri)} within ${timeoutMs} ms (${reason})`);
+  }
+  return { client, db: client.db(database), close: () => client.close() };
+}

@@ -1,0 +1,105 @@
+import * as path from "node:path";
+import { ConfigError, formatHostPort, loadConfig, type KeycapConfig } from "./config";
+import { startMongoServer, type MongoServerHandle } from "./embedded-mongo";
+import { createLogger, type Logger } from "./logger";
+import type { RunningListener } from "./grpc-server";
+
+/** A started service: its listeners and how to stop it. */
+export interface RunningService {
+  name: string;
+  listeners: RunningListener[];
+  /** Graceful: listeners drain for up to graceMs, then MongoDB is closed. */
+  stop(graceMs: number): Promise<void>;
+}
+
+/** What a service needs to start, beyond its configuration. */
+export interface ServiceDeps {
+  config: KeycapConfig;
+  logger: Logger;
+  mongoUri: string;
+}
+
+export type ServiceStarter = (deps: ServiceDeps) => Promise<RunningService>;
+
+/**
+ * The process lifecycle shared by `keycap serve` and each service's main:
+ * validate config (a bad value: one line naming the setting, exit 2), get a
+ * MongoDB, start the services, print the endpoints, and on SIGTERM/SIGINT let
+ * in-flight calls finish and exit 0 (a second signal exits at once).
+ */
+export async function runServices(label: string, starters: ServiceStarter[]): Promise<void> {
+  let config: KeycapConfig;
+  try {
+    config = loadConfig();
+  } catch (err) {
+    failStart(err);
+  }
+  const logger = createLogger(label, config.logLevel);
+  let mongo: MongoServerHandle | undefined;
+  const running: RunningService[] = [];
+  let stopping = false;
+
+  const stopAll = async (signal: string): Promise<void> => {
+    if (stopping) {
+      logger.warn({ signal }, "second signal; exiting now");
+      process.exit(1);
+    }
+    stopping = true;
+    logger.info({ signal, graceMs: config.shutdownGraceMs }, "shutting down");
+    await Promise.all(running.map((s) => s.stop(config.shutdownGraceMs)));
+    await mongo?.stop();
+    logger.info({}, "stopped");
+    process.exit(0);
+  };
+  process.on("SIGTERM", () => void stopAll("SIGTERM"));
+  process.on("SIGINT", () => void stopAll("SIGINT"));
+
+  try {
+    mongo = await startMongoServer({
+      logger,
+      dataDir: path.join(config.dataDir, starters.length > 1 ? "mongo" : `mongo-${label}`),
+    });
+    logger.info({ backend: mongo.backend, reason: mongo.reason }, `MongoDB backend: ${mongo.backend}`);
+    for (const start of starters) {
+      const service = await start({ config, logger, mongoUri: mongo.uri });
+      running.push(service);
+      wirePeers(config, service);
+      if (stopping) return;
+    }
+  } catch (err) {
+    await Promise.all(running.map((s) => s.stop(0)));
+    await mongo?.stop();
+    failStart(err);
+  }
+  const endpoints = running.flatMap((s) => s.listeners.map((l) => ({ listener: l.name, address: formatHostPort(l.address) })));
+  logger.info({ endpoints, mongoBackend: mongo.backend, dataDir: config.dataDir }, "ready");
+  {
+    process.stderr.write(
+      `\nkeycap is running (MongoDB: ${mongo.backend})\n` +
+        endpoints.map((e) => `  ${e.listener.padEnd(7)} ${e.address}\n`).join("") +
+        `  data    ${config.dataDir}\nPress Ctrl-C to stop.\n\n`,
+    );
+  }
+}
+
+/**
+ * When kernel and ledger run in one process and their peer addresses were not
+ * set explicitly, each dials the other's real bound address (port 0 included).
+ * Services read config.kernelAddress / ledgerAddress at call time for this.
+ */
+function wirePeers(config: KeycapConfig, service: RunningService): void {
+  for (const l of service.listeners) {
+    if (l.name === "kernel" && !process.env["KEYCAP_KERNEL_ADDRESS"]) config.kernelAddress = dialable(l.address);
+    if (l.name === "ledger" && !process.env["KEYCAP_LEDGER_ADDRESS"]) config.ledgerAddress = dialable(l.address);
+  }
+}
+
+function dialable(a: { host: string; port: number }): { host: string; port: number } {
+  return a.host === "0.0.0.0" || a.host === "::" ? { host: "127.0.0.1", port: a.port } : a;
+}
+
+function failStart(err: unknown): never {
+  const message = err instanceof ConfigError ? err.message : err instanceof Error ? err.message : String(err);
+  process.stderr.write(`keycap: ${message.split("\n")[0]}\n`);
+  process.exit(2);
+}

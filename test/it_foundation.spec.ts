@@ -1,0 +1,114 @@
+import { expect } from "chai";
+import * as net from "node:net";
+import { healthCheck, reflectServices } from "./support/grpc-probes";
+import { runCli, serviceEnv, startService, type ServiceProcess } from "./support/processes";
+import { startMongoServer } from "../services/common/src/embedded-mongo";
+import { createLogger } from "../services/common/src/logger";
+import { MongoClient } from "mongodb";
+
+describe("foundation: services start for real, answer health and reflection, and stop cleanly", function () {
+  let kernel: ServiceProcess;
+  let ledger: ServiceProcess;
+
+  before(async function () {
+    const env = serviceEnv();
+    kernel = await startService("kernel", env);
+    ledger = await startService("ledger", { ...env, KEYCAP_KERNEL_ADDRESS: kernel.endpoints.kernel! });
+  });
+
+  after(async function () {
+    await kernel?.stop("SIGKILL").catch(() => undefined);
+    await ledger?.stop("SIGKILL").catch(() => undefined);
+  });
+
+  it("reports SERVING on every listener, overall and per service", async function () {
+    expect(await healthCheck(kernel.endpoints.kernel!)).to.equal("SERVING");
+    expect(await healthCheck(kernel.endpoints.kernel!, "keycap.kernel.v1.KernelService")).to.equal("SERVING");
+    expect(await healthCheck(ledger.endpoints.ledger!, "keycap.ledger.v1.LedgerService")).to.equal("SERVING");
+    expect(await healthCheck(ledger.endpoints.admin!, "keycap.ledger.v1.LedgerAdminService")).to.equal("SERVING");
+  });
+
+  it("lists each listener's own service through server reflection", async function () {
+    expect(await reflectServices(kernel.endpoints.kernel!)).to.include("keycap.kernel.v1.KernelService");
+    const onLedger = await reflectServices(ledger.endpoints.ledger!);
+    expect(onLedger).to.include("keycap.ledger.v1.LedgerService");
+    expect(onLedger).not.to.include("keycap.ledger.v1.LedgerAdminService");
+    expect(await reflectServices(ledger.endpoints.admin!)).to.include("keycap.ledger.v1.LedgerAdminService");
+  });
+
+  it("exits 0 promptly on SIGTERM", async function () {
+    const started = Date.now();
+    expect(await ledger.stop("SIGTERM", 8000)).to.equal(0);
+    expect(await kernel.stop("SIGTERM", 8000)).to.equal(0);
+    expect(Date.now() - started).to.be.below(8000);
+  });
+});
+
+describe("foundation: a bad configuration stops the start with one line naming the setting", function () {
+  it("refuses an unparseable port", async function () {
+    const r = await runCli(["serve", "kernel"], serviceEnv({ KEYCAP_KERNEL_LISTEN: "127.0.0.1:99999" }));
+    expect(r.code).to.not.equal(0);
+    expect(r.stderr.trim().split("\n")).to.have.length(1);
+    expect(r.stderr).to.match(/^keycap: KEYCAP_KERNEL_LISTEN: port must be 0-65535/);
+    expect(r.ms).to.be.below(5000);
+  });
+
+  it("refuses an unreachable MongoDB within a few seconds", async function () {
+    const port = await closedPort();
+    const r = await runCli(["serve", "ledger"], serviceEnv({ MONGODB_URI: `mongodb://127.0.0.1:${port}/`, KEYCAP_MONGODB_TIMEOUT_MS: "2000" }));
+    expect(r.code).to.not.equal(0);
+    expect(r.stderr.trim().split("\n")).to.have.length(1);
+    expect(r.stderr).to.match(/^keycap: MONGODB_URI: cannot reach mongodb:\/\/127\.0\.0\.1:\d+\/ within 2000 ms/);
+    expect(r.ms).to.be.below(10000);
+  });
+
+  it("refuses a MONGODB_URI that is not a MongoDB URI", async function () {
+    const r = await runCli(["serve", "kernel"], serviceEnv({ MONGODB_URI: "postgres://localhost/x" }));
+    expect(r.code).to.not.equal(0);
+    expect(r.stderr).to.match(/^keycap: MONGODB_URI: expected mongodb:\/\//);
+  });
+});
+
+describe("foundation: the embedded MongoDB harness", function () {
+  it("starts a real MongoDB-protocol server that enforces unique indexes, and cleans up at stop", async function () {
+    this.timeout(120_000);
+    const saved = process.env["MONGODB_URI"];
+    delete process.env["MONGODB_URI"];
+    const server = await startMongoServer({ logger: createLogger("test", "silent") }).finally(() => {
+      if (saved !== undefined) process.env["MONGODB_URI"] = saved;
+    });
+    try {
+      expect(server.backend).to.be.oneOf(["mongodb-memory-server", "ferretdb"]);
+      const client = await MongoClient.connect(server.uri);
+      const coll = client.db("harness").collection<{ _id: string }>("c");
+      await coll.insertOne({ _id: "k" });
+      const dup = await coll.insertOne({ _id: "k" }).catch((e: { code?: number }) => e);
+      expect((dup as { code?: number }).code).to.equal(11000);
+      await client.close();
+    } finally {
+      await server.stop();
+    }
+    const port = Number(new URL(server.uri).port);
+    expect(await isListening(port)).to.equal(false);
+  });
+});
+
+function closedPort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = net.createServer().listen(0, "127.0.0.1", () => {
+      const port = (s.address() as net.AddressInfo).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+function isListening(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const sock = net.connect({ host: "127.0.0.1", port });
+    sock.once("connect", () => {
+      sock.destroy();
+      resolve(true);
+    });
+    sock.once("error", () => resolve(false));
+  });
+}
