@@ -1,0 +1,84 @@
+import { credentials, type ChannelCredentials } from "@grpc/grpc-js";
+import type { Entry } from "../../../gen/ts/keycap/ledger/v1/ledger";
+import {
+  LedgerAdminServiceClient,
+  type GetStatsResponse,
+  type ListEntriesResponse,
+  type ListRejectionsRequest,
+  type ListRejectionsResponse,
+  type Rejection,
+} from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
+import { callUnary, type CallSettings } from "./rpc";
+
+/** Filters of {@link AdminClient.listRejections}. */
+export interface RejectionFilter {
+  toolId?: string;
+  reason?: string;
+  since?: Date;
+  until?: Date;
+}
+
+/** Operator client of keycap.ledger.v1.LedgerAdminService (needs the admin credential). */
+export class AdminClient {
+  readonly raw: LedgerAdminServiceClient;
+
+  constructor(readonly address: string, private readonly token: string, creds?: ChannelCredentials) {
+    this.raw = new LedgerAdminServiceClient(address, creds ?? credentials.createInsecure());
+  }
+
+  listEntriesPage(toolId = "", pageToken = "", pageSize = 100, s?: CallSettings): Promise<ListEntriesResponse> {
+    return callUnary(this.raw.listEntries, this.raw, { toolId, pageSize, pageToken }, this.token, s);
+  }
+
+  /** Every entry (of one tool, or all), newest first. */
+  async listEntries(toolId = "", s?: CallSettings): Promise<Entry[]> {
+    const out: Entry[] = [];
+    let token = "";
+    do {
+      const res = await this.listEntriesPage(toolId, token, 1000, s);
+      out.push(...res.entries);
+      token = res.nextPageToken;
+    } while (token);
+    return out;
+  }
+
+  async getEntryByKey(key: string, s?: CallSettings): Promise<Entry | undefined> {
+    return (await callUnary(this.raw.getEntry, this.raw, { selector: { $case: "key", value: key } }, this.token, s)).entry;
+  }
+
+  async getEntryById(entryId: string, s?: CallSettings): Promise<Entry | undefined> {
+    return (await callUnary(this.raw.getEntry, this.raw, { selector: { $case: "entryId", value: entryId } }, this.token, s)).entry;
+  }
+
+  listRejectionsPage(filter: RejectionFilter = {}, pageToken = "", pageSize = 100, s?: CallSettings): Promise<ListRejectionsResponse> {
+    const req: ListRejectionsRequest = {
+      toolId: filter.toolId ?? "",
+      reason: filter.reason ?? "",
+      since: filter.since,
+      until: filter.until,
+      pageSize,
+      pageToken,
+    };
+    return callUnary(this.raw.listRejections, this.raw, req, this.token, s);
+  }
+
+  /** Every matching refusal, newest first. */
+  async listRejections(filter: RejectionFilter = {}, s?: CallSettings): Promise<Rejection[]> {
+    const out: Rejection[] = [];
+    let token = "";
+    do {
+      const res = await this.listRejectionsPage(filter, token, 1000, s);
+      out.push(...res.rejections);
+      token = res.nextPageToken;
+    } while (token);
+    return out;
+  }
+
+  stats(s?: CallSettings): Promise<GetStatsResponse> {
+    return callUnary(this.raw.getStats, this.raw, {}, this.token, s);
+  }
+
+  close(): void {
+    this.raw.close();
+  }
+}

@@ -1,0 +1,65 @@
+import type { Call, CompleteCallResponse } from "../../../gen/ts/keycap/kernel/v1/kernel";
+import type { LookupRequestResponse, WriteResponse } from "../../../gen/ts/keycap/ledger/v1/ledger";
+import { EffectKind } from "../../../gen/ts/keycap/effect/v1/effect";
+import type { KernelClient } from "./kernel-client";
+import type { LedgerClient } from "./ledger-client";
+import type { CallSettings } from "./rpc";
+
+/**
+ * What a tool holds while it runs: the call's identity and a capability it
+ * cannot misuse. write() always sends the kernel-derived key (or request id)
+ * with the capability; there is no way to pass another key through it. The
+ * capability itself is private to the handle.
+ */
+export class CapabilityHandle {
+  readonly #capability: string;
+
+  constructor(
+    readonly call: Readonly<Call>,
+    capability: string,
+    readonly expiresAt: Date | undefined,
+    private readonly ledger: LedgerClient | undefined,
+    private readonly kernel: KernelClient,
+  ) {
+    this.#capability = capability;
+  }
+
+  get callId(): string {
+    return this.call.callId;
+  }
+  get toolId(): string {
+    return this.call.toolId;
+  }
+  /** The kernel-derived idempotency key ("" unless Idempotent). */
+  get key(): string {
+    return this.call.key;
+  }
+  /** The request id ("" unless Queryable). */
+  get requestId(): string {
+    return this.call.requestId;
+  }
+  get attempt(): number {
+    return this.call.attempt;
+  }
+  get effectKind(): EffectKind {
+    return this.call.effectKind;
+  }
+
+  /** Records the effect in the ledger under the kernel's key. */
+  write(payload: Uint8Array | string, s?: CallSettings): Promise<WriteResponse> {
+    if (!this.ledger) throw new Error("KernelClient was created without ledgerAddress; handles cannot write");
+    const body = typeof payload === "string" ? Buffer.from(payload, "utf8") : Buffer.from(payload);
+    return this.ledger.writeWithCapability(this.#capability, { key: this.call.key, requestId: this.call.requestId, payload: body }, s);
+  }
+
+  /** Queryable: asks the ledger whether this call's request already took effect. */
+  lookup(s?: CallSettings): Promise<LookupRequestResponse> {
+    if (!this.ledger) throw new Error("KernelClient was created without ledgerAddress; handles cannot look up");
+    return this.ledger.lookupWithCapability(this.#capability, this.call.requestId, s);
+  }
+
+  /** Marks the call done in the kernel's journal. */
+  complete(outcome: "succeeded" | "failed" = "succeeded", detail = "", s?: CallSettings): Promise<CompleteCallResponse> {
+    return this.kernel.completeCall(this.call.callId, outcome, detail, s);
+  }
+}

@@ -1,0 +1,36 @@
+import { status, type ServiceError } from "@grpc/grpc-js";
+import { readErrorInfo } from "../../../services/common/src/grpc-status";
+
+/**
+ * Every error a keycap client raises: the gRPC code, and the machine-readable
+ * `reason` from the google.rpc.ErrorInfo the services send. Branch on
+ * `reason`, never on the message.
+ */
+export class KeycapClientError extends Error {
+  constructor(
+    readonly code: status,
+    readonly reason: string,
+    message: string,
+    readonly metadata: Readonly<Record<string, string>>,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = "KeycapClientError";
+  }
+
+  /** The gRPC status name, e.g. "PERMISSION_DENIED". */
+  get codeName(): string {
+    return status[this.code] ?? String(this.code);
+  }
+
+  /** Normalises anything a call threw. */
+  static from(err: unknown): KeycapClientError {
+    if (err instanceof KeycapClientError) return err;
+    const se = err as Partial<ServiceError>;
+    if (typeof se?.code === "number") {
+      const info = readErrorInfo(err);
+      return new KeycapClientError(se.code, info?.reason ?? status[se.code] ?? "UNKNOWN", se.details || se.message || "", info?.metadata ?? {}, { cause: err });
+    }
+    return new KeycapClientError(status.UNKNOWN, "UNKNOWN", err instanceof Error ? err.message : String(err), {}, { cause: err });
+  }
+}

@@ -1,0 +1,12 @@
+/**
+ * keycap's TypeScript client: declare tools (an Idempotent tool without a key
+ * derivation does not compile), begin calls, write through capability
+ * handles, inspect the ledger, and recover after a crash.
+ */
+export { defineTool, toolToProto, type EffectSpec, type KeyDerivationSpec, type ToolDefinition } from "./tool-definition";
+export { KernelClient, type BeginOptions, type KernelClientOptions } from "./kernel-client";
+export { CapabilityHandle } from "./capability-handle";
+export { LedgerClient } from "./ledger-client";
+export { AdminClient, type RejectionFilter } from "./admin-client";
+export { KeycapClientError } from "./errors";
+export type { CallSettings } from "./rpc";

@@ -1,0 +1,137 @@
+import { credentials, type ChannelCredentials } from "@grpc/grpc-js";
+import {
+  CallOutcome,
+  KernelServiceClient,
+  type BeginCallResponse,
+  type Call,
+  type CompleteCallResponse,
+  type ListPendingCallsResponse,
+  type RegisterToolResponse,
+  type ResumeCallResponse,
+  type Tool,
+} from "../../../gen/ts/keycap/kernel/v1/kernel";
+import { CapabilityHandle } from "./capability-handle";
+import { LedgerClient } from "./ledger-client";
+import { callUnary, type CallSettings } from "./rpc";
+import { toolToProto, type ToolDefinition } from "./tool-definition";
+
+export interface KernelClientOptions {
+  /** Channel credentials; default insecure (loopback). */
+  credentials?: ChannelCredentials;
+  /** Ledger address handles write to; needed for begin()/resume() handles. */
+  ledgerAddress?: string;
+}
+
+/** Options of {@link KernelClient.begin}. */
+export interface BeginOptions extends CallSettings {
+  /** Caller-chosen call id: beginning it again with the same arguments returns the same call. */
+  callId?: string;
+  /** The agent run this call belongs to (enters the key when the tool's derivation names run_id). */
+  runId?: string;
+}
+
+/**
+ * Typed client of keycap.kernel.v1.KernelService. Every error is a
+ * KeycapClientError carrying the gRPC code and the ErrorInfo reason.
+ */
+export class KernelClient {
+  readonly raw: KernelServiceClient;
+  private readonly ledger: LedgerClient | undefined;
+
+  constructor(readonly address: string, opts: KernelClientOptions = {}) {
+    this.raw = new KernelServiceClient(address, opts.credentials ?? credentials.createInsecure());
+    this.ledger = opts.ledgerAddress ? new LedgerClient(opts.ledgerAddress, opts.credentials) : undefined;
+  }
+
+  /** Registers a tool; the same definition again is a no-op. */
+  registerTool(def: ToolDefinition, s?: CallSettings): Promise<RegisterToolResponse> {
+    return callUnary(this.raw.registerTool, this.raw, { tool: toolToProto(def) }, undefined, s);
+  }
+
+  /** Registers a tool from its wire form (for tools declared in another language). */
+  registerToolProto(tool: Tool, s?: CallSettings): Promise<RegisterToolResponse> {
+    return callUnary(this.raw.registerTool, this.raw, { tool }, undefined, s);
+  }
+
+  async getTool(toolId: string, s?: CallSettings): Promise<Tool | undefined> {
+    return (await callUnary(this.raw.getTool, this.raw, { toolId }, undefined, s)).tool;
+  }
+
+  async listTools(s?: CallSettings): Promise<Tool[]> {
+    const tools: Tool[] = [];
+    let pageToken = "";
+    do {
+      const res = await callUnary(this.raw.listTools, this.raw, { pageSize: 1000, pageToken }, undefined, s);
+      tools.push(...res.tools);
+      pageToken = res.nextPageToken;
+    } while (pageToken);
+    return tools;
+  }
+
+  /** BeginCall in its wire form. */
+  beginCall(toolId: string, argumentsJson: string, opts: BeginOptions = {}): Promise<BeginCallResponse> {
+    return callUnary(
+      this.raw.beginCall,
+      this.raw,
+      { toolId, argumentsJson, callId: opts.callId ?? "", runId: opts.runId ?? "" },
+      undefined,
+      opts,
+    );
+  }
+
+  /**
+   * Begins a call and returns a capability handle whose write() always sends
+   * the kernel's key and capability. `args` is an object (serialised here) or
+   * JSON text sent exactly as given.
+   */
+  async begin(toolId: string, args: object | string, opts: BeginOptions = {}): Promise<CapabilityHandle> {
+    const res = await this.beginCall(toolId, typeof args === "string" ? args : JSON.stringify(args), opts);
+    return this.handleFor(res.call, res.capability, res.capabilityExpiresAt);
+  }
+
+  completeCall(callId: string, outcome: "succeeded" | "failed", detail = "", s?: CallSettings): Promise<CompleteCallResponse> {
+    return callUnary(
+      this.raw.completeCall,
+      this.raw,
+      { callId, outcome: outcome === "succeeded" ? CallOutcome.CALL_OUTCOME_SUCCEEDED : CallOutcome.CALL_OUTCOME_FAILED, outcomeDetail: detail },
+      undefined,
+      s,
+    );
+  }
+
+  listPendingCallsPage(toolId = "", pageToken = "", pageSize = 100, s?: CallSettings): Promise<ListPendingCallsResponse> {
+    return callUnary(this.raw.listPendingCalls, this.raw, { toolId, pageSize, pageToken }, undefined, s);
+  }
+
+  /** Every pending call (of one tool, or all). */
+  async listPendingCalls(toolId = "", s?: CallSettings): Promise<Call[]> {
+    const calls: Call[] = [];
+    let token = "";
+    do {
+      const res = await this.listPendingCallsPage(toolId, token, 1000, s);
+      calls.push(...res.calls);
+      token = res.nextPageToken;
+    } while (token);
+    return calls;
+  }
+
+  resumeCall(callId: string, s?: CallSettings): Promise<ResumeCallResponse> {
+    return callUnary(this.raw.resumeCall, this.raw, { callId }, undefined, s);
+  }
+
+  /** The kernel's public JWKS (JSON text). */
+  async signingKeys(s?: CallSettings): Promise<{ jwksJson: string; currentKeyId: string }> {
+    return callUnary(this.raw.getSigningKeys, this.raw, {}, undefined, s);
+  }
+
+  /** A handle for a call and capability (after begin or a RETRY resume). */
+  handleFor(call: Call | undefined, capability: string, expiresAt: Date | undefined): CapabilityHandle {
+    if (!call) throw new Error("kernel answered without a call");
+    return new CapabilityHandle(call, capability, expiresAt, this.ledger, this);
+  }
+
+  close(): void {
+    this.raw.close();
+    this.ledger?.close();
+  }
+}

@@ -1,0 +1,85 @@
+import { ContextField, type EffectClass, type KeyDerivation } from "../../../gen/ts/keycap/effect/v1/effect";
+import type { Tool } from "../../../gen/ts/keycap/kernel/v1/kernel";
+
+/**
+ * How an Idempotent tool's key is derived: built on the generated
+ * `KeyDerivation`, with `fields` required and non-empty.
+ */
+export interface KeyDerivationSpec extends Omit<Partial<KeyDerivation>, "fields" | "contextFields"> {
+  /** RFC 6901 JSON Pointers into the arguments, e.g. ["/order_id"]. At least one. */
+  fields: readonly [string, ...string[]];
+  /** "run_id": two identical calls in two runs are two effects. */
+  contextFields?: readonly "run_id"[];
+}
+
+/** The Idempotent variant: `key` is required, never `undefined`. */
+export interface IdempotentEffect {
+  kind: "idempotent";
+  /** How the key is derived. Required: without it the tool cannot be retried safely. */
+  key: KeyDerivationSpec;
+}
+
+/**
+ * A tool's effect class. In the generated types `Idempotent.key` is
+ * `KeyDerivation | undefined`; here it is required, so an Idempotent tool
+ * without a key derivation does not compile.
+ */
+export type EffectSpec =
+  | IdempotentEffect
+  | { kind: "queryable"; requestIdField: string }
+  | { kind: "unsafe" };
+
+/** A tool as the runtime declares it. */
+export interface ToolDefinition {
+  /** Stable id, 1-128 of [A-Za-z0-9._:/-]. */
+  id: string;
+  effect: EffectSpec;
+  /** Optional JSON Schema (2020-12) of the arguments; key fields must be defined and not volatile. */
+  argumentsSchema?: Record<string, unknown>;
+}
+
+/**
+ * Declares a tool; the identity function, there for the type check.
+ *
+ * @example
+ * const charge = defineTool({
+ *   id: "payments.charge",
+ *   effect: { kind: "idempotent", key: { fields: ["/order_id"], contextFields: ["run_id"] } },
+ * });
+ */
+export function defineTool<const T extends ToolDefinition>(definition: T): T {
+  return definition;
+}
+
+/** The wire form of a definition. */
+export function toolToProto(def: ToolDefinition): Tool {
+  let effectClass: EffectClass;
+  switch (def.effect.kind) {
+    case "idempotent":
+      effectClass = {
+        kind: {
+          $case: "idempotent",
+          value: {
+            key: {
+              fields: [...def.effect.key.fields],
+              version: def.effect.key.version ?? 1,
+              contextFields: (def.effect.key.contextFields ?? []).map(() => ContextField.CONTEXT_FIELD_RUN_ID),
+            },
+          },
+        },
+      };
+      break;
+    case "queryable":
+      effectClass = { kind: { $case: "queryable", value: { lookup: { requestIdField: def.effect.requestIdField } } } };
+      break;
+    case "unsafe":
+      effectClass = { kind: { $case: "unsafe", value: {} } };
+      break;
+  }
+  return {
+    toolId: def.id,
+    effectClass,
+    argumentsSchemaJson: def.argumentsSchema ? JSON.stringify(def.argumentsSchema) : "",
+    registeredAt: undefined,
+  };
+}

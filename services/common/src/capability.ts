@@ -1,0 +1,165 @@
+/**
+ * The capability contract shared by the kernel (which mints) and the ledger (which
+ * verifies). Both sides import these names so that the token format is defined once;
+ * docs/decisions/0003-capability-format.md explains the choices.
+ */
+
+/** JOSE `typ` header of every capability: a JWT from elsewhere is never mistaken for one. */
+export const CAPABILITY_TYP = "keycap-capability+jwt";
+
+/** The only signature algorithm: Ed25519 (RFC 8037). Pinned, never read from a token. */
+export const CAPABILITY_ALG = "EdDSA";
+
+/** `iss` the kernel writes unless configured otherwise. */
+export const DEFAULT_ISSUER = "keycap-kernel";
+
+/** `aud` the kernel writes and the ledger expects unless configured otherwise. */
+export const DEFAULT_AUDIENCE = "keycap-ledger";
+
+/** Capability lifetime the kernel mints with, in seconds (`exp - iat`). */
+export const DEFAULT_LIFETIME_SECONDS = 300;
+
+/** Longest `exp - iat` the ledger accepts, in seconds; the minter refuses to exceed it. */
+export const MAX_LIFETIME_SECONDS = 900;
+
+/** Clock skew the ledger tolerates on `exp` and `iat`, in seconds. */
+export const CLOCK_TOLERANCE_SECONDS = 5;
+
+/** The effect class a capability grants, as written in the `effect` claim. */
+export type EffectName = "idempotent" | "queryable" | "unsafe";
+
+/** Every valid `effect` claim value. */
+export const EFFECT_NAMES: readonly EffectName[] = ["idempotent", "queryable", "unsafe"];
+
+/**
+ * The claims of a capability. Snake case because these are wire names in the JWT.
+ * `key` is present if and only if `effect` is "idempotent"; `request_id` if and only if
+ * `effect` is "queryable". Times are NumericDate (whole seconds since the epoch).
+ */
+export interface CapabilityClaims {
+  /** Issuer: the kernel. */
+  iss: string;
+  /** Audience: the ledger. Always a single string, never an array. */
+  aud: string;
+  /** The registered tool the capability was minted for. */
+  tool_id: string;
+  /** The tool's declared effect class. */
+  effect: EffectName;
+  /** The kernel's call id; stable across attempts of one call. */
+  call_id: string;
+  /** Attempt number of the call, starting at 1. */
+  attempt: number;
+  /** Capability id, unique per minted capability (single-use checks key on it). */
+  jti: string;
+  /** Kernel-derived idempotency key (idempotent only). */
+  key?: string;
+  /** Request id the write must carry (queryable only). */
+  request_id?: string;
+  /** Issued at, seconds since the epoch. */
+  iat: number;
+  /** Expiry, seconds since the epoch. */
+  exp: number;
+}
+
+/** Claims every capability must carry, whatever its effect. */
+export const REQUIRED_CLAIMS: readonly string[] = [
+  "iss",
+  "aud",
+  "tool_id",
+  "effect",
+  "call_id",
+  "attempt",
+  "jti",
+  "iat",
+  "exp",
+];
+
+/** What is wrong with a claims object: a claim that is absent, or present with a bad value. */
+export interface ClaimProblem {
+  kind: "missing" | "invalid";
+  claim: string;
+  /** Human-readable, never contains the claim's value. */
+  detail: string;
+}
+
+/**
+ * Checks the shape of a claims object against the contract. Used by the minter (so it
+ * never signs something the ledger would refuse) and by the verifier (after the signature
+ * holds), so both sides agree on one definition.
+ *
+ * @returns the first problem found, or undefined when `value` is a valid {@link CapabilityClaims}.
+ */
+export function findClaimProblem(value: Record<string, unknown>): ClaimProblem | undefined {
+  for (const claim of REQUIRED_CLAIMS) {
+    if (!Object.hasOwn(value, claim) || value[claim] === undefined) {
+      return { kind: "missing", claim, detail: `capability claim "${claim}" is missing` };
+    }
+  }
+  for (const claim of ["iss", "aud", "tool_id", "call_id", "jti"]) {
+    if (!isNonEmptyString(value[claim])) {
+      return { kind: "invalid", claim, detail: `capability claim "${claim}" must be a non-empty string` };
+    }
+  }
+  const effect = value["effect"];
+  if (typeof effect !== "string" || !(EFFECT_NAMES as readonly string[]).includes(effect)) {
+    return { kind: "invalid", claim: "effect", detail: `capability claim "effect" must be one of ${EFFECT_NAMES.join(", ")}` };
+  }
+  const attempt = value["attempt"];
+  if (typeof attempt !== "number" || !Number.isSafeInteger(attempt) || attempt < 1) {
+    return { kind: "invalid", claim: "attempt", detail: `capability claim "attempt" must be a positive integer` };
+  }
+  for (const claim of ["iat", "exp"]) {
+    const t = value[claim];
+    // Whole seconds only: the kernel never mints fractions, so one is a forgery or a bug.
+    if (typeof t !== "number" || !Number.isSafeInteger(t) || t < 0) {
+      return { kind: "invalid", claim, detail: `capability claim "${claim}" must be a whole number of seconds` };
+    }
+  }
+  if ((value["exp"] as number) <= (value["iat"] as number)) {
+    return { kind: "invalid", claim: "exp", detail: `capability claim "exp" must be after "iat"` };
+  }
+  // The grant is the pairing of effect and key/request id: a stray key on an unsafe
+  // capability would let a reader believe a write is keyed when nothing enforces it.
+  const keyProblem = pairedClaimProblem(value, "key", effect === "idempotent", "idempotent");
+  if (keyProblem) return keyProblem;
+  return pairedClaimProblem(value, "request_id", effect === "queryable", "queryable");
+}
+
+function pairedClaimProblem(
+  value: Record<string, unknown>,
+  claim: string,
+  required: boolean,
+  effect: EffectName,
+): ClaimProblem | undefined {
+  const present = Object.hasOwn(value, claim) && value[claim] !== undefined;
+  if (required && !present) {
+    return { kind: "missing", claim, detail: `capability claim "${claim}" is required when effect is ${effect}` };
+  }
+  if (!required && present) {
+    return { kind: "invalid", claim, detail: `capability claim "${claim}" is only allowed when effect is ${effect}` };
+  }
+  if (present && !isNonEmptyString(value[claim])) {
+    return { kind: "invalid", claim, detail: `capability claim "${claim}" must be a non-empty string` };
+  }
+  return undefined;
+}
+
+function isNonEmptyString(v: unknown): v is string {
+  return typeof v === "string" && v.length > 0;
+}
+
+// RFC 6750 §2.1: the scheme is case-insensitive, the credential is a b64token. Anchored
+// and linear, so a hostile header cannot make it backtrack.
+const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
+
+/**
+ * Extracts the credential from an `authorization: Bearer <token>` metadata value.
+ *
+ * @returns the token, or undefined when the value is absent or not a Bearer credential.
+ * @example parseBearer("Bearer eyJhbGciOi...") // "eyJhbGciOi..."
+ */
+export function parseBearer(metadataValue: string | undefined): string | undefined {
+  if (metadataValue === undefined) return undefined;
+  const match = BEARER.exec(metadataValue);
+  return match?.[1];
+}

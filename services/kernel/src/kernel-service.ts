@@ -1,0 +1,284 @@
+import { status } from "@grpc/grpc-js";
+import { randomUUID } from "node:crypto";
+import {
+  CallOutcome,
+  CallState,
+  ResumeAction,
+  type BeginCallRequest,
+  type BeginCallResponse,
+  type Call,
+  type CompleteCallRequest,
+  type CompleteCallResponse,
+  type GetSigningKeysResponse,
+  type GetToolRequest,
+  type GetToolResponse,
+  type KernelServiceServer,
+  type ListPendingCallsRequest,
+  type ListPendingCallsResponse,
+  type ListToolsRequest,
+  type ListToolsResponse,
+  type RegisterToolRequest,
+  type RegisterToolResponse,
+  type ResumeCallRequest,
+  type ResumeCallResponse,
+} from "../../../gen/ts/keycap/kernel/v1/kernel";
+import type { CapabilityClaims } from "../../common/src/capability";
+import { invalidArgument, KeycapError } from "../../common/src/errors";
+import { unaryHandler } from "../../common/src/grpc-status";
+import type { Logger } from "../../common/src/logger";
+import { decodePageToken, encodePageToken, pageSize } from "../../common/src/paging";
+import type { CallJournal, CallOutcomeName, CallRecord } from "./call-journal";
+import type { CapabilityMinter, MintedCapability } from "./capability-minter";
+import { deriveKey, readRequestId } from "./domain/key-derivation";
+import { parseArguments, type JsonLimits, type ParsedArguments } from "./domain/strict-json";
+import type { LedgerLookup } from "./ledger-lookup";
+import type { SigningKeys } from "./signing-keys";
+import { checkToolId, definitionFromProto, effectKindOf, toolToProto, type CompiledTool } from "./tool-definition";
+import type { ToolRegistry } from "./tool-registry";
+
+export interface KernelDeps {
+  registry: ToolRegistry;
+  journal: CallJournal;
+  minter: CapabilityMinter;
+  keys: SigningKeys;
+  ledger: LedgerLookup;
+  limits: JsonLimits;
+  logger: Logger;
+}
+
+const CALL_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+const MAX_RUN_ID = 256;
+const MAX_OUTCOME_DETAIL = 4096;
+
+/**
+ * The kernel's behaviour, independent of transport: the only place keys are
+ * derived and capabilities minted.
+ */
+export class Kernel {
+  constructor(private readonly d: KernelDeps) {}
+
+  async registerTool(req: RegisterToolRequest): Promise<RegisterToolResponse> {
+    const compiled = definitionFromProto(req.tool);
+    const { tool, alreadyRegistered } = await this.d.registry.register(compiled);
+    if (!alreadyRegistered) this.d.logger.info({ tool_id: tool.definition.toolId, effect: tool.definition.effect.kind }, "tool registered");
+    return { tool: toolToProto(tool), alreadyRegistered };
+  }
+
+  async getTool(req: GetToolRequest): Promise<GetToolResponse> {
+    checkToolId(req.toolId, "tool_id");
+    return { tool: toolToProto(await this.d.registry.require(req.toolId)) };
+  }
+
+  async listTools(req: ListToolsRequest): Promise<ListToolsResponse> {
+    const limit = pageSize(req.pageSize);
+    const cursor = decodePageToken(req.pageToken, ["after"] as const);
+    const tools = await this.d.registry.list(cursor ? String(cursor.after) : "", limit + 1);
+    const page = tools.slice(0, limit);
+    const last = page[page.length - 1];
+    return {
+      tools: page.map(toolToProto),
+      nextPageToken: tools.length > limit && last ? encodePageToken({ after: last.definition.toolId }) : "",
+    };
+  }
+
+  async beginCall(req: BeginCallRequest): Promise<BeginCallResponse> {
+    checkToolId(req.toolId, "tool_id");
+    if (req.callId !== "" && !CALL_ID.test(req.callId)) {
+      throw invalidArgument("INVALID_CALL_ID", `call_id must be 1-128 characters of [A-Za-z0-9._:-], got ${JSON.stringify(req.callId)}`, { field: "call_id" });
+    }
+    if ([...req.runId].length > MAX_RUN_ID) {
+      throw invalidArgument("INVALID_RUN_ID", `run_id must be at most ${MAX_RUN_ID} characters`, { field: "run_id" });
+    }
+    const tool = await this.d.registry.require(req.toolId);
+    // Everything that can refuse the call happens before anything is journaled.
+    const args = parseArguments(req.argumentsJson, this.d.limits);
+    tool.schema?.validate(args.value);
+    const identity = this.identify(tool, args, req.runId);
+
+    const callId = req.callId || randomUUID();
+    const minted = await this.d.minter.mint({
+      toolId: tool.definition.toolId,
+      effect: tool.definition.effect.kind,
+      callId,
+      attempt: 1,
+      ...identity,
+    });
+    const now = new Date();
+    const record: CallRecord = {
+      _id: callId,
+      tool_id: tool.definition.toolId,
+      run_id: req.runId,
+      arguments_json: req.argumentsJson,
+      effect: tool.definition.effect.kind,
+      ...(identity.key !== undefined ? { key: identity.key } : {}),
+      ...(identity.requestId !== undefined ? { request_id: identity.requestId } : {}),
+      attempt: 1,
+      state: "pending",
+      capability: minted.claims,
+      created_at: now,
+      updated_at: now,
+    };
+    const { call, existing } = await this.d.journal.begin(record);
+    // A repeated BeginCall returns the same call and, because Ed25519 is
+    // deterministic, the same capability (same jti): an Unsafe call cannot gain
+    // a second single-use capability by beginning again.
+    const capability = existing ? await this.d.minter.mintWithClaims(call.capability) : minted;
+    return { call: callToProto(call), capability: capability.token, capabilityExpiresAt: capability.expiresAt, existingCall: existing };
+  }
+
+  async completeCall(req: CompleteCallRequest): Promise<CompleteCallResponse> {
+    const outcome = outcomeName(req.outcome);
+    if (req.outcomeDetail.length > MAX_OUTCOME_DETAIL) {
+      throw invalidArgument("OUTCOME_DETAIL_TOO_LONG", `outcome_detail must be at most ${MAX_OUTCOME_DETAIL} characters`, { field: "outcome_detail" });
+    }
+    requireCallId(req.callId);
+    const { call, alreadyCompleted } = await this.d.journal.complete(req.callId, outcome, req.outcomeDetail);
+    return { call: callToProto(call), alreadyCompleted };
+  }
+
+  async listPendingCalls(req: ListPendingCallsRequest): Promise<ListPendingCallsResponse> {
+    if (req.toolId) checkToolId(req.toolId, "tool_id");
+    const limit = pageSize(req.pageSize);
+    const cursor = decodePageToken(req.pageToken, ["t", "i"] as const);
+    const calls = await this.d.journal.listPending(req.toolId, cursor ? { createdAt: Number(cursor.t), id: String(cursor.i) } : undefined, limit + 1);
+    const page = calls.slice(0, limit);
+    const last = page[page.length - 1];
+    return {
+      calls: page.map(callToProto),
+      nextPageToken: calls.length > limit && last ? encodePageToken({ t: last.created_at.getTime(), i: last._id }) : "",
+    };
+  }
+
+  /**
+   * The recovery path. Idempotent: the key is re-derived from the recorded
+   * arguments (never copied from the journal) and must equal the journaled
+   * one; the next attempt gets a fresh capability under the same key.
+   * Queryable: the ledger is asked; done → completed, else retry. Unsafe:
+   * refused, and the call is marked indeterminate for an operator.
+   */
+  async resumeCall(req: ResumeCallRequest): Promise<ResumeCallResponse> {
+    requireCallId(req.callId);
+    const call = await this.d.journal.require(req.callId);
+    if (call.state === "completed") {
+      return { call: callToProto(call), action: ResumeAction.RESUME_ACTION_ALREADY_COMPLETED, capability: "", capabilityExpiresAt: undefined };
+    }
+    if (call.state === "indeterminate") {
+      throw new KeycapError(
+        status.FAILED_PRECONDITION,
+        "CALL_INDETERMINATE",
+        `call ${call._id} is indeterminate: whether it took effect is unknown; an operator must complete it`,
+        { call_id: call._id },
+      );
+    }
+    const tool = await this.d.registry.require(call.tool_id);
+    switch (tool.definition.effect.kind) {
+      case "unsafe": {
+        const message = `call ${call._id} of Unsafe tool ${call.tool_id} is never retried automatically; it is now indeterminate and needs an operator`;
+        await this.d.journal.markIndeterminate(call._id, "UNSAFE_NOT_RESUMABLE", message);
+        this.d.logger.warn({ call_id: call._id, tool_id: call.tool_id }, "unsafe call marked indeterminate at recovery");
+        throw new KeycapError(status.FAILED_PRECONDITION, "UNSAFE_NOT_RESUMABLE", message, { call_id: call._id, tool_id: call.tool_id });
+      }
+      case "idempotent": {
+        const rederived = await this.rederive(tool, call);
+        return this.retry(call, tool, { key: rederived });
+      }
+      case "queryable": {
+        const requestId = call.request_id ?? "";
+        const probe = await this.d.minter.mint({ toolId: call.tool_id, effect: "queryable", callId: call._id, attempt: call.attempt, requestId });
+        const { found, entryId } = await this.d.ledger.lookup(requestId, probe.token);
+        if (found) {
+          const { call: done } = await this.d.journal.complete(call._id, "succeeded", `recovery: the ledger holds request ${requestId} (entry ${entryId})`);
+          return { call: callToProto(done), action: ResumeAction.RESUME_ACTION_DONE, capability: "", capabilityExpiresAt: undefined };
+        }
+        return this.retry(call, tool, { requestId });
+      }
+    }
+  }
+
+  getSigningKeys(): GetSigningKeysResponse {
+    return { jwksJson: JSON.stringify(this.d.keys.publicJwks()), currentKeyId: this.d.keys.currentKid };
+  }
+
+  private identify(tool: CompiledTool, args: ParsedArguments, runId: string): { key?: string; requestId?: string } {
+    const e = tool.definition.effect;
+    if (e.kind === "idempotent") return { key: deriveKey(tool.definition.toolId, e.key, args, { runId }) };
+    if (e.kind === "queryable") return { requestId: readRequestId(args, e.requestIdField) };
+    return {};
+  }
+
+  private async rederive(tool: CompiledTool, call: CallRecord): Promise<string> {
+    let key: string | undefined;
+    let problem = "";
+    try {
+      key = this.identify(tool, parseArguments(call.arguments_json, this.d.limits), call.run_id).key;
+    } catch (err) {
+      problem = err instanceof Error ? err.message : String(err);
+    }
+    if (key !== undefined && key === call.key) return key;
+    const message =
+      `call ${call._id}: the key re-derived from the recorded arguments ` +
+      (key === undefined ? `could not be computed (${problem})` : "differs from the journaled key") +
+      "; the call is not retried under another key";
+    await this.d.journal.recordResumeRefusal(call._id, "KEY_REDERIVATION_MISMATCH", message);
+    this.d.logger.error({ call_id: call._id, tool_id: call.tool_id }, "key re-derivation mismatch at recovery");
+    throw new KeycapError(status.FAILED_PRECONDITION, "KEY_REDERIVATION_MISMATCH", message, { call_id: call._id, tool_id: call.tool_id });
+  }
+
+  private async retry(call: CallRecord, tool: CompiledTool, identity: { key?: string; requestId?: string }): Promise<ResumeCallResponse> {
+    const minted: MintedCapability = await this.d.minter.mint({
+      toolId: call.tool_id,
+      effect: tool.definition.effect.kind,
+      callId: call._id,
+      attempt: call.attempt + 1,
+      ...identity,
+    });
+    const advanced = await this.d.journal.advanceAttempt(call, minted.claims);
+    this.d.logger.info({ call_id: call._id, tool_id: call.tool_id, attempt: advanced.attempt }, "call resumed");
+    return { call: callToProto(advanced), action: ResumeAction.RESUME_ACTION_RETRY, capability: minted.token, capabilityExpiresAt: minted.expiresAt };
+  }
+}
+
+function requireCallId(callId: string): void {
+  if (!CALL_ID.test(callId)) throw invalidArgument("INVALID_CALL_ID", "call_id is required (1-128 of [A-Za-z0-9._:-])", { field: "call_id" });
+}
+
+function outcomeName(outcome: CallOutcome): CallOutcomeName {
+  if (outcome === CallOutcome.CALL_OUTCOME_SUCCEEDED) return "succeeded";
+  if (outcome === CallOutcome.CALL_OUTCOME_FAILED) return "failed";
+  throw invalidArgument("OUTCOME_REQUIRED", "outcome is required: CALL_OUTCOME_SUCCEEDED or CALL_OUTCOME_FAILED", { field: "outcome" });
+}
+
+/** A journal record as the wire Call. */
+export function callToProto(c: CallRecord): Call {
+  return {
+    callId: c._id,
+    toolId: c.tool_id,
+    runId: c.run_id,
+    argumentsJson: c.arguments_json,
+    effectKind: effectKindOf({ kind: c.effect } as CompiledTool["definition"]["effect"]),
+    key: c.key ?? "",
+    requestId: c.request_id ?? "",
+    attempt: c.attempt,
+    state: c.state === "pending" ? CallState.CALL_STATE_PENDING : c.state === "completed" ? CallState.CALL_STATE_COMPLETED : CallState.CALL_STATE_INDETERMINATE,
+    outcome: c.outcome === "succeeded" ? CallOutcome.CALL_OUTCOME_SUCCEEDED : c.outcome === "failed" ? CallOutcome.CALL_OUTCOME_FAILED : CallOutcome.CALL_OUTCOME_UNSPECIFIED,
+    outcomeDetail: c.outcome_detail ?? "",
+    createdAt: c.created_at,
+    updatedAt: c.updated_at,
+  };
+}
+
+/** The gRPC binding of the kernel. */
+export function kernelServiceImpl(kernel: Kernel, logger: Logger): KernelServiceServer {
+  return {
+    registerTool: unaryHandler(logger, "RegisterTool", (r: RegisterToolRequest) => kernel.registerTool(r)),
+    getTool: unaryHandler(logger, "GetTool", (r: GetToolRequest) => kernel.getTool(r)),
+    listTools: unaryHandler(logger, "ListTools", (r: ListToolsRequest) => kernel.listTools(r)),
+    beginCall: unaryHandler(logger, "BeginCall", (r: BeginCallRequest) => kernel.beginCall(r)),
+    completeCall: unaryHandler(logger, "CompleteCall", (r: CompleteCallRequest) => kernel.completeCall(r)),
+    listPendingCalls: unaryHandler(logger, "ListPendingCalls", (r: ListPendingCallsRequest) => kernel.listPendingCalls(r)),
+    resumeCall: unaryHandler(logger, "ResumeCall", (r: ResumeCallRequest) => kernel.resumeCall(r)),
+    getSigningKeys: unaryHandler(logger, "GetSigningKeys", async () => kernel.getSigningKeys()),
+  };
+}
+
+export type { CapabilityClaims };

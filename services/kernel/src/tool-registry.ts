@@ -1,0 +1,95 @@
+import { status } from "@grpc/grpc-js";
+import { MongoServerError, type Collection, type Db } from "mongodb";
+import { KeycapError } from "../../common/src/errors";
+import { compileStored, type CompiledTool, type ToolDefinition } from "./tool-definition";
+
+interface ToolDoc {
+  _id: string;
+  definition: ToolDefinition;
+  fingerprint: string;
+  registered_at: Date;
+}
+
+/** Result of a registration. */
+export interface Registration {
+  tool: CompiledTool;
+  alreadyRegistered: boolean;
+}
+
+/**
+ * The persisted tool registry. A tool id is bound to one definition for good:
+ * changing a derivation silently would re-key the tool's pending calls. Because
+ * definitions never change, compiled tools are cached in process memory, which
+ * is safe across replicas.
+ */
+export class ToolRegistry {
+  private readonly cache = new Map<string, CompiledTool>();
+
+  private constructor(private readonly tools: Collection<ToolDoc>) {}
+
+  /** Opens the collection; the tool id is the document _id, so it is unique by construction. */
+  static async open(db: Db): Promise<ToolRegistry> {
+    const tools = db.collection<ToolDoc>("tools");
+    await tools.createIndex({ registered_at: 1 });
+    return new ToolRegistry(tools);
+  }
+
+  /** Registers (insert first, never find-then-insert); the same definition again is a no-op. */
+  async register(tool: CompiledTool): Promise<Registration> {
+    const doc: ToolDoc = {
+      _id: tool.definition.toolId,
+      definition: tool.definition,
+      fingerprint: tool.fingerprint,
+      registered_at: tool.registeredAt,
+    };
+    try {
+      await this.tools.insertOne(doc, { writeConcern: { w: "majority" } });
+      this.cache.set(doc._id, tool);
+      return { tool, alreadyRegistered: false };
+    } catch (err) {
+      if (!(err instanceof MongoServerError && err.code === 11000)) throw err;
+    }
+    const existing = await this.get(tool.definition.toolId);
+    if (!existing) throw new KeycapError(status.ABORTED, "CONCURRENT_REGISTRATION", "the tool changed during registration; retry");
+    if (existing.fingerprint !== tool.fingerprint) {
+      throw new KeycapError(
+        status.ALREADY_EXISTS,
+        "TOOL_DEFINITION_CONFLICT",
+        `tool ${tool.definition.toolId} is already registered with a different definition; ` +
+          "register the new definition under a new tool id (changing it in place would re-key pending calls)",
+        { tool_id: tool.definition.toolId },
+      );
+    }
+    return { tool: existing, alreadyRegistered: true };
+  }
+
+  /** The tool, or undefined. */
+  async get(toolId: string): Promise<CompiledTool | undefined> {
+    const cached = this.cache.get(toolId);
+    if (cached) return cached;
+    const doc = await this.tools.findOne({ _id: toolId });
+    if (!doc) return undefined;
+    const compiled = compileStored(doc.definition, doc.registered_at);
+    this.cache.set(toolId, compiled);
+    return compiled;
+  }
+
+  /** The tool, or NOT_FOUND. */
+  async require(toolId: string): Promise<CompiledTool> {
+    const tool = await this.get(toolId);
+    if (!tool) {
+      throw new KeycapError(status.NOT_FOUND, "TOOL_NOT_FOUND", `tool ${JSON.stringify(toolId)} is not registered`, { tool_id: toolId });
+    }
+    return tool;
+  }
+
+  /** A page of tools ordered by id, after `afterId`. */
+  async list(afterId: string, limit: number): Promise<CompiledTool[]> {
+    const docs = await this.tools
+      .find(afterId ? { _id: { $gt: afterId } } : {})
+      .sort({ _id: 1 })
+      .limit(limit)
+      .toArray();
+    return docs.map((d) => this.cache.get(d._id) ?? compileStored(d.definition, d.registered_at));
+  }
+}

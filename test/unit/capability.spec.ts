@@ -1,0 +1,569 @@
+import { createHmac, generateKeyPairSync, sign, type KeyObject } from "node:crypto";
+import { chmod, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { status } from "@grpc/grpc-js";
+import { expect } from "chai";
+import { calculateJwkThumbprint } from "jose";
+import {
+  CAPABILITY_TYP,
+  DEFAULT_AUDIENCE,
+  DEFAULT_ISSUER,
+  parseBearer,
+  type CapabilityClaims,
+} from "../../services/common/src/capability";
+import { CapabilityMinter } from "../../services/kernel/src/capability-minter";
+import {
+  SigningKeyFileError,
+  loadOrCreateSigningKeys,
+  rotateSigningKeys,
+  type SigningKeys,
+} from "../../services/kernel/src/signing-keys";
+import {
+  CapabilityRefusal,
+  CapabilityVerifier,
+  FileJwksSource,
+  JwksError,
+  RemoteJwksSource,
+  type CapabilityRefusalReason,
+  type PublicKeySource,
+} from "../../services/ledger/src/capability-verifier";
+
+// A fixed, controllable clock shared by kernel and ledger objects in a test.
+const T0 = Date.UTC(2030, 0, 1);
+const GRACE = 905;
+
+function b64json(v: unknown): string {
+  return Buffer.from(JSON.stringify(v)).toString("base64url");
+}
+
+/** Signs arbitrary header/payload with an Ed25519 key, bypassing the minter's checks. */
+function signEd25519(header: unknown, payload: unknown, key: KeyObject): string {
+  const input = `${b64json(header)}.${b64json(payload)}`;
+  return `${input}.${sign(null, Buffer.from(input), key).toString("base64url")}`;
+}
+
+function bearer(token: string): string {
+  return `Bearer ${token}`;
+}
+
+async function expectRefusal(p: Promise<unknown>, reason: CapabilityRefusalReason): Promise<CapabilityRefusal> {
+  let caught: unknown;
+  try {
+    await p;
+  } catch (err) {
+    caught = err;
+  }
+  expect(caught, `expected a refusal with ${reason}`).to.be.instanceOf(CapabilityRefusal);
+  const refusal = caught as CapabilityRefusal;
+  expect(refusal.reason).to.equal(reason);
+  expect(refusal.code).to.equal(reason === "SIGNING_KEYS_UNAVAILABLE" ? status.UNAVAILABLE : status.UNAUTHENTICATED);
+  expect(refusal.message).to.not.include("\n");
+  return refusal;
+}
+
+/** A key source built from the kernel's published JWKS, as the ledger would see it. */
+function sourceFor(keys: SigningKeys): PublicKeySource {
+  return new RemoteJwksSource(async () => JSON.stringify(keys.publicJwks()));
+}
+
+describe("capability", () => {
+  let dir: string;
+  let clock: number;
+  const now = (): number => clock;
+
+  beforeEach(async () => {
+    dir = await mkdtemp(join(tmpdir(), "keycap-cap-"));
+    clock = T0;
+  });
+  afterEach(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  describe("signing key file", () => {
+    it("is created 0600 in a 0700 directory and reloads with the same kid", async () => {
+      const path = join(dir, "nested", "signing-key.json");
+      const created = await loadOrCreateSigningKeys(path, { retiredGraceSeconds: GRACE, now });
+      expect((await stat(path)).mode & 0o777).to.equal(0o600);
+      expect((await stat(join(dir, "nested"))).mode & 0o777).to.equal(0o700);
+      expect(created.insecurePermissions).to.equal(false);
+
+      const reloaded = await loadOrCreateSigningKeys(path, { retiredGraceSeconds: GRACE, now });
+      expect(reloaded.currentKid).to.equal(created.currentKid);
+      const file = JSON.parse(await readFile(path, "utf8"));
+      expect(file.version).to.equal(1);
+      expect(file.current.alg).to.equal("EdDSA");
+      expect(file.current.created_at).to.equal(T0 / 1000);
+      expect(file.retired).to.deep.equal([]);
+      // kid is the RFC 7638 thumbprint of the public key.
+      expect(created.currentKid).to.equal(await calculateJwkThumbprint({ kty: "OKP", crv: "Ed25519", x: file.current.x }));
+    });
+
+    it("flags a key file that group or others can read", async () => {
+      const path = join(dir, "k.json");
+      await loadOrCreateSigningKeys(path, { retiredGraceSeconds: GRACE });
+      await chmod(path, 0o644);
+      expect((await loadOrCreateSigningKeys(path, { retiredGraceSeconds: GRACE })).insecurePermissions).to.equal(true);
+    });
+
+    async function expectFileError(path: string, problem: RegExp): Promise<void> {
+      let caught: unknown;
+      try {
+        await loadOrCreateSigningKeys(path, { retiredGraceSeconds: GRACE });
+      } catch (err) {
+        caught = err;
+      }
+      expect(caught).to.be.instanceOf(SigningKeyFileError);
+      const message = (caught as Error).message;
+      expect(message).to.include(path);
+      expect(message).to.match(problem);
+      expect(message).to.not.include("\n");
+    }
+
+    it("refuses a file that is not JSON, naming the path, without quoting it", async () => {
+      const path = join(dir, "k.json");
+      await writeFile(path, `{"version": 1, "current": {"d": "SECRETSECRET"`, { mode: 0o600 });
+      await expectFileError(path, /not valid JSON/);
+      try {
+        await loadOrCreateSigningKeys(path, { retiredGraceSeconds: GRACE });
+      } catch (err) {
+        expect((err as Error).message).to.not.include("SECRET");
+      }
+    });
+
+    it("refuses a file of the wrong shape", async () => {
+      const path = join(dir, "k.json");
+      await writeFile(path, JSON.stringify({ version: 1, keys: [] }), { mode: 0o600 });
+      await expectFileError(path, /"current" is missing/);
+      await writeFile(path, JSON.stringify([1, 2]), { mode: 0o600 });
+      await expectFileError(path, /expected a JSON object/);
+      await writeFile(path, JSON.stringify({ version: 2, current: {}, retired: [] }), { mode: 0o600 });
+      await expectFileError(path, /unsupported version 2/);
+    });
+
+    it("refuses a key on the wrong curve", async () => {
+      const path = join(dir, "k.json");
+      const x448 = generateKeyPairSync("ed448").privateKey.export({ format: "jwk" });
+      await writeFile(
+        path,
+        JSON.stringify({ version: 1, current: { ...x448, kid: "k", alg: "EdDSA", created_at: 1 }, retired: [] }),
+        { mode: 0o600 },
+      );
+      await expectFileError(path, /not an Ed25519 key/);
+      const p256 = generateKeyPairSync("ec", { namedCurve: "P-256" }).privateKey.export({ format: "jwk" });
+      await writeFile(path, JSON.stringify({ version: 1, current: { ...p256, kid: "k", alg: "EdDSA", created_at: 1 }, retired: [] }), { mode: 0o600 });
+      await expectFileError(path, /not an Ed25519 key/);
+    });
+
+    it("refuses a private key that does not match its kid", async () => {
+      const path = join(dir, "k.json");
+      await loadOrCreateSigningKeys(path, { retiredGraceSeconds: GRACE });
+      const file = JSON.parse(await readFile(path, "utf8"));
+      const other = generateKeyPairSync("ed25519").privateKey.export({ format: "jwk" });
+      await writeFile(path, JSON.stringify({ ...file, current: { ...file.current, x: other.x, d: other.d } }), { mode: 0o600 });
+      await expectFileError(path, /does not match its kid/);
+      await writeFile(path, JSON.stringify({ ...file, current: { ...file.current, d: other.d } }), { mode: 0o600 });
+      await expectFileError(path, /does not match its private key/);
+    });
+
+    it("refuses a path that cannot be read as a file", async () => {
+      await expectFileError(dir, /not a regular file/);
+    });
+
+    it("never publishes private key material in the JWKS", async () => {
+      const path = join(dir, "k.json");
+      const keys = await loadOrCreateSigningKeys(path, { retiredGraceSeconds: GRACE, now });
+      const rotated = await rotateSigningKeys(path, { retiredGraceSeconds: GRACE, now });
+      for (const jwks of [keys.publicJwks(), rotated.publicJwks()]) {
+        expect(JSON.stringify(jwks)).to.not.include('"d"');
+        for (const k of jwks.keys) expect(Object.keys(k).sort()).to.deep.equal(["alg", "crv", "kid", "kty", "use", "x"]);
+      }
+      // The retired entry in the file itself keeps the public part only.
+      const file = JSON.parse(await readFile(path, "utf8"));
+      expect(file.retired[0]).to.not.have.property("d");
+      expect((await stat(path)).mode & 0o777).to.equal(0o600);
+    });
+
+    it("rotation retires the old key for the grace period, then drops it", async () => {
+      const path = join(dir, "k.json");
+      const first = await loadOrCreateSigningKeys(path, { retiredGraceSeconds: GRACE, now });
+      const second = await rotateSigningKeys(path, { retiredGraceSeconds: GRACE, now });
+      expect(second.currentKid).to.not.equal(first.currentKid);
+      expect(second.publicJwks().keys.map((k) => k.kid)).to.deep.equal([second.currentKid, first.currentKid]);
+
+      clock += (GRACE + 1) * 1000;
+      expect(second.publicJwks().keys.map((k) => k.kid)).to.deep.equal([second.currentKid]);
+      const third = await rotateSigningKeys(path, { retiredGraceSeconds: GRACE, now });
+      const file = JSON.parse(await readFile(path, "utf8"));
+      expect(file.retired.map((k: { kid: string }) => k.kid)).to.deep.equal([second.currentKid]);
+      expect(third.publicJwks().keys).to.have.length(2);
+    });
+  });
+
+  describe("mint and verify", () => {
+    let keys: SigningKeys;
+    let minter: CapabilityMinter;
+    let verifier: CapabilityVerifier;
+
+    beforeEach(async () => {
+      keys = await loadOrCreateSigningKeys(join(dir, "k.json"), { retiredGraceSeconds: GRACE, now });
+      minter = new CapabilityMinter(keys, { issuer: DEFAULT_ISSUER, audience: DEFAULT_AUDIENCE, now });
+      verifier = new CapabilityVerifier(sourceFor(keys), { issuer: DEFAULT_ISSUER, audience: DEFAULT_AUDIENCE, now });
+    });
+
+    /** Valid claims for hand-signed tokens, so each test breaks exactly one thing. */
+    function goodClaims(): Record<string, unknown> {
+      const iat = Math.floor(clock / 1000);
+      return {
+        iss: DEFAULT_ISSUER,
+        aud: DEFAULT_AUDIENCE,
+        tool_id: "payments.charge",
+        effect: "idempotent",
+        call_id: "call-1",
+        attempt: 1,
+        jti: "jti-1",
+        key: "k3y",
+        iat,
+        exp: iat + 300,
+      };
+    }
+    function goodHeader(): Record<string, unknown> {
+      return { alg: "EdDSA", typ: CAPABILITY_TYP, kid: keys.currentKid };
+    }
+
+    it("round-trips every claim of an idempotent capability, with the signing kid", async () => {
+      const { token, claims, expiresAt } = await minter.mint({
+        toolId: "payments.charge",
+        effect: "idempotent",
+        callId: "call-1",
+        attempt: 2,
+        key: "derived-key",
+      });
+      expect(parseBearer(bearer(token))).to.equal(token);
+      const verified = await verifier.verify(bearer(token));
+      expect(verified).to.deep.equal({ ...claims, kid: keys.currentKid });
+      expect(verified).to.include({
+        iss: DEFAULT_ISSUER,
+        aud: DEFAULT_AUDIENCE,
+        tool_id: "payments.charge",
+        effect: "idempotent",
+        call_id: "call-1",
+        attempt: 2,
+        key: "derived-key",
+        iat: T0 / 1000,
+        exp: T0 / 1000 + 300,
+      });
+      expect(verified.jti).to.match(/^[0-9a-f-]{36}$/);
+      expect(verified).to.not.have.property("request_id");
+      expect(expiresAt.getTime()).to.equal(T0 + 300_000);
+    });
+
+    it("round-trips queryable and unsafe capabilities", async () => {
+      const q = await minter.mint({ toolId: "t", effect: "queryable", callId: "c", attempt: 1, requestId: "req-9" });
+      expect(await verifier.verify(bearer(q.token))).to.include({ effect: "queryable", request_id: "req-9" });
+      const u = await minter.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1, jti: "fixed-jti" });
+      const verified = await verifier.verify(bearer(u.token));
+      expect(verified).to.include({ effect: "unsafe", jti: "fixed-jti" });
+      expect(verified).to.not.have.property("key");
+    });
+
+    it("minting the same claims again yields the same token (Ed25519 is deterministic)", async () => {
+      const first = await minter.mint({ toolId: "t", effect: "idempotent", callId: "c", attempt: 1, key: "k" });
+      // Stored claims may come back in another member order (e.g. from MongoDB).
+      const shuffled = Object.fromEntries(Object.entries(first.claims).reverse()) as unknown as CapabilityClaims;
+      expect((await minter.mintWithClaims(shuffled)).token).to.equal(first.token);
+    });
+
+    it("refuses to mint claims the ledger would refuse", async () => {
+      let caught: unknown;
+      try {
+        await minter.mint({ toolId: "t", effect: "idempotent", callId: "c", attempt: 1 });
+      } catch (err) {
+        caught = err;
+      }
+      expect(caught).to.be.instanceOf(TypeError);
+      expect(() => new CapabilityMinter(keys, { lifetimeSeconds: 3600 })).to.throw(RangeError);
+    });
+
+    it("refuses a call with no capability", async () => {
+      await expectRefusal(verifier.verify(undefined), "CAPABILITY_MISSING");
+      await expectRefusal(verifier.verify(""), "CAPABILITY_MISSING");
+    });
+
+    it("refuses garbage", async () => {
+      await expectRefusal(verifier.verify("Bearer not-a-jws"), "CAPABILITY_MALFORMED");
+      await expectRefusal(verifier.verify("Basic dXNlcjpwYXNz"), "CAPABILITY_MALFORMED");
+      await expectRefusal(verifier.verify("Bearer a.b.c.d"), "CAPABILITY_MALFORMED");
+      await expectRefusal(verifier.verify(`Bearer ${b64json("x")}.${b64json({})}.c2ln`), "CAPABILITY_MALFORMED");
+      await expectRefusal(verifier.verify(`Bearer ${"a".repeat(5000)}`), "CAPABILITY_TOO_LARGE");
+    });
+
+    it("refuses a well-formed capability signed by a foreign key under a kid the ledger knows", async () => {
+      const foreign = generateKeyPairSync("ed25519").privateKey;
+      const forged = signEd25519(goodHeader(), goodClaims(), foreign);
+      const refusal = await expectRefusal(verifier.verify(bearer(forged)), "BAD_SIGNATURE");
+      // The refusal names the tool it claims to be, for the record, but not as verified.
+      expect(refusal.unverified).to.include({ toolId: "payments.charge", callId: "call-1", jti: "jti-1", key: "k3y", kid: keys.currentKid });
+      expect(refusal.signatureVerified).to.equal(false);
+      expect(JSON.stringify(refusal)).to.not.include(forged);
+      expect(refusal.message).to.not.include(forged.split(".")[2] ?? "");
+    });
+
+    it("refuses a capability signed under a kid the ledger does not know", async () => {
+      const foreign = generateKeyPairSync("ed25519").privateKey;
+      const forged = signEd25519({ ...goodHeader(), kid: "someone-elses-kid" }, goodClaims(), foreign);
+      const refusal = await expectRefusal(verifier.verify(bearer(forged)), "UNKNOWN_KEY_ID");
+      expect(refusal.unverified.kid).to.equal("someone-elses-kid");
+    });
+
+    it("refuses alg none", async () => {
+      const unsigned = `${b64json({ ...goodHeader(), alg: "none" })}.${b64json(goodClaims())}.`;
+      await expectRefusal(verifier.verify(bearer(unsigned)), "ALGORITHM_NOT_ALLOWED");
+      const withJunkSig = `${b64json({ ...goodHeader(), alg: "none" })}.${b64json(goodClaims())}.c2ln`;
+      await expectRefusal(verifier.verify(bearer(withJunkSig)), "ALGORITHM_NOT_ALLOWED");
+    });
+
+    it("refuses HS256 keyed with the ledger's public key bytes", async () => {
+      const jwk = keys.publicJwks().keys[0];
+      const publicKeyBytes = Buffer.from(jwk?.x ?? "", "base64url");
+      for (const secret of [publicKeyBytes, Buffer.from(JSON.stringify(jwk))]) {
+        const input = `${b64json({ ...goodHeader(), alg: "HS256" })}.${b64json(goodClaims())}`;
+        const mac = createHmac("sha256", secret).update(input).digest("base64url");
+        await expectRefusal(verifier.verify(bearer(`${input}.${mac}`)), "ALGORITHM_NOT_ALLOWED");
+      }
+      // Case games are refused too: the algorithm must be exactly "EdDSA".
+      const eddsaLower = signEd25519({ ...goodHeader(), alg: "eddsa" }, goodClaims(), keys.privateKey);
+      await expectRefusal(verifier.verify(bearer(eddsaLower)), "ALGORITHM_NOT_ALLOWED");
+    });
+
+    it("refuses an expired capability, allowing 5 s of clock skew", async () => {
+      const { token } = await minter.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
+      clock += 304_000;
+      await verifier.verify(bearer(token));
+      clock += 2_000;
+      const refusal = await expectRefusal(verifier.verify(bearer(token)), "EXPIRED");
+      expect(refusal.signatureVerified).to.equal(true);
+      expect(refusal.unverified.toolId).to.equal("t");
+    });
+
+    it("refuses a capability issued in the future", async () => {
+      const { token } = await minter.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1, iat: T0 / 1000 + 60 });
+      await expectRefusal(verifier.verify(bearer(token)), "NOT_YET_VALID");
+    });
+
+    it("refuses a capability for another audience or from another issuer", async () => {
+      const elsewhere = new CapabilityMinter(keys, { issuer: DEFAULT_ISSUER, audience: "some-other-ledger", now });
+      const a = await elsewhere.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
+      await expectRefusal(verifier.verify(bearer(a.token)), "WRONG_AUDIENCE");
+      const impostor = new CapabilityMinter(keys, { issuer: "not-the-kernel", audience: DEFAULT_AUDIENCE, now });
+      const i = await impostor.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
+      await expectRefusal(verifier.verify(bearer(i.token)), "WRONG_ISSUER");
+    });
+
+    it("refuses an audience given as an array, even one that contains this ledger", async () => {
+      const token = signEd25519(goodHeader(), { ...goodClaims(), aud: [DEFAULT_AUDIENCE, "other"] }, keys.privateKey);
+      await expectRefusal(verifier.verify(bearer(token)), "WRONG_AUDIENCE");
+    });
+
+    it("refuses a capability missing a required claim, naming it", async () => {
+      const { call_id: _dropped, ...noCallId } = goodClaims();
+      const token = signEd25519(goodHeader(), noCallId, keys.privateKey);
+      const refusal = await expectRefusal(verifier.verify(bearer(token)), "CLAIM_MISSING");
+      expect(refusal.metadata).to.deep.equal({ claim: "call_id" });
+
+      const { key: _key, ...noKey } = goodClaims();
+      const noKeyRefusal = await expectRefusal(verifier.verify(bearer(signEd25519(goodHeader(), noKey, keys.privateKey))), "CLAIM_MISSING");
+      expect(noKeyRefusal.metadata).to.deep.equal({ claim: "key" });
+    });
+
+    it("refuses claims of the wrong type or the wrong pairing, naming the claim", async () => {
+      const cases: Array<[Record<string, unknown>, string]> = [
+        [{ attempt: 0 }, "attempt"],
+        [{ attempt: "1" }, "attempt"],
+        [{ effect: "maybe" }, "effect"],
+        [{ tool_id: "" }, "tool_id"],
+        [{ effect: "unsafe" }, "key"],
+        [{ request_id: "r" }, "request_id"],
+      ];
+      for (const [change, claim] of cases) {
+        const token = signEd25519(goodHeader(), { ...goodClaims(), ...change }, keys.privateKey);
+        const refusal = await expectRefusal(verifier.verify(bearer(token)), "CLAIM_INVALID");
+        expect(refusal.metadata, JSON.stringify(change)).to.deep.equal({ claim });
+      }
+    });
+
+    it("refuses a tampered payload (tool id flipped, signature kept)", async () => {
+      const { token } = await minter.mint({ toolId: "reports.read", effect: "idempotent", callId: "c", attempt: 1, key: "k" });
+      const [h, p, s] = token.split(".");
+      const payload = JSON.parse(Buffer.from(p ?? "", "base64url").toString("utf8"));
+      const tampered = `${h}.${b64json({ ...payload, tool_id: "payments.refund" })}.${s}`;
+      const refusal = await expectRefusal(verifier.verify(bearer(tampered)), "BAD_SIGNATURE");
+      expect(refusal.unverified.toolId).to.equal("payments.refund");
+    });
+
+    it("refuses a token of another type", async () => {
+      for (const typ of ["JWT", undefined, "application/keycap-capability+jwt"]) {
+        const token = signEd25519({ ...goodHeader(), typ }, goodClaims(), keys.privateKey);
+        await expectRefusal(verifier.verify(bearer(token)), "WRONG_TOKEN_TYPE");
+      }
+    });
+
+    it("refuses header members outside the profile", async () => {
+      const token = signEd25519({ ...goodHeader(), jku: "https://attacker.example/jwks" }, goodClaims(), keys.privateKey);
+      await expectRefusal(verifier.verify(bearer(token)), "CAPABILITY_MALFORMED");
+      const noKid = signEd25519({ alg: "EdDSA", typ: CAPABILITY_TYP }, goodClaims(), keys.privateKey);
+      await expectRefusal(verifier.verify(bearer(noKid)), "CAPABILITY_MALFORMED");
+    });
+
+    it("refuses a lifetime longer than the maximum", async () => {
+      const c = goodClaims();
+      const token = signEd25519(goodHeader(), { ...c, exp: (c["iat"] as number) + 3600 }, keys.privateKey);
+      await expectRefusal(verifier.verify(bearer(token)), "LIFETIME_TOO_LONG");
+    });
+
+    it("still verifies a capability minted before a rotation, during the grace period", async () => {
+      const path = join(dir, "k.json");
+      const before = await minter.mint({ toolId: "t", effect: "idempotent", callId: "c", attempt: 1, key: "k" });
+      const rotated = await rotateSigningKeys(path, { retiredGraceSeconds: GRACE, now });
+      const ledger = new CapabilityVerifier(sourceFor(rotated), { now });
+      expect((await ledger.verify(bearer(before.token))).kid).to.equal(keys.currentKid);
+      const after = await new CapabilityMinter(rotated, { now }).mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 2 });
+      expect((await ledger.verify(bearer(after.token))).kid).to.equal(rotated.currentKid);
+
+      // Past the grace period the kernel stops publishing the old key.
+      clock += (GRACE + 1) * 1000;
+      const later = new CapabilityVerifier(sourceFor(rotated), { now, maxLifetimeSeconds: 10_000 });
+      await expectRefusal(later.verify(bearer(before.token)), "UNKNOWN_KEY_ID");
+    });
+  });
+
+  describe("public key sources", () => {
+    let keys: SigningKeys;
+    let minter: CapabilityMinter;
+
+    beforeEach(async () => {
+      keys = await loadOrCreateSigningKeys(join(dir, "k.json"), { retiredGraceSeconds: GRACE, now });
+      minter = new CapabilityMinter(keys, { now });
+    });
+
+    it("refetches the JWKS on an unknown kid, at most once per cooldown", async () => {
+      let fetches = 0;
+      let published = keys;
+      const source = new RemoteJwksSource(
+        async () => {
+          fetches += 1;
+          return JSON.stringify(published.publicJwks());
+        },
+        { refetchCooldownMs: 5000, now },
+      );
+      const verifier = new CapabilityVerifier(source, { now });
+      const known = await minter.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
+      await verifier.verify(bearer(known.token));
+      await verifier.verify(bearer(known.token));
+      expect(fetches).to.equal(1);
+
+      const stranger = signEd25519(
+        { alg: "EdDSA", typ: CAPABILITY_TYP, kid: "unknown-kid" },
+        known.claims,
+        generateKeyPairSync("ed25519").privateKey,
+      );
+      clock += 1000;
+      await expectRefusal(verifier.verify(bearer(stranger)), "UNKNOWN_KEY_ID");
+      expect(fetches).to.equal(1); // within the cooldown of the first fetch
+      clock += 5000;
+      await Promise.all(Array.from({ length: 10 }, () => expectRefusal(verifier.verify(bearer(stranger)), "UNKNOWN_KEY_ID")));
+      expect(fetches).to.equal(2); // one shared refetch for ten concurrent lookups
+      await expectRefusal(verifier.verify(bearer(stranger)), "UNKNOWN_KEY_ID");
+      expect(fetches).to.equal(2);
+
+      // A rotated-in key is learned by the refetch its first capability triggers.
+      published = await rotateSigningKeys(join(dir, "k.json"), { retiredGraceSeconds: GRACE, now });
+      clock += 5000;
+      const fresh = await new CapabilityMinter(published, { now }).mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 2 });
+      expect((await verifier.verify(bearer(fresh.token))).kid).to.equal(published.currentKid);
+      expect(fetches).to.equal(3);
+      await verifier.verify(bearer(known.token)); // the retired key is still published
+      expect(fetches).to.equal(3);
+    });
+
+    it("answers UNAVAILABLE when the keys cannot be fetched and none is cached", async () => {
+      let fetches = 0;
+      const source = new RemoteJwksSource(
+        async () => {
+          fetches += 1;
+          throw new Error("connection refused");
+        },
+        { now },
+      );
+      const { token } = await minter.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
+      const verifier = new CapabilityVerifier(source, { now });
+      const refusal = await expectRefusal(verifier.verify(bearer(token)), "SIGNING_KEYS_UNAVAILABLE");
+      expect(refusal.unverified.toolId).to.equal("t");
+      await expectRefusal(verifier.verify(bearer(token)), "SIGNING_KEYS_UNAVAILABLE");
+      expect(fetches).to.equal(1);
+    });
+
+    it("keeps verifying with cached keys while the kernel is unreachable", async () => {
+      let up = true;
+      const source = new RemoteJwksSource(
+        async () => {
+          if (!up) throw new Error("down");
+          return JSON.stringify(keys.publicJwks());
+        },
+        { now },
+      );
+      const verifier = new CapabilityVerifier(source, { now });
+      const { token } = await minter.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
+      await verifier.verify(bearer(token));
+      up = false;
+      clock += 10_000;
+      await verifier.verify(bearer(token));
+    });
+
+    it("refuses a JWKS response that holds a private key", async () => {
+      const file = JSON.parse(await readFile(join(dir, "k.json"), "utf8"));
+      const source = new RemoteJwksSource(async () => JSON.stringify({ keys: [file.current] }), { now });
+      const { token } = await minter.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
+      const refusal = await expectRefusal(new CapabilityVerifier(source, { now }).verify(bearer(token)), "SIGNING_KEYS_UNAVAILABLE");
+      expect(refusal.message).to.include("private key material");
+      expect(refusal.message).to.not.include(file.current.d);
+    });
+
+    it("loads a JWKS file and verifies with it", async () => {
+      const path = join(dir, "jwks.json");
+      await writeFile(path, JSON.stringify(keys.publicJwks()));
+      const verifier = new CapabilityVerifier(await FileJwksSource.load(path), { now });
+      const { token } = await minter.mint({ toolId: "t", effect: "queryable", callId: "c", attempt: 1, requestId: "r" });
+      expect(await verifier.verify(bearer(token))).to.include({ request_id: "r" });
+    });
+
+    async function expectJwksFileRefused(path: string, problem: RegExp): Promise<void> {
+      let caught: unknown;
+      try {
+        await FileJwksSource.load(path);
+      } catch (err) {
+        caught = err;
+      }
+      expect(caught).to.be.instanceOf(JwksError);
+      expect((caught as Error).message).to.include(path).and.match(problem).and.not.include("\n");
+    }
+
+    it("refuses a JWKS file holding a private JWK", async () => {
+      const file = JSON.parse(await readFile(join(dir, "k.json"), "utf8"));
+      const path = join(dir, "jwks.json");
+      await writeFile(path, JSON.stringify({ keys: [...keys.publicJwks().keys, file.current] }));
+      await expectJwksFileRefused(path, /private key material/);
+    });
+
+    it("refuses a JWKS file holding a non-Ed25519 key, or no keys", async () => {
+      const path = join(dir, "jwks.json");
+      const ec = { ...generateKeyPairSync("ec", { namedCurve: "P-256" }).publicKey.export({ format: "jwk" }), kid: "ec" };
+      await writeFile(path, JSON.stringify({ keys: [ec] }));
+      await expectJwksFileRefused(path, /not an Ed25519 key/);
+      await writeFile(path, JSON.stringify({ keys: [] }));
+      await expectJwksFileRefused(path, /no keys/);
+      await writeFile(path, "not json");
+      await expectJwksFileRefused(path, /not valid JSON/);
+    });
+  });
+});
