@@ -8,6 +8,7 @@ import {
   type ListRejectionsResponse,
   type Rejection,
 } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
+import { KeycapClientError } from "./errors";
 import { callUnary, type CallSettings } from "./rpc";
 
 /** Filters of {@link AdminClient.listRejections}. */
@@ -42,12 +43,23 @@ export class AdminClient {
     return out;
   }
 
-  async getEntryByKey(key: string, s?: CallSettings): Promise<Entry | undefined> {
-    return (await callUnary(this.raw.getEntry, this.raw, { selector: { $case: "key", value: key } }, this.token, s)).entry;
+  /** The entry under an idempotency key; undefined when there is none. */
+  getEntryByKey(key: string, s?: CallSettings): Promise<Entry | undefined> {
+    return this.getEntry({ $case: "key", value: key }, s);
   }
 
-  async getEntryById(entryId: string, s?: CallSettings): Promise<Entry | undefined> {
-    return (await callUnary(this.raw.getEntry, this.raw, { selector: { $case: "entryId", value: entryId } }, this.token, s)).entry;
+  /** The entry with this id; undefined when there is none. */
+  getEntryById(entryId: string, s?: CallSettings): Promise<Entry | undefined> {
+    return this.getEntry({ $case: "entryId", value: entryId }, s);
+  }
+
+  private async getEntry(selector: { $case: "key"; value: string } | { $case: "entryId"; value: string }, s?: CallSettings): Promise<Entry | undefined> {
+    try {
+      return (await callUnary(this.raw.getEntry, this.raw, { selector }, this.token, s)).entry;
+    } catch (err) {
+      if (KeycapClientError.from(err).codeName === "NOT_FOUND") return undefined;
+      throw err;
+    }
   }
 
   listRejectionsPage(filter: RejectionFilter = {}, pageToken = "", pageSize = 100, s?: CallSettings): Promise<ListRejectionsResponse> {

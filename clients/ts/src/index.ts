@@ -10,3 +10,4 @@ export { LedgerClient } from "./ledger-client";
 export { AdminClient, type RejectionFilter } from "./admin-client";
 export { KeycapClientError } from "./errors";
 export type { CallSettings } from "./rpc";
+export { Runtime, type RuntimeTool, type ToolHandler, type RecoveryStep, type RecoverOptions } from "./runtime";

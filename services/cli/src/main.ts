@@ -3,6 +3,8 @@ import { Command } from "commander";
 import { runServices } from "../../common/src/service-runner";
 import { startKernel } from "../../kernel/src/main";
 import { startLedger } from "../../ledger/src/main";
+import { OperatorError } from "./operator-context";
+import { addOperatorCommands } from "./operator-commands";
 
 /** The `keycap` command line: run services, and (for operators) inspect the ledger. */
 export function buildProgram(): Command {
@@ -26,6 +28,7 @@ export function buildProgram(): Command {
           program.error(`keycap serve: unknown service ${JSON.stringify(service)} (all, kernel, ledger)`);
       }
     });
+  addOperatorCommands(program);
   return program;
 }
 
@@ -33,7 +36,8 @@ if (require.main === module) {
   buildProgram()
     .parseAsync(process.argv)
     .catch((err: unknown) => {
-      process.stderr.write(`keycap: ${err instanceof Error ? err.message : String(err)}\n`);
+      const message = err instanceof OperatorError || err instanceof Error ? err.message : String(err);
+      process.stderr.write(`keycap: ${message.split("\n")[0]}\n`);
       process.exit(1);
     });
 }

@@ -1,41 +1,141 @@
+import * as path from "node:path";
 import { LedgerServiceService } from "../../../gen/ts/keycap/ledger/v1/ledger";
 import { LedgerAdminServiceService } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
-import { unimplemented } from "../../common/src/grpc-status";
-import { startListener } from "../../common/src/grpc-server";
-import { runServices, type RunningService, type ServiceDeps } from "../../common/src/service-runner";
+import { ConfigError } from "../../common/src/config";
+import { startListener, type RunningListener } from "../../common/src/grpc-server";
+import type { Logger } from "../../common/src/logger";
 import { connectMongo } from "../../common/src/mongo";
+import { runServices, type RunningService, type ServiceDeps } from "../../common/src/service-runner";
+import { AdminCredential } from "./admin-credential";
+import { adminServiceImpl, LedgerAdmin } from "./admin-service";
+import { CapabilityVerifier, FileJwksSource, JwksError, RemoteJwksSource, type PublicKeySource } from "./capability-verifier";
+import { EntryStore } from "./entry-store";
+import { KernelJwksFetcher } from "./kernel-jwks-fetch";
+import { Ledger, ledgerServiceImpl } from "./ledger-service";
+import { RejectionAudit } from "./rejection-audit";
 
 export const LEDGER_SERVICE_NAME = "keycap.ledger.v1.LedgerService";
 export const LEDGER_ADMIN_SERVICE_NAME = "keycap.ledger.v1.LedgerAdminService";
 
-/** Starts the ledger: MongoDB, indexes, key source, then the ledger and admin listeners. */
+// Spent capability ids are forgotten once their capability has expired (FerretDB has no TTL).
+const PRUNE_INTERVAL_MS = 10 * 60_000;
+
+/**
+ * Starts the ledger: admin credential and key source (configuration errors stop the start
+ * before anything else), MongoDB and its indexes (awaited), then the ledger and admin
+ * listeners. With no KEYCAP_JWKS_FILE the keys are fetched from the kernel at
+ * config.kernelAddress when first needed, so the ledger starts even if the kernel is not up.
+ */
 export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
   const { config } = deps;
   const logger = deps.logger.child({ component: "ledger" });
+
+  const credential = await AdminCredential.resolve(config.adminToken, config.adminTokenFile, path.join(config.dataDir, "admin-token"));
+  if (credential.source.kind === "generated") {
+    logger.info({ path: credential.source.path }, "admin credential generated; present its contents as authorization: Bearer <token>");
+  } else {
+    logger.info({ source: credential.source.kind, ...(credential.source.kind === "file" ? { path: credential.source.path } : {}) }, "admin credential loaded");
+  }
+
+  const fetcher = config.jwksFile === undefined ? new KernelJwksFetcher(() => config.kernelAddress) : undefined;
+  const keySource = await openKeySource(config.jwksFile, fetcher, logger);
+
   const mongo = await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs);
-  const ledgerImpl = Object.fromEntries(Object.keys(LedgerServiceService).map((m) => [m, unimplemented(m)]));
-  const adminImpl = Object.fromEntries(Object.keys(LedgerAdminServiceService).map((m) => [m, unimplemented(m)]));
-  const ledger = await startListener({
-    name: "ledger",
-    address: config.ledgerListen,
-    logger,
-    maxReceiveBytes: 2 * config.maxPayloadBytes + 64 * 1024,
-    services: [{ name: LEDGER_SERVICE_NAME, definition: LedgerServiceService, implementation: ledgerImpl }],
-  });
-  const admin = await startListener({
-    name: "admin",
-    address: config.adminListen,
-    logger,
-    services: [{ name: LEDGER_ADMIN_SERVICE_NAME, definition: LedgerAdminServiceService, implementation: adminImpl }],
-  });
-  return {
-    name: "ledger",
-    listeners: [ledger, admin],
-    stop: async (graceMs) => {
-      await Promise.all([ledger.shutdown(graceMs), admin.shutdown(graceMs)]);
-      await mongo.close();
-    },
+  const listeners: RunningListener[] = [];
+  let audit: RejectionAudit | undefined;
+  let pruneTimer: NodeJS.Timeout | undefined;
+  const release = async (graceMs: number): Promise<void> => {
+    await Promise.all(listeners.map((l) => l.shutdown(graceMs)));
+    if (pruneTimer) clearInterval(pruneTimer);
+    await audit?.close();
+    fetcher?.close();
+    await mongo.close();
   };
+
+  try {
+    const entries = await EntryStore.open(mongo.db);
+    audit = await RejectionAudit.open(mongo.db, { unauthenticatedPerMinute: config.unauthenticatedAuditPerMinute, logger });
+    const prune = (): void => {
+      entries.pruneSpentCapabilities().then(
+        (n) => n > 0 && logger.debug({ removed: n }, "forgot expired spent capability ids"),
+        (err: unknown) => logger.warn({ err }, "could not prune spent capability ids"),
+      );
+    };
+    prune();
+    pruneTimer = setInterval(prune, PRUNE_INTERVAL_MS);
+    pruneTimer.unref();
+
+    const verifier = new CapabilityVerifier(keySource, {
+      issuer: config.issuer,
+      audience: config.audience,
+      maxLifetimeSeconds: config.capabilityMaxLifetimeSeconds,
+      clockToleranceSeconds: config.clockToleranceSeconds,
+    });
+    const ledger = new Ledger({
+      verifier,
+      entries,
+      audit,
+      maxPayloadBytes: config.maxPayloadBytes,
+      clockToleranceSeconds: config.clockToleranceSeconds,
+      logger,
+    });
+
+    listeners.push(
+      await startListener({
+        name: "ledger",
+        address: config.ledgerListen,
+        logger,
+        // Room above the payload limit, so an oversized payload reaches the ledger and is
+        // refused (and recorded) as PAYLOAD_TOO_LARGE rather than cut off by the transport.
+        maxReceiveBytes: 2 * config.maxPayloadBytes + 64 * 1024,
+        services: [{ name: LEDGER_SERVICE_NAME, definition: LedgerServiceService, implementation: ledgerServiceImpl(ledger, logger) }],
+      }),
+    );
+    listeners.push(
+      await startListener({
+        name: "admin",
+        address: config.adminListen,
+        logger,
+        services: [
+          {
+            name: LEDGER_ADMIN_SERVICE_NAME,
+            definition: LedgerAdminServiceService,
+            implementation: adminServiceImpl(new LedgerAdmin(entries, audit), credential, logger),
+          },
+        ],
+      }),
+    );
+  } catch (err) {
+    await release(0).catch(() => undefined);
+    throw err;
+  }
+
+  return { name: "ledger", listeners: [...listeners], stop: release };
+}
+
+/**
+ * KEYCAP_JWKS_FILE: read and validated now (private material or a bad key stops the
+ * start). Otherwise the kernel's GetSigningKeys, cached and refetched on an unknown kid;
+ * a first fetch is started in the background so the first write does not wait for it.
+ */
+async function openKeySource(jwksFile: string | undefined, fetcher: KernelJwksFetcher | undefined, logger: Logger): Promise<PublicKeySource> {
+  if (jwksFile !== undefined) {
+    try {
+      const source = await FileJwksSource.load(jwksFile);
+      logger.info({ path: jwksFile }, "verifying capabilities with the keys of a JWKS file");
+      return source;
+    } catch (err) {
+      if (err instanceof JwksError) throw new ConfigError("KEYCAP_JWKS_FILE", err.message);
+      throw err;
+    }
+  }
+  if (!fetcher) throw new Error("no key source configured");
+  const source = new RemoteJwksSource(() => fetcher.fetch());
+  source.getKey("").then(
+    () => logger.info({}, "kernel signing keys fetched"),
+    () => logger.warn({}, "kernel signing keys not reachable yet; will fetch again when a capability arrives"),
+  );
+  return source;
 }
 
 if (require.main === module) void runServices("ledger", [startLedger]);

@@ -1,0 +1,151 @@
+import Table from "cli-table3";
+import type { Command } from "commander";
+import { pathToFileURL } from "node:url";
+import * as path from "node:path";
+import { EffectKind, effectKindToJSON } from "../../../gen/ts/keycap/effect/v1/effect";
+import type { Entry } from "../../../gen/ts/keycap/ledger/v1/ledger";
+import type { Rejection } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
+import { KernelClient, Runtime, type RuntimeTool } from "../../../clients/ts/src";
+import { explain, kernelAddress, ledgerAddress, OperatorError, withAdmin, type OperatorOptions } from "./operator-context";
+
+function print(opts: OperatorOptions, json: unknown, table: () => string): void {
+  process.stdout.write(opts.json ? JSON.stringify(json, jsonReplacer, 2) + "\n" : table() + "\n");
+}
+
+function jsonReplacer(_k: string, v: unknown): unknown {
+  if (v && typeof v === "object" && (v as { type?: string }).type === "Buffer") return Buffer.from((v as { data: number[] }).data).toString("base64");
+  return v;
+}
+
+function kind(k: EffectKind): string {
+  return effectKindToJSON(k).replace("EFFECT_KIND_", "").toLowerCase();
+}
+
+function time(d: Date | undefined): string {
+  return d ? d.toISOString() : "";
+}
+
+function short(s: string, n = 16): string {
+  return s.length > n ? `${s.slice(0, n - 1)}…` : s;
+}
+
+function rejectionsTable(rows: Rejection[]): string {
+  if (rows.length === 0) return "no rejections";
+  const t = new Table({ head: ["time", "tool", "verified", "reason", "code", "attempted key", "bound key", "call", "peer", "count"] });
+  for (const r of rows) {
+    t.push([time(r.rejectedAt), r.toolId || "(unknown)", r.toolIdVerified ? "yes" : "no", r.reason, r.code, short(r.attemptedKey || r.attemptedRequestId), short(r.capabilityKey || r.capabilityRequestId), short(r.callId), r.peer, String(r.count)]);
+  }
+  return t.toString();
+}
+
+function entriesTable(rows: Entry[]): string {
+  if (rows.length === 0) return "no entries";
+  const t = new Table({ head: ["recorded", "tool", "class", "key / request id", "call", "attempt", "duplicates", "payload mismatch", "payload sha256"] });
+  for (const e of rows) {
+    t.push([time(e.recordedAt), e.toolId, kind(e.effectKind), short(e.key || e.requestId, 24), short(e.callId), String(e.attempt), String(e.duplicateCount), e.payloadMismatch ? `yes (${e.payloadMismatchCount})` : "no", short(e.payloadSha256)]);
+  }
+  return t.toString();
+}
+
+function parseTime(value: string): Date {
+  const rel = /^(\d+)([smhd])$/.exec(value);
+  if (rel) {
+    const unit = { s: 1e3, m: 6e4, h: 3.6e6, d: 8.64e7 }[rel[2] as "s" | "m" | "h" | "d"];
+    return new Date(Date.now() - Number(rel[1]) * unit);
+  }
+  const d = new Date(value);
+  if (Number.isNaN(d.getTime())) throw new OperatorError(`--since: expected an ISO time or a duration like 15m, 2h, 1d; got ${JSON.stringify(value)}`);
+  return d;
+}
+
+/** Adds the operator commands (ledger inspection and recovery) to the program. */
+export function addOperatorCommands(program: Command): void {
+  const common = (c: Command): Command =>
+    c
+      .option("--admin <host:port>", "ledger admin address (env KEYCAP_ADMIN_ADDRESS, default 127.0.0.1:50053)")
+      .option("--token-file <path>", "admin credential file (default: KEYCAP_ADMIN_TOKEN, else $KEYCAP_DATA_DIR/admin-token)")
+      .option("--json", "print JSON instead of a table");
+
+  common(program.command("rejections").description("refused ledger writes, newest first"))
+    .option("--tool <id>", "only refusals attributed to this tool id")
+    .option("--reason <REASON>", "only this reason, e.g. KEY_MISMATCH")
+    .option("--since <time>", "ISO time or a duration ago (15m, 2h, 1d)")
+    .option("--limit <n>", "at most this many", "100")
+    .action(async (o: OperatorOptions & { tool?: string; reason?: string; since?: string; limit: string }) => {
+      const filter = { ...(o.tool ? { toolId: o.tool } : {}), ...(o.reason ? { reason: o.reason } : {}), ...(o.since ? { since: parseTime(o.since) } : {}) };
+      const rows = await withAdmin(o, async (a) => (await a.listRejectionsPage(filter, "", Number(o.limit))).rejections);
+      print(o, rows, () => rejectionsTable(rows));
+    });
+
+  common(program.command("entries").description("ledger entries (effects), newest first"))
+    .option("--tool <id>", "only entries of this tool")
+    .option("--limit <n>", "at most this many", "100")
+    .action(async (o: OperatorOptions & { tool?: string; limit: string }) => {
+      const rows = await withAdmin(o, async (a) => (await a.listEntriesPage(o.tool ?? "", "", Number(o.limit))).entries);
+      print(o, rows, () => entriesTable(rows));
+    });
+
+  common(program.command("entry").description("one entry, by idempotency key (or --id entry id)"))
+    .argument("[key]", "the idempotency key")
+    .option("--id <entryId>", "look up by entry id instead")
+    .action(async (key: string | undefined, o: OperatorOptions & { id?: string }) => {
+      if (!key && !o.id) throw new OperatorError("entry: give a key or --id <entry id>");
+      const entry = await withAdmin(o, (a) => (o.id ? a.getEntryById(o.id) : a.getEntryByKey(key!)));
+      print(o, entry, () => (entry ? entriesTable([entry]) : "not found"));
+    });
+
+  common(program.command("stats").description("counts of entries, duplicates, mismatches and refusals"))
+    .action(async (o: OperatorOptions) => {
+      const s = await withAdmin(o, (a) => a.stats());
+      print(o, s, () => {
+        const t = new Table();
+        t.push({ entries: String(s.entries) }, { duplicates: String(s.duplicates) }, { "payload mismatches": String(s.payloadMismatches) }, { rejections: String(s.rejections) });
+        for (const [r, n] of Object.entries(s.rejectionsByReason)) t.push({ [`  reason ${r}`]: String(n) });
+        for (const [tool, n] of Object.entries(s.rejectionsByTool)) t.push({ [`  tool ${tool || "(unknown)"}`]: String(n) });
+        return t.toString();
+      });
+    });
+
+  program
+    .command("recover")
+    .description("resume calls a crash left pending, each by its effect class")
+    .option("--tool <id...>", "only calls of these tools")
+    .option("--dry-run", "show what would be done, do nothing")
+    .option("--handlers <module>", "a JS module exporting `tools: RuntimeTool[]` (the tools' code, to re-run Idempotent/Queryable calls)")
+    .option("--kernel <host:port>", "kernel address (env KEYCAP_KERNEL_ADDRESS, default 127.0.0.1:50051)")
+    .option("--ledger <host:port>", "ledger address (env KEYCAP_LEDGER_ADDRESS, default 127.0.0.1:50052)")
+    .option("--json", "print JSON instead of a table")
+    .action(async (o: OperatorOptions & { tool?: string[]; dryRun?: boolean; handlers?: string }) => {
+      const tools = o.handlers ? await loadHandlers(o.handlers) : [];
+      const address = kernelAddress(o);
+      const kernel = new KernelClient(address, { ledgerAddress: ledgerAddress(o) });
+      try {
+        const runtime = new Runtime(kernel, tools);
+        const steps = await runtime.recover({ ...(o.tool ? { toolIds: o.tool } : {}), dryRun: o.dryRun === true, includeUnknownTools: true });
+        print(o, steps, () => {
+          if (steps.length === 0) return "nothing to recover: no pending calls";
+          const t = new Table({ head: ["call", "tool", "class", "attempt", "action", "result", "detail"] });
+          for (const s of steps) t.push([s.callId, s.toolId, s.effect, String(s.attempt), s.plan, s.result, short(s.detail, 60)]);
+          return t.toString();
+        });
+        if (steps.some((s) => s.result === "failed")) process.exitCode = 1;
+      } catch (err) {
+        throw explain(err, "kernel", address);
+      } finally {
+        kernel.close();
+      }
+    });
+}
+
+async function loadHandlers(modulePath: string): Promise<RuntimeTool[]> {
+  const abs = path.resolve(modulePath);
+  let mod: { tools?: unknown; default?: { tools?: unknown } };
+  try {
+    mod = (await import(pathToFileURL(abs).href)) as typeof mod;
+  } catch (err) {
+    throw new OperatorError(`--handlers: cannot load ${abs}: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  const tools = mod.tools ?? mod.default?.tools;
+  if (!Array.isArray(tools)) throw new OperatorError(`--handlers: ${abs} must export tools: RuntimeTool[]`);
+  return tools as RuntimeTool[];
+}

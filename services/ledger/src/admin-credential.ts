@@ -1,0 +1,136 @@
+/**
+ * The admin credential: a bearer secret operators present to LedgerAdminService.
+ *
+ * Source, first match wins: KEYCAP_ADMIN_TOKEN; else the file KEYCAP_ADMIN_TOKEN_FILE
+ * (which must exist when set explicitly); else `$KEYCAP_DATA_DIR/admin-token`, generated
+ * on first start (32 random bytes, base64url, mode 0600). Only the path is ever logged.
+ */
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { link, mkdir, open, rm } from "node:fs/promises";
+import { basename, dirname, join } from "node:path";
+import { parseBearer } from "../../common/src/capability";
+import { ConfigError } from "../../common/src/config";
+
+/** Where the credential came from, for the start log. */
+export type AdminCredentialSource = { kind: "env" } | { kind: "file"; path: string } | { kind: "generated"; path: string };
+
+/** Outcome of checking a presented credential. */
+export type AdminCheck = "ok" | "ADMIN_CREDENTIAL_MISSING" | "ADMIN_CREDENTIAL_INVALID";
+
+/** The loaded credential. Holds only its SHA-256 digest. */
+export class AdminCredential {
+  private readonly digest: Buffer;
+
+  private constructor(
+    secret: string,
+    readonly source: AdminCredentialSource,
+  ) {
+    this.digest = sha256(secret);
+  }
+
+  /**
+   * Resolves the credential as the module comment describes.
+   *
+   * @param tokenFile the configured file (config.adminTokenFile).
+   * @param defaultFile the generated default (`$KEYCAP_DATA_DIR/admin-token`); when
+   *   tokenFile is anything else it was set explicitly and must exist.
+   * @throws ConfigError naming the setting when the credential cannot be had.
+   */
+  static async resolve(envToken: string | undefined, tokenFile: string, defaultFile: string): Promise<AdminCredential> {
+    if (envToken !== undefined) {
+      if (!isUsable(envToken)) throw new ConfigError("KEYCAP_ADMIN_TOKEN", "must be printable ASCII without spaces");
+      return new AdminCredential(envToken, { kind: "env" });
+    }
+    const existing = await readTokenFile(tokenFile);
+    if (existing !== undefined) return new AdminCredential(existing, { kind: "file", path: tokenFile });
+    if (tokenFile !== defaultFile) throw new ConfigError("KEYCAP_ADMIN_TOKEN_FILE", `${tokenFile} does not exist`);
+    const created = await createTokenFile(tokenFile);
+    if (created === undefined) {
+      // Another ledger sharing the data dir created it first: use theirs.
+      const theirs = await readTokenFile(tokenFile);
+      if (theirs === undefined) throw new ConfigError("KEYCAP_ADMIN_TOKEN_FILE", `${tokenFile} was created concurrently and then removed`);
+      return new AdminCredential(theirs, { kind: "file", path: tokenFile });
+    }
+    return new AdminCredential(created, { kind: "generated", path: tokenFile });
+  }
+
+  /** Builds a credential from a known secret (tests, embedding). */
+  static fromSecret(secret: string): AdminCredential {
+    return new AdminCredential(secret, { kind: "env" });
+  }
+
+  /**
+   * Checks `authorization` metadata values. Digests are compared in constant time, so
+   * the comparison leaks neither the secret nor its length.
+   */
+  check(authorization: string[]): AdminCheck {
+    if (authorization.length === 0 || authorization.every((v) => v.trim() === "")) return "ADMIN_CREDENTIAL_MISSING";
+    if (authorization.length > 1) return "ADMIN_CREDENTIAL_INVALID";
+    const presented = parseBearer(authorization[0]);
+    if (presented === undefined) return "ADMIN_CREDENTIAL_INVALID";
+    return timingSafeEqual(sha256(presented), this.digest) ? "ok" : "ADMIN_CREDENTIAL_INVALID";
+  }
+}
+
+function sha256(s: string): Buffer {
+  return createHash("sha256").update(s, "utf8").digest();
+}
+
+// What parseBearer accepts, so a configured token can actually be presented.
+function isUsable(token: string): boolean {
+  return /^[A-Za-z0-9\-._~+/]+=*$/.test(token);
+}
+
+async function readTokenFile(path: string): Promise<string | undefined> {
+  let text: string;
+  try {
+    const fh = await open(path, "r");
+    try {
+      const st = await fh.stat();
+      if (!st.isFile() || st.size > 4096) throw new ConfigError("KEYCAP_ADMIN_TOKEN_FILE", `${path} is not a small regular file`);
+      text = await fh.readFile({ encoding: "utf8" });
+    } finally {
+      await fh.close();
+    }
+  } catch (err) {
+    if (err instanceof ConfigError) throw err;
+    const code = (err as { code?: string }).code;
+    if (code === "ENOENT") return undefined;
+    throw new ConfigError("KEYCAP_ADMIN_TOKEN_FILE", `${path} cannot be read (${code ?? "unknown error"})`);
+  }
+  const token = text.trim();
+  if (!isUsable(token)) throw new ConfigError("KEYCAP_ADMIN_TOKEN_FILE", `${path} must hold one token of printable ASCII without spaces`);
+  return token;
+}
+
+/**
+ * Writes a fresh token through a temporary file hard-linked into place, so a concurrent
+ * reader never sees a half-written file and two first starts cannot overwrite each other.
+ * @returns the token, or undefined when the file appeared meanwhile.
+ */
+async function createTokenFile(path: string): Promise<string | undefined> {
+  const token = randomBytes(32).toString("base64url");
+  const dir = dirname(path);
+  const tmp = join(dir, `.${basename(path)}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`);
+  try {
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    const fh = await open(tmp, "wx", 0o600);
+    try {
+      await fh.writeFile(`${token}\n`, { encoding: "utf8" });
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    try {
+      await link(tmp, path);
+    } catch (err) {
+      if ((err as { code?: string }).code === "EEXIST") return undefined;
+      throw err;
+    }
+  } catch (err) {
+    throw new ConfigError("KEYCAP_ADMIN_TOKEN_FILE", `${path} cannot be written (${(err as { code?: string }).code ?? "unknown error"})`);
+  } finally {
+    await rm(tmp, { force: true }).catch(() => undefined);
+  }
+  return token;
+}

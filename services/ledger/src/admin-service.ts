@@ -1,0 +1,142 @@
+/**
+ * LedgerAdminService: read-only operator views of entries, refusals and totals, behind
+ * the admin credential (a capability is not one).
+ */
+import { status, type Metadata, type ServerUnaryCall } from "@grpc/grpc-js";
+import type {
+  GetEntryRequest,
+  GetEntryResponse,
+  GetStatsResponse,
+  LedgerAdminServiceServer,
+  ListEntriesRequest,
+  ListEntriesResponse,
+  ListRejectionsRequest,
+  ListRejectionsResponse,
+  Rejection,
+} from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
+import { invalidArgument, KeycapError } from "../../common/src/errors";
+import { unaryHandler } from "../../common/src/grpc-status";
+import type { Logger } from "../../common/src/logger";
+import { decodePageToken, encodePageToken, pageSize } from "../../common/src/paging";
+import type { AdminCredential } from "./admin-credential";
+import { idempotentEffectId } from "./domain/write-rule";
+import type { EntryStore } from "./entry-store";
+import { effectKindOf, entryToProto } from "./ledger-service";
+import type { RejectionAudit, RejectionDoc } from "./rejection-audit";
+
+/** The admin API's behaviour, independent of transport and of authentication. */
+export class LedgerAdmin {
+  constructor(
+    private readonly entries: EntryStore,
+    private readonly audit: RejectionAudit,
+  ) {}
+
+  async listEntries(req: ListEntriesRequest): Promise<ListEntriesResponse> {
+    const limit = pageSize(req.pageSize);
+    const cursor = decodePageToken(req.pageToken, ["t", "id"] as const);
+    const docs = await this.entries.list(req.toolId, cursor ? { recordedAt: new Date(Number(cursor.t)), id: String(cursor.id) } : undefined, limit + 1);
+    const page = docs.slice(0, limit);
+    const last = page[page.length - 1];
+    return {
+      entries: page.map(entryToProto),
+      nextPageToken: docs.length > limit && last ? encodePageToken({ t: last.recorded_at.getTime(), id: last._id }) : "",
+    };
+  }
+
+  async getEntry(req: GetEntryRequest): Promise<GetEntryResponse> {
+    const sel = req.selector;
+    if (!sel || sel.value === "") throw invalidArgument("SELECTOR_REQUIRED", "one of entry_id or key is required", { field: "selector" });
+    const doc = sel.$case === "entryId" ? await this.entries.findByEntryId(sel.value) : await this.entries.findByEffectId(idempotentEffectId(sel.value));
+    if (!doc) {
+      const field = sel.$case === "entryId" ? "entry_id" : "key";
+      throw new KeycapError(status.NOT_FOUND, "ENTRY_NOT_FOUND", `no entry with this ${field}`, { field });
+    }
+    return { entry: entryToProto(doc) };
+  }
+
+  async listRejections(req: ListRejectionsRequest): Promise<ListRejectionsResponse> {
+    const limit = pageSize(req.pageSize);
+    if (req.since && req.until && req.since.getTime() >= req.until.getTime()) {
+      throw invalidArgument("INVALID_TIME_RANGE", "since must be before until", { field: "since" });
+    }
+    const cursor = decodePageToken(req.pageToken, ["t", "id"] as const);
+    const docs = await this.audit.list(
+      { toolId: req.toolId, reason: req.reason, since: req.since, until: req.until },
+      cursor ? { rejectedAt: new Date(Number(cursor.t)), id: String(cursor.id) } : undefined,
+      limit + 1,
+    );
+    const page = docs.slice(0, limit);
+    const last = page[page.length - 1];
+    return {
+      rejections: page.map(rejectionToProto),
+      nextPageToken: docs.length > limit && last ? encodePageToken({ t: last.rejected_at.getTime(), id: last._id }) : "",
+    };
+  }
+
+  async getStats(): Promise<GetStatsResponse> {
+    const [e, r] = await Promise.all([this.entries.totals(), this.audit.totals()]);
+    return {
+      entries: e.entries,
+      duplicates: e.duplicates,
+      payloadMismatches: e.payloadMismatches,
+      rejections: r.total,
+      rejectionsByReason: r.byReason,
+      rejectionsByTool: r.byTool,
+    };
+  }
+}
+
+function rejectionToProto(d: RejectionDoc): Rejection {
+  return {
+    rejectionId: d._id,
+    toolId: d.tool_id,
+    toolIdVerified: d.tool_id_verified,
+    reason: d.reason,
+    code: d.code,
+    method: d.method,
+    attemptedKey: d.attempted_key,
+    capabilityKey: d.capability_key,
+    attemptedRequestId: d.attempted_request_id,
+    capabilityRequestId: d.capability_request_id,
+    callId: d.call_id,
+    capabilityId: d.capability_id,
+    keyId: d.key_id,
+    effectKind: effectKindOf(d.effect),
+    peer: d.peer,
+    message: d.message,
+    rejectedAt: d.rejected_at,
+    count: d.count,
+  };
+}
+
+/**
+ * The grpc-js implementation: every method first checks the admin credential
+ * (UNAUTHENTICATED, ADMIN_CREDENTIAL_MISSING / ADMIN_CREDENTIAL_INVALID).
+ */
+export function adminServiceImpl(admin: LedgerAdmin, credential: AdminCredential, logger: Logger): LedgerAdminServiceServer {
+  const guarded = <Req, Res>(method: string, fn: (req: Req) => Promise<Res>) =>
+    unaryHandler(logger, method, async (req: Req, call: ServerUnaryCall<Req, Res>) => {
+      authorize(credential, call, method, logger);
+      return fn(req);
+    });
+  return {
+    listEntries: guarded("ListEntries", (r: ListEntriesRequest) => admin.listEntries(r)),
+    getEntry: guarded("GetEntry", (r: GetEntryRequest) => admin.getEntry(r)),
+    listRejections: guarded("ListRejections", (r: ListRejectionsRequest) => admin.listRejections(r)),
+    getStats: guarded("GetStats", () => admin.getStats()),
+  };
+}
+
+function authorize(credential: AdminCredential, call: { metadata: Metadata; getPeer(): string }, method: string, logger: Logger): void {
+  const values = call.metadata.get("authorization").map((v) => (typeof v === "string" ? v : v.toString("latin1")));
+  const result = credential.check(values);
+  if (result === "ok") return;
+  logger.warn({ method, reason: result, peer: call.getPeer() }, "admin call refused");
+  throw new KeycapError(
+    status.UNAUTHENTICATED,
+    result,
+    result === "ADMIN_CREDENTIAL_MISSING"
+      ? "the admin API needs authorization: Bearer <admin credential>"
+      : "the admin credential is not valid (a capability is not an admin credential)",
+  );
+}

@@ -1,0 +1,40 @@
+/**
+ * Fetches the kernel's public JWKS over gRPC (KernelService.GetSigningKeys), for
+ * RemoteJwksSource. The address is read at every fetch, so a ledger can start before the
+ * kernel, and a kernel started in the same process on port 0 is found once it is bound.
+ */
+import { credentials, Metadata, type ServiceError } from "@grpc/grpc-js";
+import { KernelServiceClient } from "../../../gen/ts/keycap/kernel/v1/kernel";
+import { formatHostPort, type HostPort } from "../../common/src/config";
+
+export class KernelJwksFetcher {
+  private client: KernelServiceClient | undefined;
+  private clientAddress = "";
+
+  constructor(
+    private readonly address: () => HostPort,
+    private readonly timeoutMs = 3000,
+  ) {}
+
+  /** The JWKS JSON text; rejects when the kernel cannot be reached in time. */
+  fetch(): Promise<string> {
+    const address = formatHostPort(this.address());
+    if (!this.client || this.clientAddress !== address) {
+      this.client?.close();
+      this.client = new KernelServiceClient(address, credentials.createInsecure());
+      this.clientAddress = address;
+    }
+    const client = this.client;
+    return new Promise((resolve, reject) => {
+      client.getSigningKeys({}, new Metadata(), { deadline: Date.now() + this.timeoutMs }, (err: ServiceError | null, res) => {
+        if (err) reject(new Error(`GetSigningKeys at ${address}: ${err.details || err.message}`));
+        else resolve(res.jwksJson);
+      });
+    });
+  }
+
+  close(): void {
+    this.client?.close();
+    this.client = undefined;
+  }
+}

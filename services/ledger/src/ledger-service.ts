@@ -1,0 +1,225 @@
+/**
+ * LedgerService: Write and LookupRequest, enforcing the capability (one verification
+ * function) and the write rule, recording every refusal before it is returned.
+ */
+import { createHash, randomBytes } from "node:crypto";
+import { status, type Metadata, type ServerUnaryCall } from "@grpc/grpc-js";
+import { EffectKind } from "../../../gen/ts/keycap/effect/v1/effect";
+import type {
+  Entry,
+  LedgerServiceServer,
+  LookupRequestRequest,
+  LookupRequestResponse,
+  WriteRequest,
+  WriteResponse,
+} from "../../../gen/ts/keycap/ledger/v1/ledger";
+import { KeycapError, type KeycapCode } from "../../common/src/errors";
+import { unaryHandler } from "../../common/src/grpc-status";
+import type { Logger } from "../../common/src/logger";
+import { CapabilityRefusal, type CapabilityVerifier, type VerifiedCapability } from "./capability-verifier";
+import { CAPABILITY_REUSED, decideLookup, decideWrite, type RuleRefusal } from "./domain/write-rule";
+import { payloadBuffer, type EntryDoc, type EntryStore } from "./entry-store";
+import type { RejectionAudit } from "./rejection-audit";
+
+export interface LedgerDeps {
+  verifier: CapabilityVerifier;
+  entries: EntryStore;
+  audit: RejectionAudit;
+  /** Largest accepted payload, in bytes. */
+  maxPayloadBytes: number;
+  /** Clock tolerance of the verifier, in seconds (how long past `exp` a capability still verifies). */
+  clockToleranceSeconds: number;
+  logger: Logger;
+}
+
+/** Who is calling: what the transport says, never the request body. */
+export interface CallContext {
+  /** The `authorization` metadata values. */
+  authorization: string[];
+  /** The peer address as gRPC reports it. */
+  peer: string;
+}
+
+/** The ledger's behaviour, independent of transport. */
+export class Ledger {
+  constructor(private readonly d: LedgerDeps) {}
+
+  async write(req: WriteRequest, ctx: CallContext): Promise<WriteResponse> {
+    const attempted = { attemptedKey: req.key, attemptedRequestId: req.requestId };
+    const cap = await this.verify("Write", ctx, attempted);
+    const decision = decideWrite(cap, { key: req.key, requestId: req.requestId, payloadBytes: req.payload.length }, this.d.maxPayloadBytes);
+    if (!decision.ok) throw await this.refuseGrant("Write", ctx, cap, decision.refusal, attempted);
+    const grant = decision.grant;
+
+    if (grant.spendCapability) {
+      // Spent before the effect is claimed: a replayed capability never reaches the effect.
+      const expiresAt = new Date((cap.exp + this.d.clockToleranceSeconds + 1) * 1000);
+      if (!(await this.d.entries.spendCapability(cap.jti, cap.tool_id, expiresAt))) {
+        throw await this.refuseGrant("Write", ctx, cap, CAPABILITY_REUSED, attempted);
+      }
+    }
+
+    const payloadSha256 = createHash("sha256").update(req.payload).digest("hex");
+    const doc: EntryDoc = {
+      _id: grant.effectId,
+      entry_id: newEntryId(),
+      tool_id: cap.tool_id,
+      effect: grant.effect,
+      call_id: cap.call_id,
+      attempt: cap.attempt,
+      capability_id: cap.jti,
+      key: grant.key,
+      request_id: grant.requestId,
+      payload: req.payload,
+      payload_sha256: payloadSha256,
+      recorded_at: new Date(),
+      duplicate_count: 0,
+      payload_mismatch: false,
+      payload_mismatch_count: 0,
+    };
+    if (await this.d.entries.insert(doc)) {
+      return { entry: entryToProto(doc), duplicate: false, payloadMismatch: false };
+    }
+    if (grant.duplicateIsReuse) throw await this.refuseGrant("Write", ctx, cap, CAPABILITY_REUSED, attempted);
+
+    const { entry, payloadMismatch } = await this.d.entries.recordDuplicate(grant.effectId, payloadSha256);
+    if (payloadMismatch) {
+      this.d.logger.warn(
+        { tool_id: cap.tool_id, entry_id: entry.entry_id, call_id: cap.call_id, capability_id: cap.jti },
+        "duplicate write carried a different payload; original kept, entry flagged",
+      );
+    }
+    return { entry: entryToProto(entry), duplicate: true, payloadMismatch };
+  }
+
+  async lookupRequest(req: LookupRequestRequest, ctx: CallContext): Promise<LookupRequestResponse> {
+    const attempted = { attemptedRequestId: req.requestId };
+    const cap = await this.verify("LookupRequest", ctx, attempted);
+    const decision = decideLookup(cap, req.requestId);
+    if (!decision.ok) throw await this.refuseGrant("LookupRequest", ctx, cap, decision.refusal, attempted);
+    const entry = await this.d.entries.findByEffectId(decision.effectId);
+    return entry ? { found: true, entry: entryToProto(entry) } : { found: false, entry: undefined };
+  }
+
+  /** Verifies the capability, recording a refusal before rethrowing it. */
+  private async verify(method: string, ctx: CallContext, attempted: Attempted): Promise<VerifiedCapability> {
+    try {
+      if (ctx.authorization.length > 1) {
+        throw new CapabilityRefusal(status.UNAUTHENTICATED, "CAPABILITY_MALFORMED", "more than one authorization value", {}, {}, false);
+      }
+      return await this.d.verifier.verify(ctx.authorization[0]);
+    } catch (err) {
+      if (!(err instanceof CapabilityRefusal)) throw err;
+      const u = err.unverified;
+      await this.d.audit.record({
+        method,
+        reason: err.reason,
+        code: codeName(err.code),
+        toolId: u.toolId,
+        toolIdVerified: err.signatureVerified,
+        ...attempted,
+        capabilityKey: u.key,
+        capabilityRequestId: u.requestId,
+        callId: u.callId,
+        capabilityId: u.jti,
+        keyId: u.kid,
+        effect: u.effect,
+        peer: ctx.peer,
+        message: err.message,
+      });
+      throw err;
+    }
+  }
+
+  /** Records a refusal of a verified capability and returns the error to throw. */
+  private async refuseGrant(method: string, ctx: CallContext, cap: VerifiedCapability, refusal: RuleRefusal, attempted: Attempted): Promise<KeycapError> {
+    const code: KeycapCode = refusal.kind === "malformed" ? status.INVALID_ARGUMENT : status.PERMISSION_DENIED;
+    await this.d.audit.record({
+      method,
+      reason: refusal.reason,
+      code: codeName(code),
+      toolId: cap.tool_id,
+      toolIdVerified: true,
+      ...attempted,
+      capabilityKey: cap.key,
+      capabilityRequestId: cap.request_id,
+      callId: cap.call_id,
+      capabilityId: cap.jti,
+      keyId: cap.kid,
+      effect: cap.effect,
+      peer: ctx.peer,
+      message: refusal.message,
+    });
+    this.d.logger.debug({ method, reason: refusal.reason, tool_id: cap.tool_id, call_id: cap.call_id }, "refused");
+    return new KeycapError(code, refusal.reason, refusal.message);
+  }
+}
+
+type Attempted = { attemptedKey?: string; attemptedRequestId?: string };
+
+/** The grpc-js implementation of LedgerService. */
+export function ledgerServiceImpl(ledger: Ledger, logger: Logger): LedgerServiceServer {
+  return {
+    write: unaryHandler(logger, "Write", (req: WriteRequest, call: ServerUnaryCall<WriteRequest, WriteResponse>) =>
+      ledger.write(req, callContext(call)),
+    ),
+    lookupRequest: unaryHandler(
+      logger,
+      "LookupRequest",
+      (req: LookupRequestRequest, call: ServerUnaryCall<LookupRequestRequest, LookupRequestResponse>) => ledger.lookupRequest(req, callContext(call)),
+    ),
+  };
+}
+
+function callContext(call: { metadata: Metadata; getPeer(): string }): CallContext {
+  return {
+    authorization: call.metadata.get("authorization").map((v) => (typeof v === "string" ? v : v.toString("latin1"))),
+    peer: call.getPeer(),
+  };
+}
+
+const EFFECT_KINDS: Record<string, EffectKind> = {
+  idempotent: EffectKind.EFFECT_KIND_IDEMPOTENT,
+  queryable: EffectKind.EFFECT_KIND_QUERYABLE,
+  unsafe: EffectKind.EFFECT_KIND_UNSAFE,
+};
+
+/** Effect name ("idempotent", ...) → proto enum; anything else is UNSPECIFIED. */
+export function effectKindOf(name: string): EffectKind {
+  return EFFECT_KINDS[name] ?? EffectKind.EFFECT_KIND_UNSPECIFIED;
+}
+
+/** A stored entry as the API returns it. */
+export function entryToProto(doc: EntryDoc): Entry {
+  return {
+    entryId: doc.entry_id,
+    toolId: doc.tool_id,
+    effectKind: effectKindOf(doc.effect),
+    callId: doc.call_id,
+    attempt: doc.attempt,
+    capabilityId: doc.capability_id,
+    key: doc.key,
+    requestId: doc.request_id,
+    payload: payloadBuffer(doc.payload),
+    payloadSha256: doc.payload_sha256,
+    recordedAt: doc.recorded_at,
+    duplicateCount: doc.duplicate_count,
+    payloadMismatch: doc.payload_mismatch,
+    payloadMismatchCount: doc.payload_mismatch_count,
+  };
+}
+
+const CODE_NAMES = new Map<number, string>(
+  Object.entries(status)
+    .filter(([, v]) => typeof v === "number")
+    .map(([k, v]) => [v as number, k]),
+);
+
+/** gRPC status number → its name, e.g. 7 → PERMISSION_DENIED. */
+export function codeName(code: number): string {
+  return CODE_NAMES.get(code) ?? String(code);
+}
+
+function newEntryId(): string {
+  return `e_${randomBytes(16).toString("base64url")}`;
+}

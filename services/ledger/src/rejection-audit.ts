@@ -1,0 +1,345 @@
+/**
+ * The refusal audit (DESIGN §4): every refused ledger call is written to the `rejections`
+ * collection before the refusal is returned, attributed to a tool id and saying whether
+ * that tool id came from a verified capability.
+ *
+ * Unverified callers cannot flood the store: their records are rate-limited per peer IP
+ * with a token bucket of `perMinute` records per minute. Past the limit, refusals are
+ * counted in memory and written as one summary record per peer per minute
+ * (reason RATE_LIMITED_REFUSALS, `count` = how many it stands for), flushed about once a
+ * second. The caller is refused either way. Refusals by a verified capability are always
+ * recorded individually: they name a real tool and are what an operator acts on.
+ *
+ * Nothing here ever sees the raw capability.
+ */
+import { ObjectId, type Collection, type Db, type Filter } from "mongodb";
+import { isDuplicateKey } from "./entry-store";
+import type { Logger } from "../../common/src/logger";
+
+/** Reason of a summary record standing for rate-limited unauthenticated refusals. */
+export const RATE_LIMITED_REFUSALS = "RATE_LIMITED_REFUSALS";
+
+// Longest string copied from a request into a record: a hostile caller controls these.
+const MAX_FIELD = 256;
+
+/** What is known about a refused call. Strings default to "". */
+export interface RejectionInput {
+  method: string;
+  reason: string;
+  /** gRPC code name, e.g. PERMISSION_DENIED. */
+  code: string;
+  toolId?: string;
+  toolIdVerified: boolean;
+  attemptedKey?: string;
+  capabilityKey?: string;
+  attemptedRequestId?: string;
+  capabilityRequestId?: string;
+  callId?: string;
+  capabilityId?: string;
+  keyId?: string;
+  /** Effect claimed by the capability ("idempotent", ...) or "". */
+  effect?: string;
+  /** The caller's address as gRPC reports it ("ip:port"). */
+  peer: string;
+  message: string;
+}
+
+/** One record, as stored. */
+export interface RejectionDoc {
+  /** Time-ordered hex id for individual records; `rl:<ip>:<minute>` for summaries. */
+  _id: string;
+  tool_id: string;
+  tool_id_verified: boolean;
+  reason: string;
+  code: string;
+  method: string;
+  attempted_key: string;
+  capability_key: string;
+  attempted_request_id: string;
+  capability_request_id: string;
+  call_id: string;
+  capability_id: string;
+  key_id: string;
+  effect: string;
+  peer: string;
+  message: string;
+  rejected_at: Date;
+  count: number;
+  /** Summaries only: the last refusal counted, and counts by underlying reason. */
+  last_rejected_at?: Date;
+  reasons?: Record<string, number>;
+}
+
+/** Filters of ListRejections. */
+export interface RejectionQuery {
+  toolId: string;
+  reason: string;
+  since: Date | undefined;
+  until: Date | undefined;
+}
+
+/** Keyset cursor: the last record of the previous page. */
+export interface RejectionCursor {
+  rejectedAt: Date;
+  id: string;
+}
+
+/** Totals for GetStats (a summary counts for the refusals it stands for). */
+export interface RejectionTotals {
+  total: number;
+  byReason: Record<string, number>;
+  byTool: Record<string, number>;
+}
+
+export interface RejectionAuditOptions {
+  /** Individual unauthenticated records per peer IP per minute. */
+  unauthenticatedPerMinute: number;
+  logger: Logger;
+  /** How often summaries are written, in milliseconds. Default 1000. */
+  flushIntervalMs?: number;
+  /** Clock, in milliseconds since the epoch. Default `Date.now`. */
+  now?: () => number;
+}
+
+interface PendingSummary {
+  ip: string;
+  minute: number;
+  first: number;
+  last: number;
+  count: number;
+  reasons: Record<string, number>;
+}
+
+/**
+ * Records refusals; also the read side (listing and totals) for the admin API.
+ */
+export class RejectionAudit {
+  private readonly limiter: PeerRateLimiter;
+  private pending = new Map<string, PendingSummary>();
+  private readonly timer: NodeJS.Timeout;
+  private flushing: Promise<void> | undefined;
+  private readonly now: () => number;
+  private readonly logger: Logger;
+
+  private constructor(
+    private readonly coll: Collection<RejectionDoc>,
+    private readonly opts: RejectionAuditOptions,
+  ) {
+    this.now = opts.now ?? Date.now;
+    this.logger = opts.logger;
+    this.limiter = new PeerRateLimiter(opts.unauthenticatedPerMinute, this.now);
+    this.timer = setInterval(() => void this.flush(), opts.flushIntervalMs ?? 1000);
+    this.timer.unref();
+  }
+
+  /** Opens the collection and creates its indexes; a failure stops the start. */
+  static async open(db: Db, opts: RejectionAuditOptions): Promise<RejectionAudit> {
+    const coll = db.collection<RejectionDoc>("rejections");
+    await coll.createIndexes([
+      { key: { rejected_at: -1, _id: -1 }, name: "newest_first" },
+      { key: { tool_id: 1, rejected_at: -1, _id: -1 }, name: "tool_newest_first" },
+      { key: { reason: 1, rejected_at: -1, _id: -1 }, name: "reason_newest_first" },
+    ]);
+    return new RejectionAudit(coll, opts);
+  }
+
+  /**
+   * Records one refusal. Never throws: if the record cannot be written the failure is
+   * logged and the caller refuses anyway.
+   */
+  async record(input: RejectionInput): Promise<void> {
+    const peerIp = ipOfPeer(input.peer);
+    if (!input.toolIdVerified && !this.limiter.take(peerIp)) {
+      this.accumulate(peerIp, input.reason);
+      return;
+    }
+    const doc: RejectionDoc = {
+      _id: new ObjectId().toHexString(),
+      tool_id: clip(input.toolId),
+      tool_id_verified: input.toolIdVerified,
+      reason: input.reason,
+      code: input.code,
+      method: input.method,
+      attempted_key: clip(input.attemptedKey),
+      capability_key: clip(input.capabilityKey),
+      attempted_request_id: clip(input.attemptedRequestId),
+      capability_request_id: clip(input.capabilityRequestId),
+      call_id: clip(input.callId),
+      capability_id: clip(input.capabilityId),
+      key_id: clip(input.keyId),
+      effect: clip(input.effect),
+      peer: clip(input.peer),
+      message: clip(input.message, 1024),
+      rejected_at: new Date(this.now()),
+      count: 1,
+    };
+    try {
+      const res = await this.coll.insertOne(doc);
+      if (!res.acknowledged) throw new Error("rejections insert was not acknowledged");
+    } catch (err) {
+      this.logger.error({ err, reason: input.reason, tool_id: doc.tool_id, peer: doc.peer }, "could not record a refusal; refusing anyway");
+    }
+  }
+
+  /** Writes the pending summaries now (also runs on a timer). */
+  flush(): Promise<void> {
+    // One flush at a time, so two cannot write the same pending counts twice.
+    this.flushing ??= this.writeSummaries().finally(() => {
+      this.flushing = undefined;
+    });
+    return this.flushing;
+  }
+
+  /** Stops the timer and writes what is pending. */
+  async close(): Promise<void> {
+    clearInterval(this.timer);
+    await this.flushing;
+    await this.flush();
+  }
+
+  async list(q: RejectionQuery, cursor: RejectionCursor | undefined, limit: number): Promise<RejectionDoc[]> {
+    const filter: Filter<RejectionDoc> = {};
+    if (q.toolId !== "") filter.tool_id = q.toolId;
+    if (q.reason !== "") filter.reason = q.reason;
+    if (q.since || q.until) {
+      filter.rejected_at = { ...(q.since ? { $gte: q.since } : {}), ...(q.until ? { $lt: q.until } : {}) };
+    }
+    if (cursor) {
+      filter.$or = [{ rejected_at: { $lt: cursor.rejectedAt } }, { rejected_at: cursor.rejectedAt, _id: { $lt: cursor.id } }];
+    }
+    return this.coll.find(filter).sort({ rejected_at: -1, _id: -1 }).limit(limit).toArray();
+  }
+
+  async totals(): Promise<RejectionTotals> {
+    const [byReason, byTool] = await Promise.all([
+      this.coll.aggregate<{ _id: string; n: number }>([{ $group: { _id: "$reason", n: { $sum: "$count" } } }]).toArray(),
+      this.coll.aggregate<{ _id: string; n: number }>([{ $group: { _id: "$tool_id", n: { $sum: "$count" } } }]).toArray(),
+    ]);
+    const out: RejectionTotals = { total: 0, byReason: {}, byTool: {} };
+    for (const r of byReason) {
+      out.byReason[r._id ?? ""] = r.n;
+      out.total += r.n;
+    }
+    for (const r of byTool) out.byTool[r._id ?? ""] = r.n;
+    return out;
+  }
+
+  private accumulate(ip: string, reason: string): void {
+    const t = this.now();
+    const minute = Math.floor(t / 60_000);
+    const id = `${ip}|${minute}`;
+    let p = this.pending.get(id);
+    if (!p) {
+      p = { ip, minute, first: t, last: t, count: 0, reasons: {} };
+      this.pending.set(id, p);
+    }
+    p.count += 1;
+    p.last = t;
+    p.reasons[reason] = (p.reasons[reason] ?? 0) + 1;
+  }
+
+  private async writeSummaries(): Promise<void> {
+    this.limiter.prune();
+    if (this.pending.size === 0) return;
+    const batch = [...this.pending.values()];
+    this.pending = new Map();
+    for (const p of batch) {
+      try {
+        await this.upsertSummary(p);
+      } catch (err) {
+        this.logger.error({ err, peer: p.ip, count: p.count }, "could not record a summary of rate-limited refusals");
+      }
+    }
+  }
+
+  /**
+   * One summary document per peer IP and minute; replicas add to the same one. A race
+   * between two replicas' first upserts surfaces as 11000 and is retried as an update.
+   */
+  private async upsertSummary(p: PendingSummary): Promise<void> {
+    const id = `rl:${p.ip}:${new Date(p.minute * 60_000).toISOString()}`;
+    const inc: Record<string, number> = { count: p.count };
+    for (const [reason, n] of Object.entries(p.reasons)) inc[`reasons.${reason}`] = n;
+    const limit = this.opts.unauthenticatedPerMinute;
+    const onInsert: Omit<RejectionDoc, "_id" | "count" | "reasons" | "last_rejected_at"> = {
+      tool_id: "",
+      tool_id_verified: false,
+      reason: RATE_LIMITED_REFUSALS,
+      code: "UNAUTHENTICATED",
+      method: "",
+      attempted_key: "",
+      capability_key: "",
+      attempted_request_id: "",
+      capability_request_id: "",
+      call_id: "",
+      capability_id: "",
+      key_id: "",
+      effect: "",
+      peer: clip(p.ip),
+      message: `unauthenticated refusals from ${clip(p.ip, 64)} beyond ${limit} per minute, summarised (count = how many; reasons in the record)`,
+      rejected_at: new Date(p.first),
+    };
+    const update = { $inc: inc, $setOnInsert: onInsert, $max: { last_rejected_at: new Date(p.last) } };
+    try {
+      await this.coll.updateOne({ _id: id }, update, { upsert: true });
+    } catch (err) {
+      if (!isDuplicateKey(err)) throw err;
+      await this.coll.updateOne({ _id: id }, update, { upsert: true });
+    }
+  }
+}
+
+/**
+ * Token bucket per peer IP: `perMinute` tokens, refilled continuously. Buckets that are
+ * full again are dropped by {@link prune}, so memory follows the recent set of peers.
+ */
+export class PeerRateLimiter {
+  private readonly buckets = new Map<string, { tokens: number; at: number }>();
+  private readonly perMs: number;
+
+  constructor(
+    private readonly perMinute: number,
+    private readonly now: () => number = Date.now,
+  ) {
+    this.perMs = perMinute / 60_000;
+  }
+
+  /** Takes one token for `ip`; false when its bucket is empty. */
+  take(ip: string): boolean {
+    const t = this.now();
+    const b = this.buckets.get(ip);
+    const tokens = b ? Math.min(this.perMinute, b.tokens + (t - b.at) * this.perMs) : this.perMinute;
+    if (tokens < 1) {
+      this.buckets.set(ip, { tokens, at: t });
+      return false;
+    }
+    this.buckets.set(ip, { tokens: tokens - 1, at: t });
+    return true;
+  }
+
+  /** Forgets peers whose bucket has refilled completely. */
+  prune(): void {
+    const t = this.now();
+    for (const [ip, b] of this.buckets) {
+      if (b.tokens + (t - b.at) * this.perMs >= this.perMinute) this.buckets.delete(ip);
+    }
+  }
+}
+
+/**
+ * The IP part of a grpc-js peer string ("127.0.0.1:5000", "::1:5000", "[::1]:5000",
+ * "ipv4:127.0.0.1:5000"). Unknown shapes are returned whole.
+ */
+export function ipOfPeer(peer: string): string {
+  let p = peer.replace(/^ipv[46]:/, "");
+  const bracket = /^\[([^\]]+)\](?::\d+)?$/.exec(p);
+  if (bracket) return bracket[1] as string;
+  const portAt = p.lastIndexOf(":");
+  if (portAt > 0 && /^\d+$/.test(p.slice(portAt + 1))) p = p.slice(0, portAt);
+  return p === "" ? "unknown" : p;
+}
+
+function clip(v: string | undefined, max = MAX_FIELD): string {
+  if (v === undefined) return "";
+  return v.length > max ? `${v.slice(0, max)}…` : v;
+}
