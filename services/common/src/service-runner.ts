@@ -77,7 +77,11 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
     process.stderr.write(
       `\nkeycap is running (MongoDB: ${mongo.backend})\n` +
         endpoints.map((e) => `  ${e.listener.padEnd(7)} ${e.address}\n`).join("") +
-        `  data    ${config.dataDir}\nPress Ctrl-C to stop.\n\n`,
+        `  data    ${config.dataDir}\n` +
+        (running.some((s) => s.name === "ledger")
+          ? `  admin credential: ${config.adminToken ? "KEYCAP_ADMIN_TOKEN" : config.adminTokenFile}\n`
+          : "") +
+        `Press Ctrl-C to stop.\n\n`,
     );
   }
 }
