@@ -61,7 +61,11 @@ export async function startService(which: "all" | "kernel" | "ledger", env: Reco
   child.stderr?.on("data", (d: Buffer) => (out += d.toString()));
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
   const endpoints = await new Promise<Endpoints>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${which} not ready within ${opts.readyTimeoutMs ?? 30000} ms:\n${out}`)), opts.readyTimeoutMs ?? 30000);
+    const timer = setTimeout(() => {
+      // Never leave a half-started service behind.
+      child.kill("SIGKILL");
+      reject(new Error(`${which} not ready within ${opts.readyTimeoutMs ?? 30000} ms:\n${out}`));
+    }, opts.readyTimeoutMs ?? 30000);
     const lines = readline.createInterface({ input: child.stdout! });
     lines.on("line", (line) => {
       out += line + "\n";

@@ -72,14 +72,12 @@ export class EntryStore {
   static async open(db: Db): Promise<EntryStore> {
     const entries = db.collection<EntryDoc>("entries");
     const uses = db.collection<CapabilityUseDoc>("capability_uses");
-    await Promise.all([
-      entries.createIndexes([
-        { key: { entry_id: 1 }, name: "entry_id_unique", unique: true },
-        { key: { recorded_at: -1, _id: -1 }, name: "newest_first" },
-        { key: { tool_id: 1, recorded_at: -1, _id: -1 }, name: "tool_newest_first" },
-      ]),
-      uses.createIndexes([{ key: { expires_at: 1 }, name: "expires_at" }]),
-    ]);
+    // One index per command: FerretDB v1.24 drops the connection when a multi-index
+    // createIndexes names indexes that already exist (every restart would fail).
+    await entries.createIndex({ entry_id: 1 }, { name: "entry_id_unique", unique: true });
+    await entries.createIndex({ recorded_at: -1, _id: -1 }, { name: "newest_first" });
+    await entries.createIndex({ tool_id: 1, recorded_at: -1, _id: -1 }, { name: "tool_newest_first" });
+    await uses.createIndex({ expires_at: 1 }, { name: "expires_at" });
     return new EntryStore(entries, uses);
   }
 
@@ -101,23 +99,20 @@ export class EntryStore {
   /**
    * Counts a write that hit an existing entry and returns that entry (after counting).
    * Common case, same payload: one findOneAndUpdate. Different payload: a second one
-   * that also flags the stored entry.
+   * that flags the stored entry. Both select by `_id` alone, the one filter every
+   * backend answers from its primary index (FerretDB scans for anything more).
    */
   async recordDuplicate(effectId: string, payloadSha256: string): Promise<{ entry: EntryDoc; payloadMismatch: boolean }> {
-    const same = await this.entries.findOneAndUpdate(
-      { _id: effectId, payload_sha256: payloadSha256 },
-      { $inc: { duplicate_count: 1 } },
+    const counted = await this.entries.findOneAndUpdate({ _id: effectId }, { $inc: { duplicate_count: 1 } }, { returnDocument: "after" });
+    // Entries are never deleted, so the insert's collision means it exists.
+    if (!counted) throw new Error(`entry ${effectId} collided on insert but cannot be found`);
+    if (counted.payload_sha256 === payloadSha256) return { entry: counted, payloadMismatch: false };
+    const flagged = await this.entries.findOneAndUpdate(
+      { _id: effectId },
+      { $inc: { payload_mismatch_count: 1 }, $set: { payload_mismatch: true } },
       { returnDocument: "after" },
     );
-    if (same) return { entry: same, payloadMismatch: false };
-    const other = await this.entries.findOneAndUpdate(
-      { _id: effectId, payload_sha256: { $ne: payloadSha256 } },
-      { $inc: { duplicate_count: 1, payload_mismatch_count: 1 }, $set: { payload_mismatch: true } },
-      { returnDocument: "after" },
-    );
-    // Entries are never deleted, so the insert's collision means one of the two matched.
-    if (!other) throw new Error(`entry ${effectId} collided on insert but cannot be found`);
-    return { entry: other, payloadMismatch: true };
+    return { entry: flagged ?? counted, payloadMismatch: true };
   }
 
   /**
@@ -163,12 +158,21 @@ export class EntryStore {
   }
 
   async totals(): Promise<EntryTotals> {
-    const [row] = await this.entries
-      .aggregate<{ n: number; d: number; m: number }>([
-        { $group: { _id: null, n: { $sum: 1 }, d: { $sum: "$duplicate_count" }, m: { $sum: "$payload_mismatch_count" } } },
-      ])
-      .toArray();
-    return { entries: row?.n ?? 0, duplicates: row?.d ?? 0, payloadMismatches: row?.m ?? 0 };
+    const [entries, duplicates, payloadMismatches] = await Promise.all([
+      this.entries.countDocuments({}),
+      this.sum("$duplicate_count"),
+      this.sum("$payload_mismatch_count"),
+    ]);
+    return { entries, duplicates, payloadMismatches };
+  }
+
+  /**
+   * Sum of one field over all entries. One accumulator per pipeline: FerretDB v1.24
+   * computes only the first accumulator of a $group correctly (checked by hand).
+   */
+  private async sum(field: string): Promise<number> {
+    const [row] = await this.entries.aggregate<{ n: number }>([{ $group: { _id: "all", n: { $sum: field } } }]).toArray();
+    return row?.n ?? 0;
   }
 }
 

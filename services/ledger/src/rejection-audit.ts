@@ -135,11 +135,10 @@ export class RejectionAudit {
   /** Opens the collection and creates its indexes; a failure stops the start. */
   static async open(db: Db, opts: RejectionAuditOptions): Promise<RejectionAudit> {
     const coll = db.collection<RejectionDoc>("rejections");
-    await coll.createIndexes([
-      { key: { rejected_at: -1, _id: -1 }, name: "newest_first" },
-      { key: { tool_id: 1, rejected_at: -1, _id: -1 }, name: "tool_newest_first" },
-      { key: { reason: 1, rejected_at: -1, _id: -1 }, name: "reason_newest_first" },
-    ]);
+    // One index per command (see EntryStore.open).
+    await coll.createIndex({ rejected_at: -1, _id: -1 }, { name: "newest_first" });
+    await coll.createIndex({ tool_id: 1, rejected_at: -1, _id: -1 }, { name: "tool_newest_first" });
+    await coll.createIndex({ reason: 1, rejected_at: -1, _id: -1 }, { name: "reason_newest_first" });
     return new RejectionAudit(coll, opts);
   }
 
