@@ -1,6 +1,8 @@
 #!/usr/bin/env node
 import { Command } from "commander";
+import { loadConfig } from "../../common/src/config";
 import { runServices } from "../../common/src/service-runner";
+import { rotateSigningKeys } from "../../kernel/src/signing-keys";
 import { startKernel } from "../../kernel/src/main";
 import { startLedger } from "../../ledger/src/main";
 import { OperatorError } from "./operator-context";
@@ -28,6 +30,17 @@ export function buildProgram(): Command {
           program.error(`keycap serve: unknown service ${JSON.stringify(service)} (all, kernel, ledger)`);
       }
     });
+  program
+    .command("keys")
+    .description("the kernel's signing keys")
+    .command("rotate")
+    .description("make a new current signing key; the old one stays published for KEYCAP_RETIRED_KEY_GRACE_SECONDS (restart the kernel to sign with the new key)")
+    .action(async () => {
+      const config = loadConfig();
+      const keys = await rotateSigningKeys(config.signingKeyFile, { retiredGraceSeconds: config.retiredKeyGraceSeconds });
+      process.stdout.write(`rotated ${keys.path}: current key id ${keys.currentKid}; restart the kernel to sign with it\n`);
+    });
+
   addOperatorCommands(program);
   return program;
 }
