@@ -8,7 +8,7 @@ CLI := node dist/services/cli/src/main.js
 # buf breaking compares the protos with this git ref (override for branches/PRs).
 BREAKING_AGAINST ?= .git\#branch=main
 
-.PHONY: all install generate build lint breaking check-generated test run bench ferretdb clean
+.PHONY: all install generate generate-ts build lint breaking test test-ts test-go test-python run bench ferretdb clean
 
 all: build
 
@@ -18,11 +18,14 @@ $(NPM_STAMP): package.json package-lock.json
 
 install: $(NPM_STAMP)
 
-## generate: TypeScript stubs and the reflection descriptor set from proto/ (one command)
-generate: $(NPM_STAMP)
+## generate: every language's stubs from proto/ (TypeScript + descriptor set; Go and Python, committed)
+generate: generate-ts
+	clients/go/generate.sh
+
+generate-ts: $(NPM_STAMP)
 	npm run --silent generate
 
-build: generate
+build: generate-ts
 	npx tsc -p tsconfig.json
 
 ## lint: buf lint (STANDARD), buf breaking against main, strict type check
@@ -42,7 +45,15 @@ ferretdb: build
 
 ## test: set up and run every test against a real MongoDB-protocol server
 test: build lint
+	$(MAKE) --no-print-directory test-ts
+	$(MAKE) --no-print-directory test-go
+
+test-ts: build
 	npx mocha
+
+## test-go: Go client (stubs drift check, vet, e2e against real services, grpcurl + grpc-health-probe)
+test-go: build
+	clients/go/test.sh
 
 ## run: start kernel, ledger and ledger-admin in the foreground (Ctrl-C stops all)
 run: build

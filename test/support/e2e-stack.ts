@@ -31,7 +31,8 @@ async function main(): Promise<void> {
       KEYCAP_LEDGER_LISTEN: "127.0.0.1:0",
       KEYCAP_ADMIN_LISTEN: "127.0.0.1:0",
       KEYCAP_ADMIN_TOKEN: adminToken,
-      KEYCAP_LOG_LEVEL: process.env["KEYCAP_LOG_LEVEL"] ?? "warn",
+      // info: the "ready" line this script waits for is an info record (stdout is parsed, not shown).
+      KEYCAP_LOG_LEVEL: "info",
     },
     stdio: ["ignore", "pipe", "inherit"],
   });

@@ -3,6 +3,7 @@ import { Server, ServerCredentials, type ServiceDefinition, type UntypedServiceI
 import * as protoLoader from "@grpc/proto-loader";
 import { ReflectionService } from "@grpc/reflection";
 import { HealthImplementation } from "grpc-health-check";
+import { FileDescriptorProto, FileDescriptorSet } from "protobufjs/ext/descriptor";
 import { formatHostPort, type HostPort } from "./config";
 import type { Logger } from "./logger";
 import { descriptorSetPath } from "./repo-paths";
@@ -38,8 +39,19 @@ export interface RunningListener {
 }
 
 let descriptorCache: protoLoader.PackageDefinition | undefined;
+/**
+ * The descriptors reflection serves: the files exactly as `buf build` wrote
+ * them. Not proto-loader's re-encoding, which drops each file's imports and
+ * rewrites type names, so grpcurl could list services but not resolve their
+ * message types (grpc/grpc-node#3034).
+ */
 function descriptors(): protoLoader.PackageDefinition {
-  descriptorCache ??= protoLoader.loadFileDescriptorSetFromBuffer(fs.readFileSync(descriptorSetPath()));
+  if (!descriptorCache) {
+    const set = FileDescriptorSet.decode(fs.readFileSync(descriptorSetPath())) as unknown as { file: unknown[] };
+    const fileDescriptorProtos = set.file.map((f) => FileDescriptorProto.encode(f as never).finish());
+    // @grpc/reflection reads every object in the package definition that has fileDescriptorProtos.
+    descriptorCache = { "keycap.descriptors": { fileDescriptorProtos } } as unknown as protoLoader.PackageDefinition;
+  }
   return descriptorCache;
 }
 

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Regenerates clients/go/gen from proto/keycap with the plugin versions pinned in
+# clients/go/go.mod (`tool` directives) and the repo's buf (package-lock.json).
+# Deterministic: same protos + same go.mod => byte-identical output.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+
+# Build the pinned plugins into clients/go/.bin (gitignored).
+(cd "$here" && GOBIN="$here/.bin" go install tool)
+
+cd "$root"
+if [ ! -x node_modules/.bin/buf ]; then
+  echo "generate.sh: node_modules/.bin/buf missing; run 'npm ci' (or 'make install') first" >&2
+  exit 1
+fi
+# The client's contract only: effect, kernel, ledger (not proto/keycap/bench,
+# a benchmark baseline that no Go client needs).
+node_modules/.bin/buf generate --template clients/go/buf.gen.yaml \
+  --path proto/keycap/effect --path proto/keycap/kernel --path proto/keycap/ledger

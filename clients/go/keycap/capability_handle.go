@@ -1,0 +1,88 @@
+package keycap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	effectv1 "github.com/keycap/keycap/clients/go/gen/keycap/effect/v1"
+	kernelv1 "github.com/keycap/keycap/clients/go/gen/keycap/kernel/v1"
+	ledgerv1 "github.com/keycap/keycap/clients/go/gen/keycap/ledger/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// ErrNoLedger is returned by CapabilityHandle.Write and Lookup when the
+// KernelClient was created without WithLedger.
+var ErrNoLedger = errors.New("keycap: KernelClient was created without WithLedger; handles cannot reach the ledger")
+
+// CapabilityHandle is what a tool holds while it runs: the call's identity and
+// a capability it cannot misuse. Write always sends the kernel-derived key (or
+// request id) with the capability; there is no way to pass another key through
+// it, and the capability itself never leaves the handle (its String and
+// GoString redact it). Safe for concurrent use.
+type CapabilityHandle struct {
+	call       *kernelv1.Call
+	capability string
+	expiresAt  time.Time
+	ledger     *LedgerClient
+	kernel     *KernelClient
+}
+
+// CallID is the journaled call's id.
+func (h *CapabilityHandle) CallID() string { return h.call.GetCallId() }
+
+// ToolID is the tool the call belongs to.
+func (h *CapabilityHandle) ToolID() string { return h.call.GetToolId() }
+
+// Key is the kernel-derived idempotency key ("" unless Idempotent).
+func (h *CapabilityHandle) Key() string { return h.call.GetKey() }
+
+// RequestID is the call's request id ("" unless Queryable).
+func (h *CapabilityHandle) RequestID() string { return h.call.GetRequestId() }
+
+// Attempt is 1 after Begin and grows with each Resume.
+func (h *CapabilityHandle) Attempt() uint32 { return h.call.GetAttempt() }
+
+// EffectKind is the effect kind the capability was minted for.
+func (h *CapabilityHandle) EffectKind() effectv1.EffectKind { return h.call.GetEffectKind() }
+
+// ExpiresAt is when the capability expires (zero if the kernel did not say).
+func (h *CapabilityHandle) ExpiresAt() time.Time { return h.expiresAt }
+
+// Call returns a copy of the journaled call.
+func (h *CapabilityHandle) Call() *kernelv1.Call { return proto.Clone(h.call).(*kernelv1.Call) }
+
+// Write records the effect in the ledger under the kernel's key (or request
+// id). Writing again under an Idempotent capability returns the original entry
+// with Duplicate set, and writes nothing.
+func (h *CapabilityHandle) Write(ctx context.Context, payload []byte) (*ledgerv1.WriteResponse, error) {
+	if h.ledger == nil {
+		return nil, ErrNoLedger
+	}
+	return h.ledger.WriteWithCapability(ctx, h.capability, &ledgerv1.WriteRequest{
+		Key: h.call.GetKey(), RequestId: h.call.GetRequestId(), Payload: payload,
+	})
+}
+
+// Lookup (Queryable) asks the ledger whether this call's request took effect.
+func (h *CapabilityHandle) Lookup(ctx context.Context) (*ledgerv1.LookupRequestResponse, error) {
+	if h.ledger == nil {
+		return nil, ErrNoLedger
+	}
+	return h.ledger.LookupWithCapability(ctx, h.capability, h.call.GetRequestId())
+}
+
+// Complete marks the call done in the kernel's journal.
+func (h *CapabilityHandle) Complete(ctx context.Context, outcome Outcome, detail string) (*kernelv1.CompleteCallResponse, error) {
+	return h.kernel.Complete(ctx, h.call.GetCallId(), outcome, detail)
+}
+
+// String describes the handle without its capability.
+func (h *CapabilityHandle) String() string {
+	return fmt.Sprintf("CapabilityHandle{tool=%s call=%s attempt=%d key=%s request_id=%s capability=REDACTED}",
+		h.ToolID(), h.CallID(), h.Attempt(), h.Key(), h.RequestID())
+}
+
+// GoString is String, so %#v does not print the capability either.
+func (h *CapabilityHandle) GoString() string { return h.String() }

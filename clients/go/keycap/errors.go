@@ -1,0 +1,167 @@
+package keycap
+
+import (
+	"errors"
+	"fmt"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Domain is the google.rpc.ErrorInfo domain of every keycap refusal.
+const Domain = "keycap.dev"
+
+// Reasons a client commonly branches on (google.rpc.ErrorInfo.reason). The
+// services may send others; Error.Reason carries whatever was sent.
+const (
+	// The ledger: a write carried a key other than the capability's.
+	ReasonKeyMismatch = "KEY_MISMATCH"
+	// The ledger: an Idempotent write carried no key.
+	ReasonKeyMissing = "KEY_MISSING"
+	// The ledger: a Queryable write carried another request id.
+	ReasonRequestIDMismatch = "REQUEST_ID_MISMATCH"
+	// The ledger: no capability was presented.
+	ReasonCapabilityMissing = "CAPABILITY_MISSING"
+	// The ledger: a single-use capability (Queryable, Unsafe) was used again.
+	ReasonCapabilityReused = "CAPABILITY_REUSED"
+	// The ledger: the capability's signature did not verify.
+	ReasonBadSignature = "BAD_SIGNATURE"
+	// The ledger: the capability has expired.
+	ReasonExpired = "EXPIRED"
+	// The ledger: the write's shape does not fit the capability's effect class.
+	ReasonEffectClassMismatch = "EFFECT_CLASS_MISMATCH"
+	// The kernel: an Unsafe call cannot be resumed automatically.
+	ReasonUnsafeNotResumable = "UNSAFE_NOT_RESUMABLE"
+)
+
+// Error is every RPC failure this package returns: the gRPC code, and the
+// reason, domain and metadata of the google.rpc.ErrorInfo read from the
+// grpc-status-details-bin trailer. When the server sent no ErrorInfo, Reason is
+// the code's name (e.g. "UNAVAILABLE") and Domain is empty.
+//
+// Reach it with errors.As; the original gRPC error stays reachable through
+// Unwrap, and status.FromError(err) keeps working because *Error implements
+// GRPCStatus.
+type Error struct {
+	// Code is the gRPC status code.
+	Code codes.Code
+	// Reason is the machine-readable cause, UPPER_SNAKE_CASE.
+	Reason string
+	// Domain is the ErrorInfo domain, normally Domain.
+	Domain string
+	// Metadata is the ErrorInfo metadata (never nil).
+	Metadata map[string]string
+	// Message is the human-readable status message. Do not branch on it.
+	Message string
+
+	st    *status.Status
+	cause error
+}
+
+// Error implements error: "keycap: PERMISSION_DENIED KEY_MISMATCH: <message>".
+func (e *Error) Error() string {
+	if e.Reason == "" || e.Reason == codeName(e.Code) {
+		return fmt.Sprintf("keycap: %s: %s", codeName(e.Code), e.Message)
+	}
+	return fmt.Sprintf("keycap: %s %s: %s", codeName(e.Code), e.Reason, e.Message)
+}
+
+// Unwrap returns the underlying error (the gRPC status error).
+func (e *Error) Unwrap() error { return e.cause }
+
+// GRPCStatus returns the status the error was built from, so that
+// status.FromError and status.Code see through an *Error.
+func (e *Error) GRPCStatus() *status.Status {
+	if e.st != nil {
+		return e.st
+	}
+	return status.New(e.Code, e.Message)
+}
+
+// CodeName is the gRPC code's canonical name, e.g. "PERMISSION_DENIED".
+func (e *Error) CodeName() string { return codeName(e.Code) }
+
+// ReasonOf returns the keycap reason of err (or of the *Error it wraps), and ""
+// when err is nil or carries none.
+func ReasonOf(err error) string {
+	var kerr *Error
+	if errors.As(err, &kerr) {
+		return kerr.Reason
+	}
+	return ""
+}
+
+// FromError normalises any error into a *Error: an *Error already in the chain
+// is returned as is; a gRPC status error is read, ErrorInfo included;
+// anything else becomes codes.Unknown with reason "UNKNOWN". nil stays nil.
+func FromError(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var kerr *Error
+	if errors.As(err, &kerr) {
+		return kerr
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return &Error{Code: codes.Unknown, Reason: "UNKNOWN", Metadata: map[string]string{}, Message: err.Error(), st: st, cause: err}
+	}
+	out := &Error{Code: st.Code(), Reason: codeName(st.Code()), Metadata: map[string]string{}, Message: st.Message(), st: st, cause: err}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			if info.GetReason() != "" {
+				out.Reason = info.GetReason()
+			}
+			out.Domain = info.GetDomain()
+			for k, v := range info.GetMetadata() {
+				out.Metadata[k] = v
+			}
+			break
+		}
+	}
+	return out
+}
+
+// codeName is the canonical UPPER_SNAKE name of a code (codes.Code.String
+// gives "PermissionDenied").
+func codeName(c codes.Code) string {
+	switch c {
+	case codes.OK:
+		return "OK"
+	case codes.Canceled:
+		return "CANCELLED"
+	case codes.Unknown:
+		return "UNKNOWN"
+	case codes.InvalidArgument:
+		return "INVALID_ARGUMENT"
+	case codes.DeadlineExceeded:
+		return "DEADLINE_EXCEEDED"
+	case codes.NotFound:
+		return "NOT_FOUND"
+	case codes.AlreadyExists:
+		return "ALREADY_EXISTS"
+	case codes.PermissionDenied:
+		return "PERMISSION_DENIED"
+	case codes.ResourceExhausted:
+		return "RESOURCE_EXHAUSTED"
+	case codes.FailedPrecondition:
+		return "FAILED_PRECONDITION"
+	case codes.Aborted:
+		return "ABORTED"
+	case codes.OutOfRange:
+		return "OUT_OF_RANGE"
+	case codes.Unimplemented:
+		return "UNIMPLEMENTED"
+	case codes.Internal:
+		return "INTERNAL"
+	case codes.Unavailable:
+		return "UNAVAILABLE"
+	case codes.DataLoss:
+		return "DATA_LOSS"
+	case codes.Unauthenticated:
+		return "UNAUTHENTICATED"
+	default:
+		return fmt.Sprintf("CODE(%d)", uint32(c))
+	}
+}

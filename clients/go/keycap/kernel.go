@@ -1,0 +1,233 @@
+package keycap
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	kernelv1 "github.com/keycap/keycap/clients/go/gen/keycap/kernel/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Outcome is how a call ended, reported to CompleteCall.
+type Outcome int
+
+const (
+	// Succeeded: the tool did what it was asked.
+	Succeeded Outcome = iota + 1
+	// Failed: the tool failed and will not be retried.
+	Failed
+)
+
+func (o Outcome) proto() kernelv1.CallOutcome {
+	switch o {
+	case Succeeded:
+		return kernelv1.CallOutcome_CALL_OUTCOME_SUCCEEDED
+	case Failed:
+		return kernelv1.CallOutcome_CALL_OUTCOME_FAILED
+	default:
+		return kernelv1.CallOutcome_CALL_OUTCOME_UNSPECIFIED
+	}
+}
+
+// BeginOption configures Begin and BeginCall.
+type BeginOption func(*kernelv1.BeginCallRequest)
+
+// WithCallID sets a caller-chosen call id: beginning it again with the same
+// arguments returns the same call.
+func WithCallID(id string) BeginOption {
+	return func(r *kernelv1.BeginCallRequest) { r.CallId = id }
+}
+
+// WithRunID sets the agent run the call belongs to (it enters the key when the
+// tool's derivation sets RunID).
+func WithRunID(id string) BeginOption {
+	return func(r *kernelv1.BeginCallRequest) { r.RunId = id }
+}
+
+// KernelClient is the typed client of keycap.kernel.v1.KernelService, used by
+// agent runtimes. Safe for concurrent use. Close it when done.
+type KernelClient struct {
+	conn   *grpc.ClientConn
+	raw    kernelv1.KernelServiceClient
+	ledger *LedgerClient
+	o      options
+}
+
+// NewKernelClient connects (lazily) to the kernel at address. Pass WithLedger
+// so that handles from Begin and Resume can write.
+func NewKernelClient(address string, opts ...Option) (*KernelClient, error) {
+	o := buildOptions(opts)
+	conn, err := dial(address, o)
+	if err != nil {
+		return nil, err
+	}
+	c := &KernelClient{conn: conn, raw: kernelv1.NewKernelServiceClient(conn), o: o}
+	if o.ledgerAddress != "" {
+		if c.ledger, err = NewLedgerClient(o.ledgerAddress, opts...); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Raw is the generated client, for RPCs in their wire form. Its errors are
+// plain gRPC status errors; FromError reads them.
+func (c *KernelClient) Raw() kernelv1.KernelServiceClient { return c.raw }
+
+// Close closes the kernel connection and the ledger connection, if any.
+func (c *KernelClient) Close() error {
+	err := c.conn.Close()
+	if c.ledger != nil {
+		err = errors.Join(err, c.ledger.Close())
+	}
+	return err
+}
+
+// RegisterTool registers a tool; the same definition again is a no-op
+// (AlreadyRegistered), another definition under the same id is refused with
+// ALREADY_EXISTS.
+func (c *KernelClient) RegisterTool(ctx context.Context, t Tool) (*kernelv1.RegisterToolResponse, error) {
+	return c.RegisterToolProto(ctx, t.Proto())
+}
+
+// RegisterToolProto registers a tool given in its wire form.
+func (c *KernelClient) RegisterToolProto(ctx context.Context, t *kernelv1.Tool) (*kernelv1.RegisterToolResponse, error) {
+	return invoke(ctx, c.o.callTimeout, "", c.raw.RegisterTool, &kernelv1.RegisterToolRequest{Tool: t})
+}
+
+// GetTool reads one tool; NOT_FOUND when unknown.
+func (c *KernelClient) GetTool(ctx context.Context, toolID string) (*kernelv1.Tool, error) {
+	res, err := invoke(ctx, c.o.callTimeout, "", c.raw.GetTool, &kernelv1.GetToolRequest{ToolId: toolID})
+	if err != nil {
+		return nil, err
+	}
+	return res.GetTool(), nil
+}
+
+// ListTools returns every registered tool, ordered by id.
+func (c *KernelClient) ListTools(ctx context.Context) ([]*kernelv1.Tool, error) {
+	var out []*kernelv1.Tool
+	token := ""
+	for {
+		res, err := invoke(ctx, c.o.callTimeout, "", c.raw.ListTools, &kernelv1.ListToolsRequest{PageSize: 1000, PageToken: token})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res.GetTools()...)
+		if token = res.GetNextPageToken(); token == "" {
+			return out, nil
+		}
+	}
+}
+
+// BeginCall is BeginCall in its wire form: argumentsJSON is sent exactly as
+// given, and the response carries the raw capability. Tools should use Begin.
+func (c *KernelClient) BeginCall(ctx context.Context, toolID string, argumentsJSON string, opts ...BeginOption) (*kernelv1.BeginCallResponse, error) {
+	req := &kernelv1.BeginCallRequest{ToolId: toolID, ArgumentsJson: argumentsJSON}
+	for _, opt := range opts {
+		opt(req)
+	}
+	return invoke(ctx, c.o.callTimeout, "", c.raw.BeginCall, req)
+}
+
+// Begin begins a call and returns a handle whose Write always sends the
+// kernel's key and capability. args is JSON text when it is a string, []byte or
+// json.RawMessage (sent exactly as given), and is marshalled with encoding/json
+// otherwise (a map or struct: it must encode to a JSON object).
+func (c *KernelClient) Begin(ctx context.Context, toolID string, args any, opts ...BeginOption) (*CapabilityHandle, error) {
+	var text string
+	switch a := args.(type) {
+	case string:
+		text = a
+	case []byte:
+		text = string(a)
+	case json.RawMessage:
+		text = string(a)
+	default:
+		b, err := json.Marshal(args)
+		if err != nil {
+			return nil, err
+		}
+		text = string(b)
+	}
+	res, err := c.BeginCall(ctx, toolID, text, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return c.handleFor(res.GetCall(), res.GetCapability(), res.GetCapabilityExpiresAt())
+}
+
+// Complete marks a call done in the kernel's journal. The same outcome again
+// is a no-op; another outcome is refused with FAILED_PRECONDITION.
+func (c *KernelClient) Complete(ctx context.Context, callID string, outcome Outcome, detail string) (*kernelv1.CompleteCallResponse, error) {
+	return invoke(ctx, c.o.callTimeout, "", c.raw.CompleteCall, &kernelv1.CompleteCallRequest{
+		CallId: callID, Outcome: outcome.proto(), OutcomeDetail: detail,
+	})
+}
+
+// ListPending returns every call begun and not completed, oldest first (of one
+// tool, or of all when toolID is empty): what a crash leaves behind.
+func (c *KernelClient) ListPending(ctx context.Context, toolID string) ([]*kernelv1.Call, error) {
+	var out []*kernelv1.Call
+	token := ""
+	for {
+		res, err := invoke(ctx, c.o.callTimeout, "", c.raw.ListPendingCalls, &kernelv1.ListPendingCallsRequest{ToolId: toolID, PageSize: 1000, PageToken: token})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res.GetCalls()...)
+		if token = res.GetNextPageToken(); token == "" {
+			return out, nil
+		}
+	}
+}
+
+// Resumption is the result of Resume.
+type Resumption struct {
+	// Call is the call after resumption.
+	Call *kernelv1.Call
+	// Action says what to do next.
+	Action kernelv1.ResumeAction
+	// Handle is set with RESUME_ACTION_RETRY: a handle for the next attempt,
+	// with a fresh capability for the same key (or request id).
+	Handle *CapabilityHandle
+}
+
+// Resume is the recovery path for one pending call. Idempotent: the kernel
+// re-derives the key from the recorded arguments and returns a handle with a
+// fresh capability (Action RETRY). Queryable: it asks the ledger, and reports
+// DONE when the effect happened. Unsafe: refused with FAILED_PRECONDITION,
+// reason UNSAFE_NOT_RESUMABLE.
+func (c *KernelClient) Resume(ctx context.Context, callID string) (*Resumption, error) {
+	res, err := invoke(ctx, c.o.callTimeout, "", c.raw.ResumeCall, &kernelv1.ResumeCallRequest{CallId: callID})
+	if err != nil {
+		return nil, err
+	}
+	out := &Resumption{Call: res.GetCall(), Action: res.GetAction()}
+	if res.GetAction() == kernelv1.ResumeAction_RESUME_ACTION_RETRY {
+		if out.Handle, err = c.handleFor(res.GetCall(), res.GetCapability(), res.GetCapabilityExpiresAt()); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// SigningKeys returns the kernel's public JWKS (JSON text) and current key id.
+func (c *KernelClient) SigningKeys(ctx context.Context) (*kernelv1.GetSigningKeysResponse, error) {
+	return invoke(ctx, c.o.callTimeout, "", c.raw.GetSigningKeys, &kernelv1.GetSigningKeysRequest{})
+}
+
+func (c *KernelClient) handleFor(call *kernelv1.Call, capability string, expires *timestamppb.Timestamp) (*CapabilityHandle, error) {
+	if call == nil || capability == "" {
+		return nil, errors.New("keycap: kernel answered without a call or capability")
+	}
+	var exp time.Time
+	if expires != nil {
+		exp = expires.AsTime()
+	}
+	return &CapabilityHandle{call: call, capability: capability, expiresAt: exp, ledger: c.ledger, kernel: c}, nil
+}

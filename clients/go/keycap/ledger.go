@@ -1,0 +1,49 @@
+package keycap
+
+import (
+	"context"
+
+	ledgerv1 "github.com/keycap/keycap/clients/go/gen/keycap/ledger/v1"
+	"google.golang.org/grpc"
+)
+
+// LedgerClient is the low-level client of keycap.ledger.v1.LedgerService.
+// Tools normally write through a CapabilityHandle; this is for runtimes of
+// other shapes and for tests that must misbehave on purpose (writing under a
+// key of their own). Safe for concurrent use. Close it when done.
+type LedgerClient struct {
+	conn *grpc.ClientConn
+	raw  ledgerv1.LedgerServiceClient
+	o    options
+}
+
+// NewLedgerClient connects (lazily) to the ledger at address.
+func NewLedgerClient(address string, opts ...Option) (*LedgerClient, error) {
+	o := buildOptions(opts)
+	conn, err := dial(address, o)
+	if err != nil {
+		return nil, err
+	}
+	return &LedgerClient{conn: conn, raw: ledgerv1.NewLedgerServiceClient(conn), o: o}, nil
+}
+
+// Raw is the generated client.
+func (c *LedgerClient) Raw() ledgerv1.LedgerServiceClient { return c.raw }
+
+// Close closes the connection.
+func (c *LedgerClient) Close() error { return c.conn.Close() }
+
+// WriteWithCapability writes req presenting capability as
+// `authorization: Bearer <capability>`; an empty capability sends none.
+func (c *LedgerClient) WriteWithCapability(ctx context.Context, capability string, req *ledgerv1.WriteRequest) (*ledgerv1.WriteResponse, error) {
+	if req == nil {
+		req = &ledgerv1.WriteRequest{}
+	}
+	return invoke(ctx, c.o.callTimeout, capability, c.raw.Write, req)
+}
+
+// LookupWithCapability asks whether the effect for requestID happened,
+// presenting a Queryable capability for it.
+func (c *LedgerClient) LookupWithCapability(ctx context.Context, capability string, requestID string) (*ledgerv1.LookupRequestResponse, error) {
+	return invoke(ctx, c.o.callTimeout, capability, c.raw.LookupRequest, &ledgerv1.LookupRequestRequest{RequestId: requestID})
+}
