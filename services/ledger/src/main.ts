@@ -8,6 +8,7 @@ import { connectMongo } from "../../common/src/mongo";
 import { runServices, type RunningService, type ServiceDeps } from "../../common/src/service-runner";
 import { AdminCredential } from "./admin-credential";
 import { adminServiceImpl, LedgerAdmin } from "./admin-service";
+import { benchBaselineBinding, benchBaselineEnabled } from "./bench-baseline";
 import { CapabilityVerifier, FileJwksSource, JwksError, RemoteJwksSource, type PublicKeySource } from "./capability-verifier";
 import { EntryStore } from "./entry-store";
 import { KernelJwksFetcher } from "./kernel-jwks-fetch";
@@ -88,7 +89,11 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
         // Room above the payload limit, so an oversized payload reaches the ledger and is
         // refused (and recorded) as PAYLOAD_TOO_LARGE rather than cut off by the transport.
         maxReceiveBytes: 2 * config.maxPayloadBytes + 64 * 1024,
-        services: [{ name: LEDGER_SERVICE_NAME, definition: LedgerServiceService, implementation: ledgerServiceImpl(ledger, logger) }],
+        services: [
+          { name: LEDGER_SERVICE_NAME, definition: LedgerServiceService, implementation: ledgerServiceImpl(ledger, logger) },
+          // Benchmarks only (bench/README.md): an unauthenticated plain insert to measure against.
+          ...(benchBaselineEnabled() ? [benchBaselineBinding(entries, config.maxPayloadBytes, logger)] : []),
+        ],
       }),
     );
     listeners.push(

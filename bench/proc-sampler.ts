@@ -1,0 +1,125 @@
+/**
+ * Resource use of the services under test, read from /proc (Linux): CPU time
+ * (utime + stime of /proc/<pid>/stat) over a window, and resident memory (VmRSS sampled
+ * during the window, VmHWM = the process's peak since start).
+ */
+import { execFileSync } from "node:child_process";
+import * as fs from "node:fs";
+
+/** What one process used during a window. */
+export interface ProcUsage {
+  /** CPU seconds (user + system) spent in the window. */
+  cpuSeconds: number;
+  /** cpuSeconds / wall seconds: 1.0 = one core busy for the whole window. */
+  cores: number;
+  /** Highest VmRSS sampled in the window, MiB. */
+  peakRssMiB: number;
+  /** VmHWM at the end of the window (peak RSS since the process started), MiB. */
+  hwmMiB: number;
+  /** VmRSS at the end of the window, MiB. */
+  endRssMiB: number;
+}
+
+let clockTicks: number | undefined;
+function ticksPerSecond(): number {
+  if (clockTicks === undefined) {
+    try {
+      clockTicks = Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
+    } catch {
+      clockTicks = 100;
+    }
+  }
+  return clockTicks;
+}
+
+/** CPU seconds (user + system) a process has used so far; undefined if it is gone. */
+export function cpuSecondsOf(pid: number): number | undefined {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+    // Fields after the command name (which may contain spaces) start at field 3.
+    const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    const utime = Number(rest[11]);
+    const stime = Number(rest[12]);
+    return (utime + stime) / ticksPerSecond();
+  } catch {
+    return undefined;
+  }
+}
+
+/** VmRSS and VmHWM in MiB; undefined if the process is gone. */
+export function memoryOf(pid: number): { rssMiB: number; hwmMiB: number } | undefined {
+  try {
+    const status = fs.readFileSync(`/proc/${pid}/status`, "utf8");
+    const kb = (name: string): number => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(status)?.[1] ?? Number.NaN);
+    return { rssMiB: kb("VmRSS") / 1024, hwmMiB: kb("VmHWM") / 1024 };
+  } catch {
+    return undefined;
+  }
+}
+
+/** Samples a set of named processes over a window. */
+export class ProcSampler {
+  private readonly cpuStart = new Map<string, number>();
+  private readonly peak = new Map<string, number>();
+  private timer: NodeJS.Timeout | undefined;
+  private startedAt = 0;
+
+  constructor(
+    private readonly pids: Record<string, number>,
+    private readonly intervalMs = 200,
+  ) {}
+
+  start(): void {
+    this.startedAt = performance.now();
+    for (const [name, pid] of Object.entries(this.pids)) {
+      this.cpuStart.set(name, cpuSecondsOf(pid) ?? 0);
+      this.peak.set(name, 0);
+    }
+    this.sample();
+    this.timer = setInterval(() => this.sample(), this.intervalMs);
+  }
+
+  /** Ends the window and returns what each process used in it. */
+  stop(): Record<string, ProcUsage> {
+    if (this.timer) clearInterval(this.timer);
+    this.sample();
+    const wall = (performance.now() - this.startedAt) / 1000;
+    const out: Record<string, ProcUsage> = {};
+    for (const [name, pid] of Object.entries(this.pids)) {
+      const cpu = (cpuSecondsOf(pid) ?? Number.NaN) - (this.cpuStart.get(name) ?? 0);
+      const mem = memoryOf(pid);
+      out[name] = {
+        cpuSeconds: cpu,
+        cores: wall > 0 ? cpu / wall : Number.NaN,
+        peakRssMiB: this.peak.get(name) ?? Number.NaN,
+        hwmMiB: mem?.hwmMiB ?? Number.NaN,
+        endRssMiB: mem?.rssMiB ?? Number.NaN,
+      };
+    }
+    return out;
+  }
+
+  private sample(): void {
+    for (const [name, pid] of Object.entries(this.pids)) {
+      const mem = memoryOf(pid);
+      if (mem && mem.rssMiB > (this.peak.get(name) ?? 0)) this.peak.set(name, mem.rssMiB);
+    }
+  }
+}
+
+/** Child processes of `parent` whose command name starts with `prefix` (from /proc). */
+export function findChildPids(parent: number, prefix: string): number[] {
+  const out: number[] = [];
+  for (const entry of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, "utf8");
+      const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      if (ppid === parent && comm.startsWith(prefix)) out.push(Number(entry));
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}

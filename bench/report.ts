@@ -1,0 +1,212 @@
+/**
+ * What a benchmark run produces: the Markdown table printed on stdout, the JSON record
+ * under bench/results/, and a hand-written SVG chart of throughput and p99 per scenario
+ * and concurrency.
+ */
+import type { MicroResult } from "./micro";
+import type { ProcUsage } from "./proc-sampler";
+import type { LatencySummary } from "./stats";
+
+/** One scenario at one concurrency. */
+export interface RunResult {
+  scenario: string;
+  driver: "ghz" | "node";
+  concurrency: number;
+  /** Measured time (sum of the load generator's own run times), seconds. */
+  seconds: number;
+  requests: number;
+  /** Answers with the scenario's expected status (OK, or PERMISSION_DENIED for ledger-denied). */
+  expected: number;
+  /** Answers with any other status. */
+  errors: number;
+  statuses: Record<string, number>;
+  errorSamples: string[];
+  /** expected / seconds. */
+  throughput: number;
+  /** Over all answers, milliseconds. */
+  latencyMs: LatencySummary;
+  /** Ratios to ledger-write-baseline at the same concurrency, in the same run. */
+  vsBaseline?: { throughput: number; p99: number };
+  /** Resource use of each service during the run ("ledger", "kernel", "db"). */
+  services: Record<string, ProcUsage & { cpuMicrosPerRequest: number }>;
+  /** ghz invocations (chunks) the run took. */
+  invocations: number;
+}
+
+/** A target of the issue, checked against this run. */
+export interface TargetCheck {
+  target: string;
+  measured: string;
+  met: boolean | undefined;
+}
+
+/** Everything one run records. */
+export interface BenchRecord {
+  timestamp: string;
+  mode: "quick" | "full";
+  machine: { cpuModel: string; cores: number; memGiB: number; os: string; loadAvgAtStart: number[] };
+  versions: { node: string; ghz: string; keycap: string; gitCommit: string; mongoBackend: string; mongoBackendReason: string; ferretdb?: string };
+  parameters: {
+    concurrency: number[];
+    secondsPerRun: number;
+    warmupSeconds: number;
+    payloadBytes: number;
+    ghzChunk: number;
+    ghzConnections: number;
+    microSecondsEach: number;
+    microPinnedToOneCore: boolean;
+  };
+  micro: MicroResult[];
+  runs: RunResult[];
+  targets: TargetCheck[];
+  soak?: { seconds: number; concurrency: number; requests: number; throughput: number; rssMiB: { ledgerStart: number; ledgerEnd: number; kernelStart: number; kernelEnd: number }; timeline: { t: number; ledgerRssMiB: number }[] };
+  notes: string[];
+}
+
+const fmt = (v: number, digits = 1): string => (Number.isFinite(v) ? v.toFixed(digits) : "–");
+const fmtInt = (v: number): string => (Number.isFinite(v) ? Math.round(v).toLocaleString("en-US") : "–");
+
+/** The Markdown report (tables of runs, micro benchmarks and targets). */
+export function markdown(rec: BenchRecord): string {
+  const lines: string[] = [];
+  lines.push(`### keycap bench — ${rec.timestamp} (${rec.mode})`);
+  lines.push("");
+  lines.push(
+    `${rec.machine.cpuModel}, ${rec.machine.cores} cores, ${fmt(rec.machine.memGiB)} GiB; node ${rec.versions.node}; ghz ${rec.versions.ghz}; ` +
+      `MongoDB backend: ${rec.versions.mongoBackend}${rec.versions.ferretdb ? ` ${rec.versions.ferretdb}` : ""}; ${rec.parameters.secondsPerRun} s per run`,
+  );
+  lines.push("");
+  lines.push("| scenario | driver | c | req/s | p50 ms | p90 ms | p99 ms | max ms | errors | ×base req/s | ×base p99 | ledger CPU µs/req | ledger peak RSS MiB | kernel CPU µs/req | kernel peak RSS MiB | db CPU µs/req |");
+  lines.push("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+  for (const r of rec.runs) {
+    const s = (n: string): (ProcUsage & { cpuMicrosPerRequest: number }) | undefined => r.services[n];
+    lines.push(
+      `| ${r.scenario} | ${r.driver} | ${r.concurrency} | ${fmtInt(r.throughput)} | ${fmt(r.latencyMs.p50, 2)} | ${fmt(r.latencyMs.p90, 2)} | ${fmt(r.latencyMs.p99, 2)} | ${fmt(r.latencyMs.max, 1)} | ${r.errors} | ` +
+        `${r.vsBaseline ? fmt(r.vsBaseline.throughput, 2) : "–"} | ${r.vsBaseline ? fmt(r.vsBaseline.p99, 2) : "–"} | ` +
+        `${fmtInt(s("ledger")?.cpuMicrosPerRequest ?? Number.NaN)} | ${fmt(s("ledger")?.peakRssMiB ?? Number.NaN, 0)} | ` +
+        `${fmtInt(s("kernel")?.cpuMicrosPerRequest ?? Number.NaN)} | ${fmt(s("kernel")?.peakRssMiB ?? Number.NaN, 0)} | ${fmtInt(s("db")?.cpuMicrosPerRequest ?? Number.NaN)} |`,
+    );
+  }
+  lines.push("");
+  lines.push(`| micro benchmark${rec.parameters.microPinnedToOneCore ? " (one core)" : ""} | best ops/s | median ops/s | what |`);
+  lines.push("| --- | ---: | ---: | --- |");
+  for (const m of rec.micro) lines.push(`| ${m.name} | ${fmtInt(m.opsPerSecond)} | ${fmtInt(m.medianOpsPerSecond)} | ${m.note} |`);
+  lines.push("");
+  lines.push("| target (issue 7) | measured | met |");
+  lines.push("| --- | --- | --- |");
+  for (const t of rec.targets) lines.push(`| ${t.target} | ${t.measured} | ${t.met === undefined ? "n/a" : t.met ? "yes" : "**no**"} |`);
+  if (rec.soak) {
+    lines.push("");
+    const k = rec.soak.rssMiB;
+    lines.push(
+      `Soak: ${rec.soak.seconds} s at c=${rec.soak.concurrency}, ${fmtInt(rec.soak.throughput)} req/s; ledger RSS ${fmt(k.ledgerStart)} → ${fmt(k.ledgerEnd)} MiB, kernel RSS ${fmt(k.kernelStart)} → ${fmt(k.kernelEnd)} MiB.`,
+    );
+  }
+  for (const n of rec.notes) lines.push(`\n> ${n}`);
+  return lines.join("\n") + "\n";
+}
+
+/** Checks the issue's targets against a run. */
+export function checkTargets(runs: RunResult[], micro: MicroResult[], soak: BenchRecord["soak"]): TargetCheck[] {
+  const at = (scenario: string, c: number): RunResult | undefined => runs.find((r) => r.scenario === scenario && r.concurrency === c);
+  const maxC = Math.max(...runs.map((r) => r.concurrency));
+  const out: TargetCheck[] = [];
+  const w = at("ledger-write", maxC);
+  out.push({
+    target: `ledger-write req/s ≥ 0.8× baseline at c=${maxC}`,
+    measured: w?.vsBaseline ? `${fmt(w.vsBaseline.throughput, 2)}×` : "–",
+    met: w?.vsBaseline ? w.vsBaseline.throughput >= 0.8 : undefined,
+  });
+  out.push({
+    target: `ledger-write p99 ≤ 1.5× baseline at c=${maxC}`,
+    measured: w?.vsBaseline ? `${fmt(w.vsBaseline.p99, 2)}×` : "–",
+    met: w?.vsBaseline ? w.vsBaseline.p99 <= 1.5 : undefined,
+  });
+  const d = at("ledger-duplicate", maxC);
+  out.push({
+    target: `ledger-duplicate req/s ≥ ledger-write req/s (c=${maxC})`,
+    measured: d && w ? `${fmt(d.throughput / w.throughput, 2)}× ledger-write` : "–",
+    met: d && w ? d.throughput >= w.throughput : undefined,
+  });
+  const x = at("ledger-denied", maxC);
+  out.push({
+    target: `ledger-denied req/s ≥ 0.8× baseline (c=${maxC})`,
+    measured: x?.vsBaseline ? `${fmt(x.vsBaseline.throughput, 2)}×` : "–",
+    met: x?.vsBaseline ? x.vsBaseline.throughput >= 0.8 : undefined,
+  });
+  const k = micro.find((m) => m.name === "key derivation (10 fields)");
+  out.push({ target: "key derivation > 100,000/s on one core (10 fields)", measured: k ? `${fmtInt(k.opsPerSecond)}/s best, ${fmtInt(k.medianOpsPerSecond)}/s median` : "–", met: k ? k.opsPerSecond > 100_000 : undefined });
+  if (soak) {
+    const growth = soak.rssMiB.ledgerEnd - soak.rssMiB.ledgerStart;
+    out.push({ target: "memory flat over the soak (ledger RSS growth < 10%)", measured: `${fmt(growth, 1)} MiB`, met: growth < 0.1 * soak.rssMiB.ledgerStart });
+  } else {
+    out.push({ target: "memory flat over a 5-minute soak at c=64", measured: "not run (--soak)", met: undefined });
+  }
+  return out;
+}
+
+const COLORS = ["#9ecae1", "#4292c6", "#08519c", "#6baed6", "#2171b5"];
+
+function niceMax(v: number): number {
+  if (!(v > 0)) return 1;
+  const p = 10 ** Math.floor(Math.log10(v));
+  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}
+
+const esc = (s: string): string => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+
+/** A grouped bar chart: one group per scenario, one bar per concurrency. */
+function panel(runs: RunResult[], title: string, value: (r: RunResult) => number, unit: string, y0: number, width: number): string {
+  const scenarios = [...new Set(runs.map((r) => r.scenario))];
+  const cs = [...new Set(runs.map((r) => r.concurrency))].sort((a, b) => a - b);
+  const h = 260;
+  const left = 70;
+  const top = y0 + 30;
+  const plotW = width - left - 20;
+  const max = niceMax(Math.max(...runs.map(value).filter(Number.isFinite), 0));
+  const parts: string[] = [];
+  parts.push(`<text x="${left}" y="${y0 + 18}" font-size="14" font-weight="bold">${esc(title)}</text>`);
+  for (let t = 0; t <= 4; t++) {
+    const v = (max * t) / 4;
+    const y = top + h - (h * t) / 4;
+    parts.push(`<line x1="${left}" y1="${y}" x2="${left + plotW}" y2="${y}" stroke="#ddd"/>`);
+    parts.push(`<text x="${left - 6}" y="${y + 4}" font-size="11" text-anchor="end">${v >= 100 ? Math.round(v) : +v.toFixed(2)}</text>`);
+  }
+  parts.push(`<text x="14" y="${top + h / 2}" font-size="11" transform="rotate(-90 14 ${top + h / 2})" text-anchor="middle">${esc(unit)}</text>`);
+  const groupW = plotW / scenarios.length;
+  const barW = Math.min(36, (groupW - 16) / cs.length);
+  scenarios.forEach((s, gi) => {
+    const gx = left + gi * groupW + (groupW - barW * cs.length) / 2;
+    cs.forEach((c, ci) => {
+      const r = runs.find((x) => x.scenario === s && x.concurrency === c);
+      const v = r ? value(r) : Number.NaN;
+      if (!Number.isFinite(v)) return;
+      const bh = (h * v) / max;
+      const x = gx + ci * barW;
+      parts.push(`<rect x="${x.toFixed(1)}" y="${(top + h - bh).toFixed(1)}" width="${(barW - 2).toFixed(1)}" height="${bh.toFixed(1)}" fill="${COLORS[ci % COLORS.length]}"><title>${esc(`${s} c=${c}: ${v.toFixed(2)} ${unit}`)}</title></rect>`);
+      parts.push(`<text x="${(x + barW / 2 - 1).toFixed(1)}" y="${(top + h - bh - 3).toFixed(1)}" font-size="9" text-anchor="middle">${v >= 100 ? Math.round(v) : v.toFixed(1)}</text>`);
+    });
+    parts.push(`<text x="${(left + gi * groupW + groupW / 2).toFixed(1)}" y="${top + h + 16}" font-size="11" text-anchor="middle">${esc(s)}</text>`);
+  });
+  return parts.join("\n");
+}
+
+/** The SVG chart: throughput (top) and p99 latency (bottom) per scenario and concurrency. */
+export function svgChart(rec: BenchRecord): string {
+  const width = 960;
+  const cs = [...new Set(rec.runs.map((r) => r.concurrency))].sort((a, b) => a - b);
+  const legend = cs
+    .map((c, i) => `<rect x="${width - 300 + i * 90}" y="8" width="12" height="12" fill="${COLORS[i % COLORS.length]}"/><text x="${width - 284 + i * 90}" y="18" font-size="11">c = ${c}</text>`)
+    .join("");
+  const height = 700;
+  return [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif">`,
+    `<rect width="100%" height="100%" fill="white"/>`,
+    `<text x="10" y="18" font-size="12">keycap bench ${esc(rec.timestamp)} (${rec.mode}) — ${esc(rec.machine.cpuModel)}, ${rec.machine.cores} cores — MongoDB: ${esc(rec.versions.mongoBackend)}</text>`,
+    legend,
+    panel(rec.runs, "Throughput (answers/s; higher is better)", (r) => r.throughput, "req/s", 30, width),
+    panel(rec.runs, "p99 latency (lower is better)", (r) => r.latencyMs.p99, "ms", 360, width),
+    `</svg>`,
+  ].join("\n");
+}

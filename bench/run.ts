@@ -1,0 +1,460 @@
+/**
+ * `make bench` (`node dist/bench/run.js [--quick] [--soak] [--profile]`): what keycap's
+ * enforcement costs, measured against a plain insert in the same run (bench/README.md).
+ *
+ * Starts MongoDB (the test harness), the kernel and the ledger as real processes, runs
+ * the micro benchmarks pinned to one core, warms up, then drives each scenario for a
+ * fixed time at each concurrency level, and writes the Markdown table (stdout), a JSON
+ * record and an SVG chart (bench/results/). Every process it starts is stopped, also on
+ * failure and on Ctrl-C.
+ */
+import { execFile, execFileSync } from "node:child_process";
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { parseArgs, promisify } from "node:util";
+import { defineTool, KernelClient, LedgerClient } from "../clients/ts/src/index";
+import { FERRETDB_VERSION } from "../services/common/src/embedded-mongo";
+import { descriptorSetPath, projectRoot } from "../services/common/src/repo-paths";
+import { benchKey, CapabilityFactory, newKeySpace, type PoolItem } from "./capabilities";
+import { CHUNK, ensureGhz, runGhzChunk } from "./ghz";
+import { TEN_FIELD_DERIVATION, tenFieldArguments, type MicroResult } from "./micro";
+import { runClosedLoop } from "./node-driver";
+import { memoryOf, ProcSampler, type ProcUsage } from "./proc-sampler";
+import { profileMarkdown } from "./profile";
+import { checkTargets, markdown, svgChart, type BenchRecord, type RunResult } from "./report";
+import { startStack, type Stack } from "./stack";
+import { LatencyRecorder, summarise } from "./stats";
+
+const WRITE_TOOL = "bench.write";
+const CALL_TOOL = "bench.call";
+const BASELINE_CALL = "keycap.bench.v1.BaselineService.Write";
+const LEDGER_CALL = "keycap.ledger.v1.LedgerService.Write";
+/** The payload of every write: 256 bytes, like a small JSON effect description. */
+const PAYLOAD = Buffer.from(JSON.stringify({ kind: "charge", amount_cents: 129900, currency: "EUR", note: "x".repeat(180) }).padEnd(256, " "));
+
+interface Options {
+  quick: boolean;
+  soak: boolean;
+  soakSeconds: number;
+  profile: boolean;
+  seconds: number;
+  warmupSeconds: number;
+  microSeconds: number;
+  concurrency: number[];
+  scenarios: string[] | undefined;
+}
+
+const log = (m: string): void => void process.stderr.write(`bench: ${m}\n`);
+
+function options(): Options {
+  const { values } = parseArgs({
+    options: {
+      quick: { type: "boolean", default: false },
+      soak: { type: "boolean", default: false },
+      "soak-seconds": { type: "string" },
+      profile: { type: "boolean", default: false },
+      seconds: { type: "string" },
+      concurrency: { type: "string" },
+      scenarios: { type: "string" },
+    },
+  });
+  const quick = values.quick === true;
+  return {
+    quick,
+    soak: values.soak === true,
+    soakSeconds: Number(values["soak-seconds"] ?? 300),
+    profile: values.profile === true,
+    seconds: Number(values.seconds ?? (quick ? 2 : 15)),
+    warmupSeconds: quick ? 0.7 : 3,
+    microSeconds: quick ? 0.3 : 2,
+    concurrency: (values.concurrency ?? "1,16,64").split(",").map(Number),
+    scenarios: values.scenarios?.split(","),
+  };
+}
+
+/** One thing to measure. */
+interface Scenario {
+  name: string;
+  driver: "ghz" | "node";
+  /** The status every answer should have. */
+  expected: "OK" | "PERMISSION_DENIED";
+  /** ghz: the method. */
+  call?: string;
+  /** ghz: n requests (keys and capabilities), made just before they are sent. */
+  items?: (n: number) => Promise<PoolItem[]>;
+  /** node: one operation. */
+  op?: (i: number) => Promise<unknown>;
+}
+
+interface Measured {
+  seconds: number;
+  latencies: LatencyRecorder;
+  statuses: Record<string, number>;
+  errorSamples: string[];
+  usage: Record<string, ProcUsage>;
+  invocations: number;
+}
+
+/** Adds one window's usage to an accumulated one. */
+function addUsage(acc: Record<string, ProcUsage>, u: Record<string, ProcUsage>): void {
+  for (const [k, v] of Object.entries(u)) {
+    const a = acc[k];
+    if (!a) {
+      acc[k] = { ...v };
+      continue;
+    }
+    a.cpuSeconds += v.cpuSeconds;
+    a.peakRssMiB = Math.max(a.peakRssMiB, v.peakRssMiB);
+    a.hwmMiB = v.hwmMiB;
+    a.endRssMiB = v.endRssMiB;
+  }
+}
+
+class Bench {
+  /** Answers per second last seen per concurrency, to size the next ghz chunk. */
+  private readonly rate = new Map<number, number>();
+  private readonly tmp = fs.mkdtempSync(path.join(os.tmpdir(), "keycap-bench-ghz-"));
+
+  constructor(
+    private readonly stack: Stack,
+    private readonly ghzBin: string,
+  ) {}
+
+  async measure(sc: Scenario, concurrency: number, seconds: number): Promise<Measured> {
+    const latencies = new LatencyRecorder();
+    const statuses: Record<string, number> = {};
+    const errorSamples: string[] = [];
+    const usage: Record<string, ProcUsage> = {};
+    const merge = (r: { latenciesMs: number[]; statuses: Record<string, number>; errorSamples: string[] }): void => {
+      latencies.addAll(r.latenciesMs);
+      for (const [k, v] of Object.entries(r.statuses)) statuses[k] = (statuses[k] ?? 0) + v;
+      for (const e of r.errorSamples) if (errorSamples.length < 5 && !errorSamples.includes(e)) errorSamples.push(e);
+    };
+    let elapsed = 0;
+    let invocations = 0;
+    if (sc.driver === "node") {
+      const sampler = new ProcSampler(this.stack.pids);
+      sampler.start();
+      const r = await runClosedLoop(concurrency, seconds, sc.op!);
+      addUsage(usage, sampler.stop());
+      merge(r);
+      elapsed = r.seconds;
+    } else {
+      while (elapsed < seconds - 0.05) {
+        const remaining = seconds - elapsed;
+        const est = this.rate.get(concurrency) ?? 2500;
+        const n = Math.min(CHUNK, Math.max(300, Math.ceil(est * remaining * 1.3)));
+        const items = await sc.items!(n);
+        const sampler = new ProcSampler(this.stack.pids);
+        sampler.start();
+        const r = await runGhzChunk({
+          bin: this.ghzBin,
+          protoset: descriptorSetPath(),
+          call: sc.call!,
+          address: this.stack.ledgerAddress,
+          concurrency,
+          maxSeconds: remaining,
+          items,
+          payload: PAYLOAD,
+          workDir: this.tmp,
+        });
+        addUsage(usage, sampler.stop());
+        merge(r);
+        invocations++;
+        elapsed += r.seconds;
+        if (r.seconds > 0 && r.latenciesMs.length > 0) this.rate.set(concurrency, r.latenciesMs.length / r.seconds);
+        if (r.latenciesMs.length === 0) throw new Error(`ghz answered nothing for ${sc.name} at c=${concurrency}`);
+      }
+    }
+    for (const u of Object.values(usage)) u.cores = u.cpuSeconds / elapsed;
+    return { seconds: elapsed, latencies, statuses, errorSamples, usage, invocations };
+  }
+
+  cleanup(): void {
+    fs.rmSync(this.tmp, { recursive: true, force: true });
+  }
+}
+
+function toResult(sc: Scenario, concurrency: number, m: Measured): RunResult {
+  const requests = m.latencies.count;
+  const expected = m.statuses[sc.expected] ?? 0;
+  const services: RunResult["services"] = {};
+  for (const [k, u] of Object.entries(m.usage)) services[k] = { ...u, cpuMicrosPerRequest: requests ? (u.cpuSeconds * 1e6) / requests : Number.NaN };
+  return {
+    scenario: sc.name,
+    driver: sc.driver,
+    concurrency,
+    seconds: m.seconds,
+    requests,
+    expected,
+    errors: requests - expected,
+    statuses: m.statuses,
+    errorSamples: m.errorSamples,
+    throughput: expected / m.seconds,
+    latencyMs: summarise(m.latencies.values()),
+    services,
+    invocations: m.invocations,
+  };
+}
+
+async function runMicroPinned(seconds: number): Promise<{ results: MicroResult[]; pinned: boolean }> {
+  const script = path.join(projectRoot(), "dist/bench/micro.js");
+  let pinned = true;
+  try {
+    execFileSync("taskset", ["-c", "0", "true"], { stdio: "ignore" });
+  } catch {
+    pinned = false;
+  }
+  const [cmd, args] = pinned ? ["taskset", ["-c", "0", process.execPath, script, String(seconds)]] : [process.execPath, [script, String(seconds)]];
+  const { stdout } = await promisify(execFile)(cmd, args as string[], { maxBuffer: 1024 * 1024 });
+  return { results: JSON.parse(stdout) as MicroResult[], pinned };
+}
+
+function machine(): BenchRecord["machine"] {
+  const cpus = os.cpus();
+  return {
+    cpuModel: cpus[0]?.model.trim() ?? "unknown",
+    cores: cpus.length,
+    memGiB: os.totalmem() / 2 ** 30,
+    os: `${os.type()} ${os.release()}`,
+    loadAvgAtStart: os.loadavg().map((v) => +v.toFixed(2)),
+  };
+}
+
+function gitCommit(): string {
+  try {
+    const head = execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: projectRoot(), encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim();
+    const dirty = execFileSync("git", ["status", "--porcelain", "--untracked-files=no"], { cwd: projectRoot(), encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim() !== "";
+    return dirty ? `${head}+dirty` : head;
+  } catch {
+    return "unknown";
+  }
+}
+
+async function main(): Promise<void> {
+  const opts = options();
+  const started = Date.now();
+  const timestamp = new Date().toISOString().replace(/\.\d+Z$/, "Z");
+  const machineInfo = machine();
+  const ghz = await ensureGhz(log);
+
+  log(`micro benchmarks (${opts.microSeconds} s each)`);
+  const micro = opts.profile ? { results: [], pinned: false } : await runMicroPinned(opts.microSeconds);
+
+  const resultsDir = path.join(projectRoot(), "bench", "results");
+  fs.mkdirSync(resultsDir, { recursive: true });
+  const profileDir = path.join(resultsDir, `profile-${timestamp.replace(/:/g, "")}`);
+
+  log("starting MongoDB, kernel and ledger");
+  const stack = await startStack(opts.profile ? { ledgerNodeFlags: ["--cpu-prof", `--cpu-prof-dir=${profileDir}`] } : {});
+  let stopping = false;
+  const onSignal = (sig: string): void => {
+    if (stopping) process.exit(1);
+    stopping = true;
+    log(`${sig}: stopping services`);
+    void stack.stop().finally(() => process.exit(130));
+  };
+  process.on("SIGINT", () => onSignal("SIGINT"));
+  process.on("SIGTERM", () => onSignal("SIGTERM"));
+  log(`MongoDB backend: ${stack.mongo.backend}; kernel ${stack.kernelAddress}, ledger ${stack.ledgerAddress}; pids ${JSON.stringify(stack.pids)}`);
+
+  const kernel = new KernelClient(stack.kernelAddress, { ledgerAddress: stack.ledgerAddress });
+  const ledger = new LedgerClient(stack.ledgerAddress);
+  const bench = new Bench(stack, ghz.bin);
+  const runs: RunResult[] = [];
+  let soak: BenchRecord["soak"];
+  const notes: string[] = [];
+  try {
+    const factory = await CapabilityFactory.open(stack.signingKeyFile);
+    await kernel.registerTool(
+      defineTool({ id: CALL_TOOL, effect: { kind: "idempotent", key: { fields: TEN_FIELD_DERIVATION.fields as [string, ...string[]] } } }),
+    );
+    // Capabilities whose only role is to make baseline requests carry the same metadata
+    // as enforced ones (the baseline ignores them): identical work for ghz.
+    const filler = await factory.mint(CHUNK, WRITE_TOOL, (i) => benchKey("filler", i));
+    // Keys written once before the duplicate scenario replays them with fresh capabilities.
+    const dupSpace = newKeySpace("dup");
+    const dupKeys = Array.from({ length: opts.quick ? 1000 : 2000 }, (_, i) => benchKey(dupSpace, i));
+    const pre = await factory.mint(dupKeys.length, WRITE_TOOL, (i) => dupKeys[i]!);
+    let nextPre = 0;
+    await Promise.all(
+      Array.from({ length: 16 }, async () => {
+        for (let it = pre[nextPre++]; it; it = pre[nextPre++]) await ledger.writeWithCapability(it.token, { key: it.key, payload: PAYLOAD });
+      }),
+    );
+
+    const all: Scenario[] = [
+      {
+        name: "ledger-write-baseline",
+        driver: "ghz",
+        expected: "OK",
+        call: BASELINE_CALL,
+        items: async (n) => {
+          const space = newKeySpace("base");
+          return Array.from({ length: n }, (_, i) => ({ key: benchKey(space, i), token: filler[i % filler.length]!.token }));
+        },
+      },
+      {
+        name: "ledger-write",
+        driver: "ghz",
+        expected: "OK",
+        call: LEDGER_CALL,
+        items: (n) => {
+          const space = newKeySpace("write");
+          return factory.mint(n, WRITE_TOOL, (i) => benchKey(space, i));
+        },
+      },
+      {
+        name: "ledger-duplicate",
+        driver: "ghz",
+        expected: "OK",
+        call: LEDGER_CALL,
+        items: (n) => factory.mint(n, WRITE_TOOL, (i) => dupKeys[i % dupKeys.length]!, { attempt: 2 }),
+      },
+      {
+        name: "ledger-denied",
+        driver: "ghz",
+        expected: "PERMISSION_DENIED",
+        call: LEDGER_CALL,
+        items: (n) => {
+          const space = newKeySpace("denied");
+          return factory.mint(n, WRITE_TOOL, (i) => benchKey(space, i), { requestKeyOf: (i) => benchKey(`${space}-wrong`, i) });
+        },
+      },
+      {
+        name: "call",
+        driver: "node",
+        expected: "OK",
+        op: (() => {
+          const space = newKeySpace("call");
+          return async (i: number): Promise<void> => {
+            const handle = await kernel.begin(CALL_TOOL, { ...tenFieldArguments(i), order_id: `${space}-${i}` });
+            await handle.write(PAYLOAD);
+            await handle.complete("succeeded");
+          };
+        })(),
+      },
+    ];
+    const scenarios = all.filter((s) => !opts.scenarios || opts.scenarios.includes(s.name));
+
+    if (opts.profile) {
+      const write = scenarios.find((s) => s.name === "ledger-write")!;
+      log(`profile: warm-up, then ledger-write at c=64 for ${opts.seconds} s with --cpu-prof on the ledger`);
+      await bench.measure(write, 16, opts.warmupSeconds);
+      const m = await bench.measure(write, 64, opts.seconds);
+      runs.push(toResult(write, 64, m));
+    } else {
+      log(`warm-up: ${opts.warmupSeconds} s per scenario at c=16`);
+      for (const sc of scenarios) await bench.measure(sc, 16, opts.warmupSeconds);
+      for (const c of opts.concurrency) {
+        for (const sc of scenarios) {
+          const r = toResult(sc, c, await bench.measure(sc, c, opts.seconds));
+          runs.push(r);
+          log(
+            `${sc.name} c=${c}: ${r.throughput.toFixed(0)}/s p50 ${r.latencyMs.p50.toFixed(2)} ms p99 ${r.latencyMs.p99.toFixed(2)} ms errors ${r.errors}` +
+              (r.errorSamples.length && r.errors ? ` (${r.errorSamples[0]})` : ""),
+          );
+        }
+      }
+      if (opts.soak) {
+        const write = scenarios.find((s) => s.name === "ledger-write");
+        if (write) soak = await runSoak(bench, write, stack, opts.soakSeconds);
+      }
+    }
+  } finally {
+    kernel.close();
+    ledger.close();
+    bench.cleanup();
+    log("stopping services");
+    await stack.stop();
+  }
+
+  for (const r of runs) {
+    const base = runs.find((b) => b.scenario === "ledger-write-baseline" && b.concurrency === r.concurrency);
+    if (base) r.vsBaseline = { throughput: r.throughput / base.throughput, p99: r.latencyMs.p99 / base.latencyMs.p99 };
+  }
+  if (machineInfo.cores <= 2) {
+    notes.push(`${machineInfo.cores} cores: ghz (or the Node driver), the ledger, the kernel and the database share them; absolute numbers are bounded by that, ratios are the result.`);
+  }
+  const pkg = JSON.parse(fs.readFileSync(path.join(projectRoot(), "package.json"), "utf8")) as { version: string };
+  const rec: BenchRecord = {
+    timestamp,
+    mode: opts.quick ? "quick" : "full",
+    machine: machineInfo,
+    versions: {
+      node: process.version,
+      ghz: ghz.version,
+      keycap: pkg.version,
+      gitCommit: gitCommit(),
+      mongoBackend: stack.mongo.backend,
+      mongoBackendReason: stack.mongo.reason,
+      ...(stack.mongo.backend === "ferretdb" ? { ferretdb: `${FERRETDB_VERSION} (SQLite)` } : {}),
+    },
+    parameters: {
+      concurrency: opts.concurrency,
+      secondsPerRun: opts.seconds,
+      warmupSeconds: opts.warmupSeconds,
+      payloadBytes: PAYLOAD.length,
+      ghzChunk: CHUNK,
+      ghzConnections: 1,
+      microSecondsEach: opts.microSeconds,
+      microPinnedToOneCore: micro.pinned,
+    },
+    micro: micro.results,
+    runs,
+    targets: [],
+    ...(soak ? { soak } : {}),
+    notes,
+  };
+  rec.targets = checkTargets(runs, micro.results, soak);
+
+  if (opts.profile) {
+    const files = fs.existsSync(profileDir) ? fs.readdirSync(profileDir).filter((f) => f.endsWith(".cpuprofile")) : [];
+    if (files.length === 0) throw new Error(`no .cpuprofile written under ${profileDir}`);
+    process.stdout.write(markdown(rec));
+    process.stdout.write("\n" + profileMarkdown(path.join(profileDir, files[0]!)));
+    log(`profile: ${path.join(profileDir, files[0]!)}`);
+    return;
+  }
+  const base = path.join(resultsDir, timestamp.replace(/:/g, ""));
+  fs.writeFileSync(`${base}.json`, JSON.stringify(rec, null, 2) + "\n");
+  const svg = svgChart(rec);
+  fs.writeFileSync(`${base}.svg`, svg);
+  if (!opts.quick) fs.writeFileSync(path.join(resultsDir, "latest.svg"), svg);
+  process.stdout.write(markdown(rec));
+  log(`wrote ${base}.json and ${base}.svg in ${((Date.now() - started) / 1000).toFixed(0)} s`);
+}
+
+/** ledger-write at c=64 for a long time; the ledger's RSS at start and end, and every 10 s. */
+async function runSoak(bench: Bench, write: Scenario, stack: Stack, seconds: number): Promise<NonNullable<BenchRecord["soak"]>> {
+  log(`soak: ledger-write at c=64 for ${seconds} s`);
+  const ledgerStart = memoryOf(stack.pids["ledger"]!)?.rssMiB ?? Number.NaN;
+  const kernelStart = memoryOf(stack.pids["kernel"]!)?.rssMiB ?? Number.NaN;
+  const t0 = Date.now();
+  const timeline: { t: number; ledgerRssMiB: number }[] = [{ t: 0, ledgerRssMiB: ledgerStart }];
+  const timer = setInterval(() => timeline.push({ t: Math.round((Date.now() - t0) / 1000), ledgerRssMiB: memoryOf(stack.pids["ledger"]!)?.rssMiB ?? Number.NaN }), 10_000);
+  try {
+    const r = toResult(write, 64, await bench.measure(write, 64, seconds));
+    return {
+      seconds: r.seconds,
+      concurrency: 64,
+      requests: r.requests,
+      throughput: r.throughput,
+      rssMiB: {
+        ledgerStart,
+        ledgerEnd: memoryOf(stack.pids["ledger"]!)?.rssMiB ?? Number.NaN,
+        kernelStart,
+        kernelEnd: memoryOf(stack.pids["kernel"]!)?.rssMiB ?? Number.NaN,
+      },
+      timeline,
+    };
+  } finally {
+    clearInterval(timer);
+  }
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`bench: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,160 @@
+/**
+ * The system under test, as real processes on free loopback ports: a MongoDB-protocol
+ * server from the project's harness (startMongoServer: mongodb-memory-server or
+ * FerretDB, it says which), then `keycap serve kernel` and `keycap serve ledger` as two
+ * child processes (so each one's CPU and memory can be read), the ledger with the
+ * benchmark baseline service turned on (KEYCAP_BENCH_BASELINE=1).
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import * as crypto from "node:crypto";
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import * as readline from "node:readline";
+import { startMongoServer, type MongoServerHandle } from "../services/common/src/embedded-mongo";
+import { createLogger } from "../services/common/src/logger";
+import { projectRoot } from "../services/common/src/repo-paths";
+import { findChildPids } from "./proc-sampler";
+
+/** One keycap service process. */
+export interface ServiceProc {
+  name: string;
+  child: ChildProcess;
+  pid: number;
+  /** Listener name → host:port, from the service's "ready" log line. */
+  endpoints: Record<string, string>;
+  /** The last lines it printed, for error messages. */
+  tail(): string;
+  stop(): Promise<void>;
+}
+
+/** The running stack. */
+export interface Stack {
+  mongo: MongoServerHandle;
+  kernel: ServiceProc;
+  ledger: ServiceProc;
+  dataDir: string;
+  kernelAddress: string;
+  ledgerAddress: string;
+  /** The kernel's signing key file (the bench mints capabilities with it, as the kernel does). */
+  signingKeyFile: string;
+  /** PIDs to sample: ledger, kernel and, when found, the MongoDB-protocol server. */
+  pids: Record<string, number>;
+  stop(): Promise<void>;
+}
+
+export interface StackOptions {
+  /** Extra node flags for the ledger process (e.g. --cpu-prof; not allowed in NODE_OPTIONS). */
+  ledgerNodeFlags?: string[];
+  /** Milliseconds to wait for each service's "ready" line. Default 60000. */
+  readyTimeoutMs?: number;
+}
+
+/** Starts MongoDB (harness), the kernel, then the ledger; stops whatever started on failure. */
+export async function startStack(opts: StackOptions = {}): Promise<Stack> {
+  const mongo = await startMongoServer({ logger: createLogger("bench", "warn") });
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "keycap-bench-"));
+  const started: ServiceProc[] = [];
+  const cleanup = async (): Promise<void> => {
+    for (const s of started.reverse()) await s.stop().catch(() => undefined);
+    await mongo.stop().catch(() => undefined);
+    fs.rmSync(dataDir, { recursive: true, force: true });
+  };
+  try {
+    const base: Record<string, string> = {
+      PATH: process.env["PATH"] ?? "",
+      HOME: process.env["HOME"] ?? "",
+      MONGODB_URI: mongo.uri,
+      KEYCAP_MONGODB_DATABASE: `bench_${crypto.randomBytes(4).toString("hex")}`,
+      KEYCAP_DATA_DIR: dataDir,
+      KEYCAP_KERNEL_LISTEN: "127.0.0.1:0",
+      KEYCAP_LEDGER_LISTEN: "127.0.0.1:0",
+      KEYCAP_ADMIN_LISTEN: "127.0.0.1:0",
+      KEYCAP_ADMIN_TOKEN: crypto.randomBytes(24).toString("base64url"),
+      // "info" is needed for the "ready" line; nothing is logged per request at info.
+      KEYCAP_LOG_LEVEL: "info",
+      KEYCAP_SHUTDOWN_GRACE_MS: "3000",
+    };
+    const kernel = await startService("kernel", base, opts.readyTimeoutMs);
+    started.push(kernel);
+    const kernelAddress = need(kernel.endpoints, "kernel");
+    const ledgerEnv: Record<string, string> = { ...base, KEYCAP_KERNEL_ADDRESS: kernelAddress, KEYCAP_BENCH_BASELINE: "1" };
+    const ledger = await startService("ledger", ledgerEnv, opts.readyTimeoutMs, opts.ledgerNodeFlags);
+    started.push(ledger);
+    const ledgerAddress = need(ledger.endpoints, "ledger");
+    const pids: Record<string, number> = { ledger: ledger.pid, kernel: kernel.pid };
+    const db = findChildPids(process.pid, mongo.backend === "ferretdb" ? "keycap-ferretd" : "mongod")[0];
+    if (db !== undefined) pids["db"] = db;
+    return {
+      mongo,
+      kernel,
+      ledger,
+      dataDir,
+      kernelAddress,
+      ledgerAddress,
+      signingKeyFile: path.join(dataDir, "signing-keys.json"),
+      pids,
+      stop: cleanup,
+    };
+  } catch (err) {
+    await cleanup();
+    throw err;
+  }
+}
+
+function need(endpoints: Record<string, string>, name: string): string {
+  const v = endpoints[name];
+  if (!v) throw new Error(`no ${name} endpoint in the ready line (${JSON.stringify(endpoints)})`);
+  return v;
+}
+
+/** Starts `keycap serve <which>` and waits for its "ready" log line. */
+async function startService(which: "kernel" | "ledger", env: Record<string, string>, readyTimeoutMs = 60_000, nodeFlags: string[] = []): Promise<ServiceProc> {
+  const entry = path.join(projectRoot(), "dist/services/cli/src/main.js");
+  const child = spawn(process.execPath, [...nodeFlags, entry, "serve", which], { env, stdio: ["ignore", "pipe", "pipe"] });
+  let tail: string[] = [];
+  const keep = (line: string): void => {
+    tail.push(line);
+    if (tail.length > 40) tail = tail.slice(-40);
+  };
+  readline.createInterface({ input: child.stderr! }).on("line", keep);
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  const endpoints = await new Promise<Record<string, string>>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(new Error(`${which} not ready within ${readyTimeoutMs} ms:\n${tail.join("\n")}`));
+    }, readyTimeoutMs);
+    readline.createInterface({ input: child.stdout! }).on("line", (line) => {
+      keep(line);
+      try {
+        const rec = JSON.parse(line) as { msg?: string; endpoints?: { listener: string; address: string }[] };
+        if (rec.msg === "ready" && rec.endpoints) {
+          clearTimeout(timer);
+          resolve(Object.fromEntries(rec.endpoints.map((e) => [e.listener, e.address])));
+        }
+      } catch {
+        // not a log line
+      }
+    });
+    void exited.then(() => {
+      clearTimeout(timer);
+      reject(new Error(`${which} exited (${child.exitCode ?? child.signalCode}) before ready:\n${tail.join("\n")}`));
+    });
+  });
+  return {
+    name: which,
+    child,
+    pid: child.pid as number,
+    endpoints,
+    tail: () => tail.join("\n"),
+    stop: async () => {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill("SIGTERM");
+      const timeout = new Promise<"timeout">((r) => setTimeout(() => r("timeout"), 15_000).unref());
+      if ((await Promise.race([exited, timeout])) === "timeout") {
+        child.kill("SIGKILL");
+        await exited;
+      }
+    },
+  };
+}
