@@ -21,6 +21,7 @@ install: $(NPM_STAMP)
 ## generate: every language's stubs from proto/ (TypeScript + descriptor set; Go and Python, committed)
 generate: generate-ts
 	clients/go/generate.sh
+	bash clients/python/generate.sh
 
 generate-ts: $(NPM_STAMP)
 	npm run --silent generate
@@ -47,9 +48,17 @@ ferretdb: build
 test: build lint
 	$(MAKE) --no-print-directory test-ts
 	$(MAKE) --no-print-directory test-go
+	$(MAKE) --no-print-directory test-python
 
 test-ts: build
 	npx mocha
+
+## test-python: Python client (stubs drift check, e2e against real services with pytest)
+test-python: build
+	bash clients/python/generate.sh
+	@out="$$(git status --porcelain --untracked-files=all -- clients/python/src/keycap_client/_gen)"; \
+	  if [ -n "$$out" ]; then echo "$$out"; echo "Python stubs out of date: run make generate and commit"; exit 1; fi
+	bash clients/python/test.sh
 
 ## test-go: Go client (stubs drift check, vet, e2e against real services, grpcurl + grpc-health-probe)
 test-go: build

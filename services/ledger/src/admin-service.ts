@@ -37,8 +37,9 @@ export class LedgerAdmin {
     const docs = await this.entries.list(req.toolId, cursor ? { recordedAt: new Date(Number(cursor.t)), id: String(cursor.id) } : undefined, limit + 1);
     const page = docs.slice(0, limit);
     const last = page[page.length - 1];
+    const counts = await this.entries.countsFor(page.map((d) => d._id));
     return {
-      entries: page.map(entryToProto),
+      entries: page.map((d) => entryToProto(d, counts.get(d._id))),
       nextPageToken: docs.length > limit && last ? encodePageToken({ t: last.recorded_at.getTime(), id: last._id }) : "",
     };
   }
@@ -51,7 +52,8 @@ export class LedgerAdmin {
       const field = sel.$case === "entryId" ? "entry_id" : "key";
       throw new KeycapError(status.NOT_FOUND, "ENTRY_NOT_FOUND", `no entry with this ${field}`, { field });
     }
-    return { entry: entryToProto(doc) };
+    const counts = await this.entries.countsFor([doc._id]);
+    return { entry: entryToProto(doc, counts.get(doc._id)) };
   }
 
   async listRejections(req: ListRejectionsRequest): Promise<ListRejectionsResponse> {

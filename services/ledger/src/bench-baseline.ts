@@ -8,7 +8,7 @@
  * Registered on the ledger listener only when KEYCAP_BENCH_BASELINE=1; never enable it in
  * a deployment: it writes without any authorisation.
  */
-import { createHash, randomBytes } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { status, type ServerUnaryCall } from "@grpc/grpc-js";
 import { BaselineServiceService, type BaselineServiceServer, type WriteRequest, type WriteResponse } from "../../../gen/ts/keycap/bench/v1/baseline";
 import { KeycapError } from "../../common/src/errors";
@@ -49,7 +49,7 @@ export class BaselineWriter {
     const payloadSha256 = createHash("sha256").update(req.payload).digest("hex");
     const doc: EntryDoc = {
       _id: effectId,
-      entry_id: `e_${randomBytes(16).toString("base64url")}`,
+      entry_id: `e_${randomUUID().replaceAll("-", "")}`,
       tool_id: BASELINE_TOOL_ID,
       effect: "idempotent",
       call_id: "",
@@ -60,13 +60,13 @@ export class BaselineWriter {
       payload: req.payload,
       payload_sha256: payloadSha256,
       recorded_at: new Date(),
-      duplicate_count: 0,
       payload_mismatch: false,
-      payload_mismatch_count: 0,
     };
     if (await this.entries.insert(doc)) return { entry: entryToProto(doc), duplicate: false, payloadMismatch: false };
-    const { entry, payloadMismatch } = await this.entries.recordDuplicate(effectId, payloadSha256);
-    return { entry: entryToProto(entry), duplicate: true, payloadMismatch };
+    // What a user would write instead: on the collision, read the original back.
+    const original = await this.entries.findByEffectId(effectId);
+    if (!original) throw new KeycapError(status.INTERNAL, "INTERNAL", "entry collided but cannot be found");
+    return { entry: entryToProto(original), duplicate: true, payloadMismatch: original.payload_sha256 !== payloadSha256 };
   }
 }
 

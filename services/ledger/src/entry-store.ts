@@ -8,6 +8,7 @@
  * Exactly-once rests on MongoDB refusing a second document with the same `_id`
  * (error 11000), never on a read before the write.
  */
+import { randomUUID } from "node:crypto";
 import { Binary, MongoServerError, type Collection, type Db, type Filter } from "mongodb";
 import type { EffectName } from "../../common/src/capability";
 
@@ -31,9 +32,33 @@ export interface EntryDoc {
   /** Lowercase hex SHA-256 of payload. */
   payload_sha256: string;
   recorded_at: Date;
-  duplicate_count: number;
+  /** Set once a duplicate write carried another payload (an anomaly worth auditing). */
   payload_mismatch: boolean;
-  payload_mismatch_count: number;
+}
+
+/**
+ * One write that hit an existing entry. Duplicates are recorded by insert, never
+ * by updating the entry: inserts are cheap and exact on every backend, while an
+ * update per retry made a retry storm costlier than the original traffic
+ * (FerretDB rewrites a document per update, in time proportional to the
+ * collection) and lost concurrent increments on FerretDB.
+ */
+export interface DuplicateDoc {
+  _id: string;
+  effect_id: string;
+  tool_id: string;
+  call_id: string;
+  attempt: number;
+  capability_id: string;
+  payload_sha256: string;
+  payload_mismatch: boolean;
+  at: Date;
+}
+
+/** Per-entry counts of the writes that hit it. */
+export interface DuplicateCounts {
+  duplicates: number;
+  payloadMismatches: number;
 }
 
 interface CapabilityUseDoc {
@@ -62,23 +87,38 @@ export function isDuplicateKey(err: unknown): boolean {
   return err instanceof MongoServerError ? err.code === 11000 : (err as { code?: unknown } | null)?.code === 11000;
 }
 
+/** Entries small enough to keep in the known-entries cache (the payload is part of the answer). */
+const CACHEABLE_PAYLOAD_BYTES = 4096;
+const CACHE_CAPACITY = 10_000;
+
 export class EntryStore {
+  /**
+   * Entries this process has seen, by effect id. Entries are never deleted and
+   * their identity never changes, so a hit proves the effect exists: a retry
+   * can be answered as a duplicate without attempting the insert. A miss
+   * proves nothing and always goes to the unique insert.
+   */
+  private readonly known = new Map<string, EntryDoc>();
+
   private constructor(
     private readonly entries: Collection<EntryDoc>,
     private readonly uses: Collection<CapabilityUseDoc>,
+    private readonly duplicates: Collection<DuplicateDoc>,
   ) {}
 
   /** Opens the collections and creates their indexes; a failure stops the start. */
   static async open(db: Db): Promise<EntryStore> {
     const entries = db.collection<EntryDoc>("entries");
     const uses = db.collection<CapabilityUseDoc>("capability_uses");
+    const duplicates = db.collection<DuplicateDoc>("entry_duplicates");
     // One index per command: FerretDB v1.24 drops the connection when a multi-index
     // createIndexes names indexes that already exist (every restart would fail).
     await entries.createIndex({ entry_id: 1 }, { name: "entry_id_unique", unique: true });
     await entries.createIndex({ recorded_at: -1, _id: -1 }, { name: "newest_first" });
     await entries.createIndex({ tool_id: 1, recorded_at: -1, _id: -1 }, { name: "tool_newest_first" });
     await uses.createIndex({ expires_at: 1 }, { name: "expires_at" });
-    return new EntryStore(entries, uses);
+    await duplicates.createIndex({ effect_id: 1 }, { name: "effect_id" });
+    return new EntryStore(entries, uses, duplicates);
   }
 
   /**
@@ -89,6 +129,7 @@ export class EntryStore {
     try {
       const res = await this.entries.insertOne(doc);
       if (!res.acknowledged) throw new Error("entries insert was not acknowledged");
+      this.remember(doc);
       return true;
     } catch (err) {
       if (isDuplicateKey(err)) return false;
@@ -96,23 +137,70 @@ export class EntryStore {
     }
   }
 
+  /** True when this process knows the effect exists (see `known`); false proves nothing. */
+  knownToExist(effectId: string): boolean {
+    return this.known.has(effectId);
+  }
+
   /**
-   * Counts a write that hit an existing entry and returns that entry (after counting).
-   * Common case, same payload: one findOneAndUpdate. Different payload: a second one
-   * that flags the stored entry. Both select by `_id` alone, the one filter every
-   * backend answers from its primary index (FerretDB scans for anything more).
+   * Records a write that hit an existing entry, and returns that entry. One
+   * read (skipped when the entry is known here) and one insert; the entry is
+   * updated only the first time a payload differs, to flag it.
    */
-  async recordDuplicate(effectId: string, payloadSha256: string): Promise<{ entry: EntryDoc; payloadMismatch: boolean }> {
-    const counted = await this.entries.findOneAndUpdate({ _id: effectId }, { $inc: { duplicate_count: 1 } }, { returnDocument: "after" });
+  async recordDuplicate(
+    effectId: string,
+    write: { toolId: string; callId: string; attempt: number; capabilityId: string; payloadSha256: string },
+  ): Promise<{ entry: EntryDoc; payloadMismatch: boolean }> {
+    let entry = this.known.get(effectId) ?? (await this.entries.findOne({ _id: effectId }));
     // Entries are never deleted, so the insert's collision means it exists.
-    if (!counted) throw new Error(`entry ${effectId} collided on insert but cannot be found`);
-    if (counted.payload_sha256 === payloadSha256) return { entry: counted, payloadMismatch: false };
-    const flagged = await this.entries.findOneAndUpdate(
-      { _id: effectId },
-      { $inc: { payload_mismatch_count: 1 }, $set: { payload_mismatch: true } },
-      { returnDocument: "after" },
-    );
-    return { entry: flagged ?? counted, payloadMismatch: true };
+    if (!entry) throw new Error(`entry ${effectId} collided on insert but cannot be found`);
+    this.remember(entry);
+    const payloadMismatch = entry.payload_sha256 !== write.payloadSha256;
+    const res = await this.duplicates.insertOne({
+      _id: `${effectId}#${randomUUID()}`,
+      effect_id: effectId,
+      tool_id: write.toolId,
+      call_id: write.callId,
+      attempt: write.attempt,
+      capability_id: write.capabilityId,
+      payload_sha256: write.payloadSha256,
+      payload_mismatch: payloadMismatch,
+      at: new Date(),
+    });
+    if (!res.acknowledged) throw new Error("entry_duplicates insert was not acknowledged");
+    if (payloadMismatch && !entry.payload_mismatch) {
+      await this.entries.updateOne({ _id: effectId }, { $set: { payload_mismatch: true } });
+      entry = { ...entry, payload_mismatch: true };
+      this.remember(entry);
+    }
+    return { entry, payloadMismatch };
+  }
+
+  /** Duplicate and mismatch counts of the given entries (for the admin API). */
+  async countsFor(effectIds: readonly string[]): Promise<Map<string, DuplicateCounts>> {
+    const out = new Map<string, DuplicateCounts>(effectIds.map((id) => [id, { duplicates: 0, payloadMismatches: 0 }]));
+    if (effectIds.length === 0) return out;
+    // One accumulator per pipeline: FerretDB v1.24 computes only the first accumulator of a $group correctly.
+    const [dups, mismatches] = await Promise.all([
+      this.duplicates.aggregate<{ _id: string; n: number }>([{ $match: { effect_id: { $in: [...effectIds] } } }, { $group: { _id: "$effect_id", n: { $sum: 1 } } }]).toArray(),
+      this.duplicates
+        .aggregate<{ _id: string; n: number }>([{ $match: { effect_id: { $in: [...effectIds] }, payload_mismatch: true } }, { $group: { _id: "$effect_id", n: { $sum: 1 } } }])
+        .toArray(),
+    ]);
+    for (const d of dups) out.get(d._id)!.duplicates = d.n;
+    for (const m of mismatches) out.get(m._id)!.payloadMismatches = m.n;
+    return out;
+  }
+
+  private remember(doc: EntryDoc): void {
+    const size = Buffer.isBuffer(doc.payload) ? doc.payload.length : doc.payload.position;
+    if (size > CACHEABLE_PAYLOAD_BYTES) return;
+    this.known.delete(doc._id);
+    this.known.set(doc._id, doc);
+    if (this.known.size > CACHE_CAPACITY) {
+      const oldest = this.known.keys().next().value;
+      if (oldest !== undefined) this.known.delete(oldest);
+    }
   }
 
   /**
@@ -160,19 +248,10 @@ export class EntryStore {
   async totals(): Promise<EntryTotals> {
     const [entries, duplicates, payloadMismatches] = await Promise.all([
       this.entries.countDocuments({}),
-      this.sum("$duplicate_count"),
-      this.sum("$payload_mismatch_count"),
+      this.duplicates.countDocuments({}),
+      this.duplicates.countDocuments({ payload_mismatch: true }),
     ]);
     return { entries, duplicates, payloadMismatches };
-  }
-
-  /**
-   * Sum of one field over all entries. One accumulator per pipeline: FerretDB v1.24
-   * computes only the first accumulator of a $group correctly (checked by hand).
-   */
-  private async sum(field: string): Promise<number> {
-    const [row] = await this.entries.aggregate<{ n: number }>([{ $group: { _id: "all", n: { $sum: field } } }]).toArray();
-    return row?.n ?? 0;
   }
 }
 

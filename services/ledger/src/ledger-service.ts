@@ -2,7 +2,7 @@
  * LedgerService: Write and LookupRequest, enforcing the capability (one verification
  * function) and the write rule, recording every refusal before it is returned.
  */
-import { createHash, randomBytes } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { status, type Metadata, type ServerUnaryCall } from "@grpc/grpc-js";
 import { EffectKind } from "../../../gen/ts/keycap/effect/v1/effect";
 import type {
@@ -18,7 +18,7 @@ import { unaryHandler } from "../../common/src/grpc-status";
 import type { Logger } from "../../common/src/logger";
 import { CapabilityRefusal, type CapabilityVerifier, type VerifiedCapability } from "./capability-verifier";
 import { CAPABILITY_REUSED, decideLookup, decideWrite, type RuleRefusal } from "./domain/write-rule";
-import { payloadBuffer, type EntryDoc, type EntryStore } from "./entry-store";
+import { payloadBuffer, type DuplicateCounts, type EntryDoc, type EntryStore } from "./entry-store";
 import type { RejectionAudit } from "./rejection-audit";
 
 export interface LedgerDeps {
@@ -73,16 +73,22 @@ export class Ledger {
       payload: req.payload,
       payload_sha256: payloadSha256,
       recorded_at: new Date(),
-      duplicate_count: 0,
       payload_mismatch: false,
-      payload_mismatch_count: 0,
     };
-    if (await this.d.entries.insert(doc)) {
+    // A known entry cannot be claimed again; skipping the doomed insert keeps a
+    // retry storm cheaper than the original traffic. Unknown: the unique insert decides.
+    if (!this.d.entries.knownToExist(grant.effectId) && (await this.d.entries.insert(doc))) {
       return { entry: entryToProto(doc), duplicate: false, payloadMismatch: false };
     }
     if (grant.duplicateIsReuse) throw await this.refuseGrant("Write", ctx, cap, CAPABILITY_REUSED, attempted);
 
-    const { entry, payloadMismatch } = await this.d.entries.recordDuplicate(grant.effectId, payloadSha256);
+    const { entry, payloadMismatch } = await this.d.entries.recordDuplicate(grant.effectId, {
+      toolId: cap.tool_id,
+      callId: cap.call_id,
+      attempt: cap.attempt,
+      capabilityId: cap.jti,
+      payloadSha256,
+    });
     if (payloadMismatch) {
       this.d.logger.warn(
         { tool_id: cap.tool_id, entry_id: entry.entry_id, call_id: cap.call_id, capability_id: cap.jti },
@@ -189,8 +195,11 @@ export function effectKindOf(name: string): EffectKind {
   return EFFECT_KINDS[name] ?? EffectKind.EFFECT_KIND_UNSPECIFIED;
 }
 
-/** A stored entry as the API returns it. */
-export function entryToProto(doc: EntryDoc): Entry {
+/**
+ * A stored entry as the API returns it. Counts come from the admin API, which
+ * counts the duplicate records; a Write response leaves them 0 (see ledger.proto).
+ */
+export function entryToProto(doc: EntryDoc, counts: DuplicateCounts = { duplicates: 0, payloadMismatches: 0 }): Entry {
   return {
     entryId: doc.entry_id,
     toolId: doc.tool_id,
@@ -203,9 +212,9 @@ export function entryToProto(doc: EntryDoc): Entry {
     payload: payloadBuffer(doc.payload),
     payloadSha256: doc.payload_sha256,
     recordedAt: doc.recorded_at,
-    duplicateCount: doc.duplicate_count,
+    duplicateCount: counts.duplicates,
     payloadMismatch: doc.payload_mismatch,
-    payloadMismatchCount: doc.payload_mismatch_count,
+    payloadMismatchCount: counts.payloadMismatches,
   };
 }
 
@@ -221,5 +230,6 @@ export function codeName(code: number): string {
 }
 
 function newEntryId(): string {
-  return `e_${randomBytes(16).toString("base64url")}`;
+  // randomUUID draws from a cached entropy pool; randomBytes(16) was a synchronous syscall per write.
+  return `e_${randomUUID().replaceAll("-", "")}`;
 }

@@ -52,12 +52,15 @@ type Entry struct {
 	PayloadSha256 string `protobuf:"bytes,10,opt,name=payload_sha256,json=payloadSha256,proto3" json:"payload_sha256,omitempty"`
 	// When the first write was recorded.
 	RecordedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=recorded_at,json=recordedAt,proto3" json:"recorded_at,omitempty"`
-	// How many later writes hit this entry (retries that wrote nothing).
+	// How many later writes hit this entry (retries that wrote nothing). Filled by
+	// LedgerAdminService; 0 in WriteResponse and LookupRequestResponse, where
+	// counting would put a scan on the write path.
 	DuplicateCount uint64 `protobuf:"varint,12,opt,name=duplicate_count,json=duplicateCount,proto3" json:"duplicate_count,omitempty"`
 	// True when any later write under the same key carried a different payload: an
 	// anomaly worth auditing. The first payload is kept.
 	PayloadMismatch bool `protobuf:"varint,13,opt,name=payload_mismatch,json=payloadMismatch,proto3" json:"payload_mismatch,omitempty"`
-	// How many later writes carried a different payload.
+	// How many later writes carried a different payload. Filled by
+	// LedgerAdminService; 0 in WriteResponse and LookupRequestResponse.
 	PayloadMismatchCount uint64 `protobuf:"varint,14,opt,name=payload_mismatch_count,json=payloadMismatchCount,proto3" json:"payload_mismatch_count,omitempty"`
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache

@@ -1,0 +1,138 @@
+"""Operator client of keycap.ledger.v1.LedgerAdminService (needs the admin credential)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+import grpc
+from google.protobuf import timestamp_pb2
+
+from keycap_client._gen.keycap.ledger.v1 import ledger_admin_pb2, ledger_admin_pb2_grpc, ledger_pb2
+from keycap_client._rpc import DEFAULT_TIMEOUT_S, call_unary, client_error, open_channel
+
+__all__ = ["AdminClient"]
+
+
+def _ts(value: datetime | None) -> timestamp_pb2.Timestamp | None:
+    if value is None:
+        return None
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+class AdminClient:
+    """Reads the ledger's entries, refusals and stats.
+
+    ``token`` is the admin credential (sent as ``authorization: Bearer <token>``);
+    ``timeout`` each call's deadline in seconds (default 10).
+    """
+
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        *,
+        credentials: grpc.ChannelCredentials | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.address = address
+        self.timeout = timeout
+        self.__token = token
+        self._channel = open_channel(address, credentials)
+        self.raw = ledger_admin_pb2_grpc.LedgerAdminServiceStub(self._channel)  # type: ignore[no-untyped-call]
+
+    def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
+        return call_unary(method, request, bearer=self.__token, timeout=timeout or self.timeout)
+
+    def list_entries_page(
+        self, tool_id: str = "", page_token: str = "", page_size: int = 100, *, timeout: float | None = None
+    ) -> ledger_admin_pb2.ListEntriesResponse:
+        req = ledger_admin_pb2.ListEntriesRequest(tool_id=tool_id, page_size=page_size, page_token=page_token)
+        res: ledger_admin_pb2.ListEntriesResponse = self._call(self.raw.ListEntries, req, timeout)
+        return res
+
+    def list_entries(self, tool_id: str = "", *, timeout: float | None = None) -> list[ledger_pb2.Entry]:
+        """Every entry (of one tool, or all), newest first."""
+        out: list[ledger_pb2.Entry] = []
+        token = ""
+        while True:
+            res = self.list_entries_page(tool_id, token, 1000, timeout=timeout)
+            out.extend(res.entries)
+            token = res.next_page_token
+            if not token:
+                return out
+
+    def get_entry(
+        self, key: str | None = None, *, entry_id: str | None = None, timeout: float | None = None
+    ) -> ledger_pb2.Entry:
+        """One entry by idempotency key or (keyword) entry id; KeycapError NOT_FOUND when none."""
+        if (key is None) == (entry_id is None):
+            raise client_error("SELECTOR_REQUIRED", "get_entry needs exactly one of key or entry_id")
+        req = (
+            ledger_admin_pb2.GetEntryRequest(key=key)
+            if key is not None
+            else ledger_admin_pb2.GetEntryRequest(entry_id=entry_id)
+        )
+        res: ledger_admin_pb2.GetEntryResponse = self._call(self.raw.GetEntry, req, timeout)
+        return res.entry
+
+    def list_rejections_page(
+        self,
+        *,
+        tool_id: str = "",
+        reason: str = "",
+        since: datetime | None = None,
+        until: datetime | None = None,
+        page_token: str = "",
+        page_size: int = 100,
+        timeout: float | None = None,
+    ) -> ledger_admin_pb2.ListRejectionsResponse:
+        req = ledger_admin_pb2.ListRejectionsRequest(
+            tool_id=tool_id,
+            reason=reason,
+            since=_ts(since),
+            until=_ts(until),
+            page_size=page_size,
+            page_token=page_token,
+        )
+        res: ledger_admin_pb2.ListRejectionsResponse = self._call(self.raw.ListRejections, req, timeout)
+        return res
+
+    def list_rejections(
+        self,
+        *,
+        tool_id: str = "",
+        reason: str = "",
+        since: datetime | None = None,
+        until: datetime | None = None,
+        timeout: float | None = None,
+    ) -> list[ledger_admin_pb2.Rejection]:
+        """Every matching refusal, newest first."""
+        out: list[ledger_admin_pb2.Rejection] = []
+        token = ""
+        while True:
+            res = self.list_rejections_page(
+                tool_id=tool_id, reason=reason, since=since, until=until, page_token=token, page_size=1000, timeout=timeout
+            )
+            out.extend(res.rejections)
+            token = res.next_page_token
+            if not token:
+                return out
+
+    def stats(self, *, timeout: float | None = None) -> ledger_admin_pb2.GetStatsResponse:
+        res: ledger_admin_pb2.GetStatsResponse = self._call(self.raw.GetStats, ledger_admin_pb2.GetStatsRequest(), timeout)
+        return res
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,116 @@
+"""What a tool holds while it runs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
+
+from keycap_client._gen.keycap.effect.v1 import effect_pb2
+from keycap_client._gen.keycap.kernel.v1 import kernel_pb2
+from keycap_client._gen.keycap.ledger.v1 import ledger_pb2
+from keycap_client._rpc import client_error
+
+if TYPE_CHECKING:
+    from keycap_client.kernel_client import KernelClient
+    from keycap_client.ledger_client import LedgerClient
+
+__all__ = ["CapabilityHandle"]
+
+
+class CapabilityHandle:
+    """A call's identity and a capability the tool cannot misuse.
+
+    :meth:`write` always sends the kernel-derived key (or request id) with the
+    call's capability; there is no parameter to pass another key. The
+    capability is not exposed as an attribute and never appears in ``repr``.
+    """
+
+    __slots__ = ("_call", "__capability", "_expires_at", "_ledger", "_kernel")
+
+    def __init__(
+        self,
+        call: kernel_pb2.Call,
+        capability: str,
+        expires_at: datetime | None,
+        ledger: LedgerClient | None,
+        kernel: KernelClient,
+    ) -> None:
+        snapshot = kernel_pb2.Call()
+        snapshot.CopyFrom(call)
+        self._call = snapshot
+        self.__capability = capability
+        self._expires_at = expires_at
+        self._ledger = ledger
+        self._kernel = kernel
+
+    @property
+    def call(self) -> kernel_pb2.Call:
+        """A copy of the journaled call."""
+        c = kernel_pb2.Call()
+        c.CopyFrom(self._call)
+        return c
+
+    @property
+    def call_id(self) -> str:
+        return self._call.call_id
+
+    @property
+    def tool_id(self) -> str:
+        return self._call.tool_id
+
+    @property
+    def key(self) -> str:
+        """The kernel-derived idempotency key ("" unless Idempotent)."""
+        return self._call.key
+
+    @property
+    def request_id(self) -> str:
+        """The request id ("" unless Queryable)."""
+        return self._call.request_id
+
+    @property
+    def attempt(self) -> int:
+        return self._call.attempt
+
+    @property
+    def effect_kind(self) -> effect_pb2.EffectKind:
+        return self._call.effect_kind
+
+    @property
+    def expires_at(self) -> datetime | None:
+        """When the capability expires (UTC), if the kernel said."""
+        return self._expires_at
+
+    def write(self, payload: bytes | str, *, timeout: float | None = None) -> ledger_pb2.WriteResponse:
+        """Records the effect in the ledger under the kernel's key (str payloads are UTF-8).
+
+        Returns the entry; ``duplicate`` is True when this key's effect was
+        already recorded (nothing new was written).
+        """
+        ledger = self._require_ledger()
+        return ledger.write_with_capability(
+            self.__capability, key=self._call.key, request_id=self._call.request_id, payload=payload, timeout=timeout
+        )
+
+    def lookup(self, *, timeout: float | None = None) -> ledger_pb2.LookupRequestResponse:
+        """Queryable: whether this call's request already took effect."""
+        return self._require_ledger().lookup_with_capability(self.__capability, self._call.request_id, timeout=timeout)
+
+    def complete(
+        self, outcome: Literal["succeeded", "failed"] = "succeeded", detail: str = "", *, timeout: float | None = None
+    ) -> kernel_pb2.CompleteCallResponse:
+        """Marks the call done in the kernel's journal."""
+        return self._kernel.complete_call(self._call.call_id, outcome, detail, timeout=timeout)
+
+    def _require_ledger(self) -> LedgerClient:
+        if self._ledger is None:
+            raise client_error(
+                "LEDGER_ADDRESS_MISSING", "KernelClient was created without ledger_address; handles cannot write"
+            )
+        return self._ledger
+
+    def __repr__(self) -> str:
+        return (
+            f"CapabilityHandle(tool_id={self.tool_id!r}, call_id={self.call_id!r}, "
+            f"key={self.key!r}, attempt={self.attempt})"
+        )

@@ -1,0 +1,123 @@
+"""The one exception type of the keycap client."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
+from types import MappingProxyType
+from typing import Any
+
+import grpc
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import Message
+
+__all__ = ["KeycapError", "ERROR_DOMAIN", "STATUS_DETAILS_KEY"]
+
+#: The ErrorInfo domain keycap's services use.
+ERROR_DOMAIN = "keycap.dev"
+#: The trailer that carries a binary google.rpc.Status.
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+_ERROR_INFO_TYPE = "google.rpc.ErrorInfo"
+
+
+@cache
+def _rpc_types() -> tuple[type[Message], type[Message]]:
+    """google.rpc.Status and google.rpc.ErrorInfo, from the generated descriptor set.
+
+    They live in a private descriptor pool, never protobuf's global one, so this
+    package coexists with googleapis-common-protos (which registers the same
+    google/rpc files globally) in any import order.
+    """
+    raw = resources.files("keycap_client._gen").joinpath("google_rpc.binpb").read_bytes()
+    pool = descriptor_pool.DescriptorPool()
+    for file in descriptor_pb2.FileDescriptorSet.FromString(raw).file:
+        pool.AddSerializedFile(file.SerializeToString())
+    status = message_factory.GetMessageClass(pool.FindMessageTypeByName("google.rpc.Status"))
+    info = message_factory.GetMessageClass(pool.FindMessageTypeByName(_ERROR_INFO_TYPE))
+    return status, info
+
+
+class KeycapError(Exception):
+    """Every error a keycap client raises.
+
+    Branch on :attr:`reason` (the ``google.rpc.ErrorInfo`` reason from the
+    ``grpc-status-details-bin`` trailer, e.g. ``"KEY_MISMATCH"``), never on
+    :attr:`message`. When the server sent no ErrorInfo (a transport failure, a
+    deadline), ``reason`` is the gRPC code's name, e.g. ``"UNAVAILABLE"``.
+
+    Example::
+
+        try:
+            handle.write(b"...")
+        except KeycapError as err:
+            if err.reason == "KEY_MISMATCH":
+                ...
+    """
+
+    code: grpc.StatusCode
+    reason: str
+    message: str
+    domain: str
+    metadata: Mapping[str, str]
+
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        reason: str,
+        message: str,
+        metadata: Mapping[str, str] | None = None,
+        domain: str = "",
+    ) -> None:
+        super().__init__(f"{code.name} {reason}: {message}")
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.domain = domain
+        self.metadata = MappingProxyType(dict(metadata or {}))
+
+    @property
+    def code_name(self) -> str:
+        """The gRPC status name, e.g. ``"PERMISSION_DENIED"``."""
+        return self.code.name
+
+    @classmethod
+    def from_rpc_error(cls, err: grpc.RpcError) -> KeycapError:
+        """Builds a KeycapError from a failed call, reading the ErrorInfo from its trailer.
+
+        The original error is kept as ``__cause__`` when raised with ``raise ... from``.
+        """
+        call: Any = err
+        code: grpc.StatusCode = call.code() if hasattr(call, "code") else grpc.StatusCode.UNKNOWN
+        message: str = (call.details() if hasattr(call, "details") else None) or ""
+        trailers = call.trailing_metadata() if hasattr(call, "trailing_metadata") else None
+        raw = _status_details(trailers)
+        if raw is not None:
+            status_type, info_type = _rpc_types()
+            try:
+                st: Any = status_type.FromString(raw)
+                message = message or st.message
+                for detail in st.details:
+                    if detail.type_url.rsplit("/", 1)[-1] == _ERROR_INFO_TYPE:
+                        info: Any = info_type.FromString(detail.value)
+                        return cls(code, info.reason, message, dict(info.metadata), info.domain)
+            except Exception:  # a malformed trailer never hides the real error
+                pass
+        return cls(code, code.name, message)
+
+    def __repr__(self) -> str:
+        return f"KeycapError(code={self.code.name}, reason={self.reason!r}, message={self.message!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (self.code.name, self.reason, self.message, dict(self.metadata), self.domain))
+
+
+def _rebuild(code: str, reason: str, message: str, metadata: dict[str, str], domain: str) -> KeycapError:
+    return KeycapError(grpc.StatusCode[code], reason, message, metadata, domain)
+
+
+def _status_details(trailers: Any) -> bytes | None:
+    for key, value in trailers or ():
+        if key == STATUS_DETAILS_KEY and isinstance(value, bytes):
+            return value
+    return None

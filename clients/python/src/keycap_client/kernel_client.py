@@ -1,0 +1,190 @@
+"""Typed client of keycap.kernel.v1.KernelService (called by agent runtimes)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from types import TracebackType
+from typing import Any, Literal
+
+import grpc
+from google.protobuf import timestamp_pb2
+
+from keycap_client._gen.keycap.kernel.v1 import kernel_pb2, kernel_pb2_grpc
+from keycap_client._rpc import DEFAULT_TIMEOUT_S, call_unary, client_error, open_channel
+from keycap_client.capability_handle import CapabilityHandle
+from keycap_client.ledger_client import LedgerClient
+from keycap_client.tool_definition import ToolDefinition
+
+__all__ = ["KernelClient"]
+
+_OUTCOMES = {
+    "succeeded": kernel_pb2.CALL_OUTCOME_SUCCEEDED,
+    "failed": kernel_pb2.CALL_OUTCOME_FAILED,
+}
+
+
+class KernelClient:
+    """Registers tools, begins calls and hands out :class:`CapabilityHandle` s.
+
+    ``ledger_address`` is where handles write; without it handles can only
+    ``complete``. ``credentials``: channel credentials (default insecure, for
+    loopback). ``timeout``: each call's deadline in seconds (default 10).
+    Every error is a :class:`~keycap_client.KeycapError`.
+
+    Example::
+
+        with KernelClient("127.0.0.1:50051", ledger_address="127.0.0.1:50052") as kernel:
+            handle = kernel.begin("payments.charge", {"order_id": "o-1", "amount": 500})
+            handle.write(b'{"charged": 500}')
+            handle.complete()
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        ledger_address: str | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.address = address
+        self.timeout = timeout
+        self._channel = open_channel(address, credentials)
+        self.raw = kernel_pb2_grpc.KernelServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self._ledger = (
+            LedgerClient(ledger_address, credentials=credentials, timeout=timeout) if ledger_address else None
+        )
+
+    def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
+        return call_unary(method, request, bearer=None, timeout=timeout or self.timeout)
+
+    def register_tool(
+        self, tool: ToolDefinition | kernel_pb2.Tool, *, timeout: float | None = None
+    ) -> kernel_pb2.RegisterToolResponse:
+        """Registers a tool; the same definition again is a no-op (``already_registered``)."""
+        wire = tool.to_proto() if isinstance(tool, ToolDefinition) else tool
+        res: kernel_pb2.RegisterToolResponse = self._call(
+            self.raw.RegisterTool, kernel_pb2.RegisterToolRequest(tool=wire), timeout
+        )
+        return res
+
+    def get_tool(self, tool_id: str, *, timeout: float | None = None) -> kernel_pb2.Tool:
+        """One tool; KeycapError NOT_FOUND when unknown."""
+        res: kernel_pb2.GetToolResponse = self._call(self.raw.GetTool, kernel_pb2.GetToolRequest(tool_id=tool_id), timeout)
+        return res.tool
+
+    def list_tools(self, *, timeout: float | None = None) -> list[kernel_pb2.Tool]:
+        """Every registered tool, ordered by id."""
+        tools: list[kernel_pb2.Tool] = []
+        token = ""
+        while True:
+            res: kernel_pb2.ListToolsResponse = self._call(
+                self.raw.ListTools, kernel_pb2.ListToolsRequest(page_size=1000, page_token=token), timeout
+            )
+            tools.extend(res.tools)
+            token = res.next_page_token
+            if not token:
+                return tools
+
+    def begin_call(
+        self,
+        tool_id: str,
+        arguments_json: str,
+        *,
+        call_id: str = "",
+        run_id: str = "",
+        timeout: float | None = None,
+    ) -> kernel_pb2.BeginCallResponse:
+        """BeginCall in its wire form (the capability is in the response)."""
+        req = kernel_pb2.BeginCallRequest(tool_id=tool_id, arguments_json=arguments_json, call_id=call_id, run_id=run_id)
+        res: kernel_pb2.BeginCallResponse = self._call(self.raw.BeginCall, req, timeout)
+        return res
+
+    def begin(
+        self,
+        tool_id: str,
+        args: Mapping[str, Any] | str,
+        *,
+        call_id: str = "",
+        run_id: str = "",
+        timeout: float | None = None,
+    ) -> CapabilityHandle:
+        """Begins a call and returns a handle whose ``write`` sends the kernel's key and capability.
+
+        ``args`` is a mapping (serialised to JSON here) or JSON text sent exactly as given.
+        """
+        text = args if isinstance(args, str) else json.dumps(args, separators=(",", ":"), allow_nan=False)
+        res = self.begin_call(tool_id, text, call_id=call_id, run_id=run_id, timeout=timeout)
+        return self.handle_for(
+            res.call, res.capability, res.capability_expires_at if res.HasField("capability_expires_at") else None
+        )
+
+    def complete_call(
+        self,
+        call_id: str,
+        outcome: Literal["succeeded", "failed"],
+        detail: str = "",
+        *,
+        timeout: float | None = None,
+    ) -> kernel_pb2.CompleteCallResponse:
+        """Marks a call done; the same outcome again is a no-op (``already_completed``)."""
+        req = kernel_pb2.CompleteCallRequest(call_id=call_id, outcome=_OUTCOMES[outcome], outcome_detail=detail)
+        res: kernel_pb2.CompleteCallResponse = self._call(self.raw.CompleteCall, req, timeout)
+        return res
+
+    def list_pending_calls(self, tool_id: str = "", *, timeout: float | None = None) -> list[kernel_pb2.Call]:
+        """Every call begun and not completed (of one tool, or all), oldest first."""
+        calls: list[kernel_pb2.Call] = []
+        token = ""
+        while True:
+            res: kernel_pb2.ListPendingCallsResponse = self._call(
+                self.raw.ListPendingCalls,
+                kernel_pb2.ListPendingCallsRequest(tool_id=tool_id, page_size=1000, page_token=token),
+                timeout,
+            )
+            calls.extend(res.calls)
+            token = res.next_page_token
+            if not token:
+                return calls
+
+    def resume_call(self, call_id: str, *, timeout: float | None = None) -> kernel_pb2.ResumeCallResponse:
+        """The recovery path; with RESUME_ACTION_RETRY pass the result to :meth:`handle_for`."""
+        res: kernel_pb2.ResumeCallResponse = self._call(
+            self.raw.ResumeCall, kernel_pb2.ResumeCallRequest(call_id=call_id), timeout
+        )
+        return res
+
+    def signing_keys(self, *, timeout: float | None = None) -> tuple[str, str]:
+        """The kernel's public JWKS (JSON text) and the current key id."""
+        res: kernel_pb2.GetSigningKeysResponse = self._call(
+            self.raw.GetSigningKeys, kernel_pb2.GetSigningKeysRequest(), timeout
+        )
+        return res.jwks_json, res.current_key_id
+
+    def handle_for(
+        self,
+        call: kernel_pb2.Call | None,
+        capability: str,
+        expires_at: timestamp_pb2.Timestamp | datetime | None,
+    ) -> CapabilityHandle:
+        """A handle for a call and its capability (after BeginCall or a RETRY ResumeCall)."""
+        if call is None or not call.call_id:
+            raise client_error("CALL_MISSING", "the kernel answered without a call")
+        if isinstance(expires_at, timestamp_pb2.Timestamp):
+            expires_at = expires_at.ToDatetime(tzinfo=timezone.utc)
+        return CapabilityHandle(call, capability, expires_at, self._ledger, self)
+
+    def close(self) -> None:
+        self._channel.close()
+        if self._ledger is not None:
+            self._ledger.close()
+
+    def __enter__(self) -> KernelClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,74 @@
+"""Low-level client of keycap.ledger.v1.LedgerService."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import grpc
+
+from keycap_client._gen.keycap.ledger.v1 import ledger_pb2, ledger_pb2_grpc
+from keycap_client._rpc import DEFAULT_TIMEOUT_S, call_unary, open_channel
+
+__all__ = ["LedgerClient"]
+
+
+class LedgerClient:
+    """Writes to the ledger with an explicit capability.
+
+    Tools normally write through a :class:`~keycap_client.CapabilityHandle`;
+    this is for runtimes of other shapes (a capability handed over from another
+    process or language) and for tests that must misbehave on purpose.
+    ``timeout`` is each call's deadline in seconds (default 10).
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        credentials: grpc.ChannelCredentials | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.address = address
+        self.timeout = timeout
+        self._channel = open_channel(address, credentials)
+        self.raw = ledger_pb2_grpc.LedgerServiceStub(self._channel)  # type: ignore[no-untyped-call]
+
+    def write_with_capability(
+        self,
+        capability: str | None,
+        *,
+        key: str = "",
+        request_id: str = "",
+        payload: bytes | str = b"",
+        timeout: float | None = None,
+    ) -> ledger_pb2.WriteResponse:
+        """Write with ``capability`` (None: send no capability at all)."""
+        body = payload.encode("utf-8") if isinstance(payload, str) else bytes(payload)
+        req = ledger_pb2.WriteRequest(key=key, request_id=request_id, payload=body)
+        res: ledger_pb2.WriteResponse = call_unary(
+            self.raw.Write, req, bearer=capability, timeout=timeout or self.timeout
+        )
+        return res
+
+    def lookup_with_capability(
+        self, capability: str | None, request_id: str, *, timeout: float | None = None
+    ) -> ledger_pb2.LookupRequestResponse:
+        """Whether the effect of ``request_id`` took effect (needs a Queryable capability for it)."""
+        res: ledger_pb2.LookupRequestResponse = call_unary(
+            self.raw.LookupRequest,
+            ledger_pb2.LookupRequestRequest(request_id=request_id),
+            bearer=capability,
+            timeout=timeout or self.timeout,
+        )
+        return res
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> LedgerClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
