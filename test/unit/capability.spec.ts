@@ -421,6 +421,109 @@ describe("capability", () => {
       await expectRefusal(verifier.verify(bearer(token)), "LIFETIME_TOO_LONG");
     });
 
+    /** Signs already-encoded parts as they are, so a test controls their exact spelling. */
+    function signParts(headerB64: string, payloadB64: string, key: KeyObject = keys.privateKey): string {
+      const input = `${headerB64}.${payloadB64}`;
+      return `${input}.${sign(null, Buffer.from(input), key).toString("base64url")}`;
+    }
+
+    it("refuses base64url that is not the one canonical spelling, even under a good signature", async () => {
+      const { token } = await minter.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
+      const [h = "", p = "", s = ""] = token.split(".");
+      // An Ed25519 signature is 86 characters; the last one carries 4 spare bits.
+      expect(s.length % 4).to.equal(2);
+      const respelled = `${h}.${p}.${s.slice(0, -1)}${String.fromCharCode(s.charCodeAt(s.length - 1) + 1)}`;
+      expect(Buffer.from(respelled.split(".")[2] ?? "", "base64url").equals(Buffer.from(s, "base64url"))).to.equal(true);
+      const refusal = await expectRefusal(verifier.verify(bearer(respelled)), "CAPABILITY_MALFORMED");
+      expect(refusal.signatureVerified).to.equal(false);
+      await expectRefusal(verifier.verify(bearer(`${h}.${p}.${s}==`)), "CAPABILITY_MALFORMED");
+      // A length of 1 mod 4 cannot be base64url at all (Node's decoder drops the odd character).
+      await expectRefusal(verifier.verify(bearer(`${h}.${p}.${s}AAA`)), "CAPABILITY_MALFORMED");
+
+      // A payload with a stray bit, signed as spelled: refused for its spelling.
+      let payloadB64 = b64json(goodClaims());
+      if (payloadB64.length % 4 === 0) payloadB64 = b64json({ ...goodClaims(), jti: "jti-12" });
+      expect(payloadB64.length % 4).to.not.equal(0);
+      const strayBit = `${payloadB64.slice(0, -1)}${String.fromCharCode(payloadB64.charCodeAt(payloadB64.length - 1) + 1)}`;
+      await expectRefusal(verifier.verify(bearer(signParts(b64json(goodHeader()), strayBit))), "CAPABILITY_MALFORMED");
+    });
+
+    it("refuses a signed payload that is not a JSON object in UTF-8, as verified; unsigned, as a bad signature", async () => {
+      const notUtf8 = Buffer.concat([Buffer.from(JSON.stringify({ ...goodClaims(), note: "" }).slice(0, -2)), Buffer.from([0xff, 0x22, 0x7d])]);
+      for (const payloadB64 of [b64json([1, 2]), b64json("claims"), notUtf8.toString("base64url")]) {
+        const signed = await expectRefusal(verifier.verify(bearer(signParts(b64json(goodHeader()), payloadB64))), "CAPABILITY_MALFORMED");
+        expect(signed.signatureVerified).to.equal(true);
+        const foreign = generateKeyPairSync("ed25519").privateKey;
+        const forged = await expectRefusal(verifier.verify(bearer(signParts(b64json(goodHeader()), payloadB64, foreign))), "BAD_SIGNATURE");
+        expect(forged.signatureVerified).to.equal(false);
+      }
+    });
+
+    it("refuses a header that is not UTF-8 before checking the signature", async () => {
+      const header = Buffer.concat([Buffer.from(JSON.stringify({ ...goodHeader(), kid: keys.currentKid }).slice(0, -2)), Buffer.from([0xc3, 0x22, 0x7d])]);
+      // The kid then ends in a stray byte, so it is unknown; a known kid with stray bytes is malformed.
+      await expectRefusal(verifier.verify(bearer(signParts(header.toString("base64url"), b64json(goodClaims())))), "UNKNOWN_KEY_ID");
+      const withLatin1Kid = new CapabilityVerifier(
+        { getKey: async (kid) => (kid === `${keys.currentKid}\ufffd` ? sourceFor(keys).getKey(keys.currentKid) : undefined) },
+        { now },
+      );
+      const refusal = await expectRefusal(withLatin1Kid.verify(bearer(signParts(header.toString("base64url"), b64json(goodClaims())))), "CAPABILITY_MALFORMED");
+      expect(refusal.signatureVerified).to.equal(false);
+    });
+
+    it("honours nbf, and refuses time claims that are not numbers, naming them", async () => {
+      const iat = goodClaims()["iat"] as number;
+      await verifier.verify(bearer(signEd25519(goodHeader(), { ...goodClaims(), nbf: iat + 5 }, keys.privateKey)));
+      const early = await expectRefusal(verifier.verify(bearer(signEd25519(goodHeader(), { ...goodClaims(), nbf: iat + 6 }, keys.privateKey))), "NOT_YET_VALID");
+      expect(early.signatureVerified).to.equal(true);
+      for (const claim of ["iat", "exp", "nbf"]) {
+        const token = signEd25519(goodHeader(), { ...goodClaims(), [claim]: String(iat) }, keys.privateKey);
+        const refusal = await expectRefusal(verifier.verify(bearer(token)), "CLAIM_INVALID");
+        expect(refusal.metadata).to.deep.equal({ claim });
+        expect(refusal.signatureVerified).to.equal(true);
+      }
+    });
+
+    it("refuses a capability issued longer ago than the maximum lifetime, whatever its exp", async () => {
+      const iat = (goodClaims()["iat"] as number) - 906;
+      const lenient = new CapabilityVerifier(sourceFor(keys), { now, maxLifetimeSeconds: 900 });
+      const token = signEd25519(goodHeader(), { ...goodClaims(), iat, exp: iat + 2000 }, keys.privateKey);
+      const refusal = await expectRefusal(lenient.verify(bearer(token)), "EXPIRED");
+      expect(refusal.signatureVerified).to.equal(true);
+    });
+
+    it("refuses a token breaking several rules for the first in a fixed order", async () => {
+      const iat = goodClaims()["iat"] as number;
+      const expired = { iat: iat - 400, exp: iat - 100 };
+      const cases: Array<[Record<string, unknown>, string[], CapabilityRefusalReason, Record<string, string>]> = [
+        [{ ...expired }, ["call_id", "tool_id"], "CLAIM_MISSING", { claim: "call_id" }],
+        [{ ...expired, iss: "elsewhere" }, [], "WRONG_ISSUER", {}],
+        [{ ...expired, iss: "elsewhere", aud: "elsewhere" }, [], "WRONG_ISSUER", {}],
+        [{ ...expired, aud: "elsewhere" }, [], "WRONG_AUDIENCE", {}],
+        [{ ...expired, aud: [DEFAULT_AUDIENCE, "other"] }, [], "EXPIRED", {}],
+        [{ ...expired, attempt: 0 }, [], "EXPIRED", {}],
+        [{ iat: iat - 10, exp: iat + 3600, attempt: 0 }, [], "CLAIM_INVALID", { claim: "attempt" }],
+        [{ iat: iat + 60, exp: iat + 4000 }, [], "NOT_YET_VALID", {}],
+      ];
+      for (const [change, drop, reason, metadata] of cases) {
+        const claims: Record<string, unknown> = { ...goodClaims(), ...change };
+        for (const claim of drop) delete claims[claim];
+        const refusal = await expectRefusal(verifier.verify(bearer(signEd25519(goodHeader(), claims, keys.privateKey))), reason);
+        expect(refusal.metadata, JSON.stringify(change)).to.deep.equal(metadata);
+        expect(refusal.signatureVerified).to.equal(true);
+      }
+    });
+
+    it("refuses to verify with a key source's key of another type", async () => {
+      const token = signEd25519(goodHeader(), goodClaims(), keys.privateKey);
+      const rsa = generateKeyPairSync("rsa", { modulusLength: 2048 }).publicKey;
+      for (const wrong of [rsa, keys.privateKey]) {
+        const odd = new CapabilityVerifier({ getKey: async () => wrong }, { now });
+        const refusal = await expectRefusal(odd.verify(bearer(token)), "BAD_SIGNATURE");
+        expect(refusal.signatureVerified).to.equal(false);
+      }
+    });
+
     it("still verifies a capability minted before a rotation, during the grace period", async () => {
       const path = join(dir, "k.json");
       const before = await minter.mint({ toolId: "t", effect: "idempotent", callId: "c", attempt: 1, key: "k" });

@@ -10,9 +10,9 @@
  * Neither messages nor errors ever carry the raw capability: it is a bearer credential.
  */
 import { status } from "@grpc/grpc-js";
-import { createPublicKey, type KeyObject } from "node:crypto";
+import { isUtf8 } from "node:buffer";
+import { createPublicKey, verify as cryptoVerify, type KeyObject } from "node:crypto";
 import { open } from "node:fs/promises";
-import { errors as joseErrors, jwtVerify } from "jose";
 import {
   CAPABILITY_ALG,
   CAPABILITY_TYP,
@@ -20,7 +20,6 @@ import {
   DEFAULT_AUDIENCE,
   DEFAULT_ISSUER,
   MAX_LIFETIME_SECONDS,
-  REQUIRED_CLAIMS,
   findClaimProblem,
   parseBearer,
   type CapabilityClaims,
@@ -269,9 +268,9 @@ export interface CapabilityVerifierOptions {
   audience?: string;
   /** Largest accepted token, in bytes. Default 4096. */
   maxTokenBytes?: number;
-  /** Largest accepted `exp - iat`, in seconds. Default 900. */
+  /** Largest accepted `exp - iat`, and oldest accepted `iat` (token age), in seconds. Default 900. */
   maxLifetimeSeconds?: number;
-  /** Clock skew tolerated on `exp` and `iat`, in seconds. Default 5. */
+  /** Clock skew tolerated on `exp`, `nbf` and `iat`, in seconds. Default 5. */
   clockToleranceSeconds?: number;
   /** Clock, in milliseconds since the epoch (like `Date.now`). Default `Date.now`. */
   now?: () => number;
@@ -288,6 +287,17 @@ const ALLOWED_HEADER_MEMBERS = new Set(["alg", "typ", "kid"]);
 // Longest string copied into `unverified`: enough for any real id or key, short enough
 // that a hostile token cannot bloat the refusal record.
 const MAX_UNVERIFIED_FIELD = 256;
+
+const BASE64URL_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+// Required claims are checked for presence before any value, in this order (the order this
+// verifier has always used, so a token missing several is refused naming the same one).
+// findClaimProblem then checks the contract's full list, so a claim added there is not
+// missed if it is forgotten here.
+const PRESENCE_ORDER = ["iss", "aud", "iat", "exp", "jti", "attempt", "call_id", "effect", "tool_id"] as const;
+
+/** Every reason but SIGNING_KEYS_UNAVAILABLE (which is UNAVAILABLE, not UNAUTHENTICATED). */
+type UnauthenticatedReason = Exclude<CapabilityRefusalReason, "SIGNING_KEYS_UNAVAILABLE">;
 
 /**
  * Verifies `authorization: Bearer <capability>` metadata values.
@@ -345,9 +355,21 @@ export class CapabilityVerifier {
     const parts = COMPACT_JWS.exec(token);
     if (!parts) throw refuse("CAPABILITY_MALFORMED", "capability is not a compact JWS (three base64url parts)");
     const [, headerB64 = "", payloadB64 = "", signatureB64 = ""] = parts;
+    // One token, one spelling: Node's decoder would quietly drop stray trailing bits, so a
+    // token could be re-spelled without touching its signature.
+    if (!isCanonicalBase64url(headerB64) || !isCanonicalBase64url(payloadB64) || !isCanonicalBase64url(signatureB64)) {
+      throw refuse("CAPABILITY_MALFORMED", "capability is not canonical base64url");
+    }
 
-    const header = decodeJsonObject(headerB64);
-    const unverified = readUnverified(header, decodeJsonObject(payloadB64));
+    // Header and payload are decoded and parsed once, here; the same objects are checked
+    // after the signature. Nothing read from them is trusted before that. The text is
+    // decoded leniently so that the refusal record (best effort) names what it can;
+    // strict UTF-8 is required of both below, before anything is accepted.
+    const headerBytes = Buffer.from(headerB64, "base64url");
+    const header = parseJsonObject(headerBytes.toString("utf8"));
+    const payloadBytes = Buffer.from(payloadB64, "base64url");
+    const payload = parseJsonObject(payloadBytes.toString("utf8"));
+    const unverified = readUnverified(header, payload);
     if (!header) throw refuse("CAPABILITY_MALFORMED", "capability header is not a JSON object", unverified);
 
     // The algorithm is decided here, not by the token: anything but the exact string
@@ -379,38 +401,39 @@ export class CapabilityVerifier {
     }
     if (!key) throw refuse("UNKNOWN_KEY_ID", "capability is signed with a key id this ledger does not know", unverified);
 
-    let payload: Record<string, unknown>;
+    // We verify with node's crypto directly rather than through a JOSE library: there is
+    // one pinned algorithm, the key is parsed once by the source, and the payload is
+    // parsed once above, so all a library would add is a second decode and an async
+    // WebCrypto round trip. With `null` as the digest, node picks the scheme from the key,
+    // so pinning the algorithm means pinning the key type too.
+    if (key.type !== "public" || key.asymmetricKeyType !== "ed25519") {
+      throw refuse("BAD_SIGNATURE", "capability could not be verified", unverified);
+    }
+    // Checked here rather than at decoding so that a header with stray bytes keeps the
+    // reason it has always had (its typ, its unknown kid...).
+    if (!isUtf8(headerBytes)) throw refuse("CAPABILITY_MALFORMED", "capability header is not valid UTF-8", unverified);
+    let signatureHolds: boolean;
     try {
-      const result = await jwtVerify(token, key, {
-        algorithms: [CAPABILITY_ALG],
-        issuer: this.issuer,
-        audience: this.audience,
-        typ: CAPABILITY_TYP,
-        clockTolerance: this.clockToleranceSeconds,
-        // Also bounds age (now - iat) and refuses an iat in the future beyond the skew.
-        maxTokenAge: this.maxLifetimeSeconds,
-        currentDate: new Date(this.now()),
-        requiredClaims: [...REQUIRED_CLAIMS],
-      });
-      payload = result.payload as Record<string, unknown>;
+      signatureHolds = cryptoVerify(
+        null,
+        Buffer.from(headerB64 + "." + payloadB64, "ascii"),
+        key,
+        Buffer.from(signatureB64, "base64url"),
+      );
     } catch (err) {
-      throw mapJoseError(err, unverified);
+      // Fail closed. Node's crypto errors never quote the data, so the cause can be logged.
+      const refusal = refuse("BAD_SIGNATURE", "capability could not be verified", unverified);
+      (refusal as { cause?: unknown }).cause = err;
+      throw refusal;
     }
+    if (!signatureHolds) throw refuse("BAD_SIGNATURE", "capability signature does not verify", unverified);
 
-    // From here on the signature holds: the claims are the kernel's own words.
-    if (typeof payload["aud"] !== "string") {
-      // jose accepts an array containing our audience; the profile says one string, so a
-      // token meant for several parties is not accepted as ours.
-      throw refuse("WRONG_AUDIENCE", "capability audience must be a single string", unverified, {}, true);
+    // From here on the signature holds: the claims are the kernel's own words, and every
+    // refusal says so (signatureVerified).
+    if (!payload || !isUtf8(payloadBytes)) {
+      throw refuse("CAPABILITY_MALFORMED", "capability payload is not a JSON object", unverified, {}, true);
     }
-    const problem = findClaimProblem(payload);
-    if (problem) {
-      throw refuse(problem.kind === "missing" ? "CLAIM_MISSING" : "CLAIM_INVALID", problem.detail, unverified, { claim: problem.claim }, true);
-    }
-    const claims = payload as unknown as CapabilityClaims;
-    if (claims.exp - claims.iat > this.maxLifetimeSeconds) {
-      throw refuse("LIFETIME_TOO_LONG", `capability lifetime exceeds ${this.maxLifetimeSeconds} s`, unverified, {}, true);
-    }
+    const claims = this.checkClaims(payload, unverified);
 
     const verified: VerifiedCapability = {
       iss: claims.iss,
@@ -428,10 +451,68 @@ export class CapabilityVerifier {
     if (claims.request_id !== undefined) verified.request_id = claims.request_id;
     return verified;
   }
+
+  /**
+   * The claim rules, in a fixed order so that a token breaking several gets the same
+   * reason every time: presence, issuer, audience, the clock (nbf, exp, age, iat in the
+   * future), then the shared contract (types, pairing) and the lifetime. Called only
+   * after the signature holds; every refusal is marked signatureVerified.
+   */
+  private checkClaims(payload: Record<string, unknown>, unverified: UnverifiedCapabilityInfo): CapabilityClaims {
+    const refuseVerified = (reason: UnauthenticatedReason, message: string, metadata: Record<string, string> = {}): CapabilityRefusal =>
+      refuse(reason, message, unverified, metadata, true);
+
+    for (const claim of PRESENCE_ORDER) {
+      if (!Object.hasOwn(payload, claim)) throw refuseVerified("CLAIM_MISSING", `capability claim "${claim}" is missing`, { claim });
+    }
+    if (payload["iss"] !== this.issuer) {
+      throw refuseVerified("WRONG_ISSUER", "capability was not issued by the expected kernel");
+    }
+    const aud = payload["aud"];
+    if (aud !== this.audience && !(Array.isArray(aud) && aud.includes(this.audience))) {
+      throw refuseVerified("WRONG_AUDIENCE", "capability is not addressed to this ledger");
+    }
+
+    // NumericDate comparisons in whole seconds, skew tolerated both ways.
+    const now = Math.floor(this.now() / 1000);
+    // A broken clock would make every comparison below false, i.e. pass: fail closed. The
+    // token is not at fault and nothing about it is vouched for, hence not refuseVerified.
+    if (!Number.isFinite(now)) throw refuse("BAD_SIGNATURE", "capability could not be verified", unverified);
+    const tolerance = this.clockToleranceSeconds;
+    const { iat, nbf, exp } = payload;
+    if (typeof iat !== "number") throw refuseVerified("CLAIM_INVALID", `capability claim "iat" must be a number`, { claim: "iat" });
+    if (nbf !== undefined && typeof nbf !== "number") {
+      throw refuseVerified("CLAIM_INVALID", `capability claim "nbf" must be a number`, { claim: "nbf" });
+    }
+    if (nbf !== undefined && nbf > now + tolerance) throw refuseVerified("NOT_YET_VALID", "capability is not valid yet (nbf)");
+    if (typeof exp !== "number") throw refuseVerified("CLAIM_INVALID", `capability claim "exp" must be a number`, { claim: "exp" });
+    if (exp <= now - tolerance) throw refuseVerified("EXPIRED", "capability has expired");
+    // Age bounds replay of an old token even if its exp were far off; a future iat means
+    // the kernel's clock and ours disagree by more than the tolerance.
+    const age = now - iat;
+    if (age - tolerance > this.maxLifetimeSeconds) throw refuseVerified("EXPIRED", "capability has expired");
+    if (age < -tolerance) throw refuseVerified("NOT_YET_VALID", "capability is not valid yet (issued in the future)");
+
+    if (typeof aud !== "string") {
+      // An array naming this ledger passed the check above; the profile says one string,
+      // so a token meant for several parties is not accepted as ours. Refused only now,
+      // after the clock, so that such a token keeps the reason it has always had.
+      throw refuseVerified("WRONG_AUDIENCE", "capability audience must be a single string");
+    }
+    const problem = findClaimProblem(payload);
+    if (problem) {
+      throw refuseVerified(problem.kind === "missing" ? "CLAIM_MISSING" : "CLAIM_INVALID", problem.detail, { claim: problem.claim });
+    }
+    const claims = payload as unknown as CapabilityClaims;
+    if (claims.exp - claims.iat > this.maxLifetimeSeconds) {
+      throw refuseVerified("LIFETIME_TOO_LONG", `capability lifetime exceeds ${this.maxLifetimeSeconds} s`);
+    }
+    return claims;
+  }
 }
 
 function refuse(
-  reason: Exclude<CapabilityRefusalReason, "SIGNING_KEYS_UNAVAILABLE">,
+  reason: UnauthenticatedReason,
   message: string,
   unverified: UnverifiedCapabilityInfo = {},
   metadata: Record<string, string> = {},
@@ -440,64 +521,27 @@ function refuse(
   return new CapabilityRefusal(status.UNAUTHENTICATED, reason, message, metadata, unverified, signatureVerified);
 }
 
-/**
- * Maps a jose failure to a refusal by error class and claim, never by message text.
- * jose checks the signature before any claim, so every claim error implies a valid
- * signature.
- */
-function mapJoseError(err: unknown, unverified: UnverifiedCapabilityInfo): CapabilityRefusal {
-  if (err instanceof joseErrors.JWSSignatureVerificationFailed) {
-    return refuse("BAD_SIGNATURE", "capability signature does not verify", unverified);
-  }
-  if (err instanceof joseErrors.JOSEAlgNotAllowed) {
-    return refuse("ALGORITHM_NOT_ALLOWED", `capability algorithm must be ${CAPABILITY_ALG}`, unverified);
-  }
-  if (err instanceof joseErrors.JWTExpired) {
-    return refuse("EXPIRED", "capability has expired", unverified, {}, true);
-  }
-  if (err instanceof joseErrors.JWTClaimValidationFailed) {
-    const claim = err.claim;
-    if (err.reason === "missing") {
-      return refuse("CLAIM_MISSING", `capability claim "${claim}" is missing`, unverified, { claim }, true);
-    }
-    switch (claim) {
-      case "aud":
-        return refuse("WRONG_AUDIENCE", "capability is not addressed to this ledger", unverified, {}, true);
-      case "iss":
-        return refuse("WRONG_ISSUER", "capability was not issued by the expected kernel", unverified, {}, true);
-      case "typ":
-        return refuse("WRONG_TOKEN_TYPE", `capability typ must be ${CAPABILITY_TYP}`, unverified, {}, true);
-      case "nbf":
-      case "iat":
-        if (err.reason === "check_failed") {
-          return refuse("NOT_YET_VALID", "capability is not valid yet (issued in the future)", unverified, {}, true);
-        }
-        break;
-    }
-    return refuse("CLAIM_INVALID", `capability claim "${claim}" is invalid`, unverified, { claim }, true);
-  }
-  if (err instanceof joseErrors.JWTInvalid) {
-    // Raised after the signature: the signed payload is not a JSON object.
-    return refuse("CAPABILITY_MALFORMED", "capability payload is not a JSON object", unverified, {}, true);
-  }
-  if (err instanceof joseErrors.JWSInvalid || err instanceof joseErrors.JOSENotSupported) {
-    return refuse("CAPABILITY_MALFORMED", "capability is not a valid JWS", unverified);
-  }
-  // Anything else (a key of the wrong type, a bug) still refuses: fail closed. The cause
-  // is kept for local logs only if it is not a jose error, which may carry the payload.
-  const refusal = refuse("BAD_SIGNATURE", "capability could not be verified", unverified);
-  if (!(err instanceof joseErrors.JOSEError)) (refusal as { cause?: unknown }).cause = err;
-  return refusal;
-}
-
-/** base64url → JSON object, or undefined. No trust implied: used before verification. */
-function decodeJsonObject(b64: string): Record<string, unknown> | undefined {
+/** JSON text → object, or undefined. No trust implied: used before verification. */
+function parseJsonObject(text: string): Record<string, unknown> | undefined {
   try {
-    const v: unknown = JSON.parse(Buffer.from(b64, "base64url").toString("utf8"));
+    const v: unknown = JSON.parse(text);
     return isRecord(v) ? v : undefined;
   } catch {
     return undefined;
   }
+}
+
+/**
+ * True when `s` (already known to be base64url characters) is the one encoding of its
+ * bytes: unpadded, a length that is not 1 mod 4, and zero bits past the last whole byte.
+ */
+function isCanonicalBase64url(s: string): boolean {
+  const rest = s.length % 4;
+  if (rest === 0) return true;
+  if (rest === 1) return false;
+  // 2 chars carry 1 byte (4 spare bits), 3 chars carry 2 bytes (2 spare bits).
+  const last = BASE64URL_ALPHABET.indexOf(s.charAt(s.length - 1));
+  return (last & (rest === 2 ? 0x0f : 0x03)) === 0;
 }
 
 function readUnverified(
