@@ -1,17 +1,10 @@
 import { expect } from "chai";
 import { createLocalJWKSet, decodeProtectedHeader, generateKeyPair, jwtVerify, SignJWT } from "jose";
 import { CallState } from "../gen/ts/keycap/kernel/v1/kernel";
-import { defineTool, KernelClient, KeycapClientError, type ToolDefinition } from "../clients/ts/src";
+import { defineTool, KernelClient, type ToolDefinition } from "../clients/ts/src";
+import { refusal } from "./support/refusal";
 import { serviceEnv, startService, type ServiceProcess } from "./support/processes";
 
-async function refusal(p: Promise<unknown>): Promise<KeycapClientError> {
-  try {
-    await p;
-  } catch (err) {
-    return KeycapClientError.from(err);
-  }
-  throw new Error("expected a refusal, got success");
-}
 
 const charge = defineTool({
   id: "payments.charge",

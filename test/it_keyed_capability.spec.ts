@@ -10,8 +10,9 @@ import * as net from "node:net";
 import * as path from "node:path";
 import * as readline from "node:readline";
 import { CallState, ResumeAction } from "../gen/ts/keycap/kernel/v1/kernel";
-import { AdminClient, KernelClient, KeycapClientError, LedgerClient, Runtime } from "../clients/ts/src";
+import { AdminClient, KernelClient, LedgerClient, Runtime } from "../clients/ts/src";
 import { charge, notify, tools, transfer } from "./support/acceptance-tools";
+import { refusal } from "./support/refusal";
 import { runCli, serviceEnv, startService, type ServiceProcess } from "./support/processes";
 
 const ADMIN_TOKEN = "acceptance-admin-token-0123456789";
@@ -25,14 +26,6 @@ function freePort(): Promise<number> {
   });
 }
 
-async function refusal(p: Promise<unknown>): Promise<KeycapClientError> {
-  try {
-    await p;
-  } catch (err) {
-    return KeycapClientError.from(err);
-  }
-  throw new Error("expected a refusal, got success");
-}
 
 /** Runs one call in a tool-runner process that stops at a crash point; resolves once it is there. */
 async function runnerAtCrashPoint(point: "before-write" | "after-write", kernel: string, ledger: string, toolId: string, args: object, runId: string, callId: string): Promise<ChildProcess> {

@@ -12,11 +12,11 @@
  *       "retired": [ { "kty": "OKP", "crv": "Ed25519", "x": "…", "kid": "…",
  *                      "alg": "EdDSA", "use": "sig", "retired_at": <unix s> } ] }
  */
-import { createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes, type KeyObject } from "node:crypto";
-import { link, mkdir, open, rename, rm } from "node:fs/promises";
-import { basename, dirname, join } from "node:path";
+import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from "node:crypto";
 import { calculateJwkThumbprint, type JWK } from "jose";
+import { open } from "node:fs/promises";
 import { CAPABILITY_ALG } from "../../common/src/capability";
+import { SecretFileWriteError, writeSecretFile } from "../../common/src/secret-file";
 
 /** The only file format version this code reads and writes. */
 export const SIGNING_KEY_FILE_VERSION = 1;
@@ -327,57 +327,12 @@ function checkPublicMembers(k: Record<string, unknown>, where: string, fail: (pr
   if (k["use"] !== undefined && k["use"] !== "sig") fail(`${where} must have use "sig" when use is present`);
 }
 
-/**
- * Writes the file through a temporary file in the same directory, so a reader never sees
- * a half-written key. With `replace: false` the temporary file is hard-linked into place,
- * which fails if the path already exists: two first starts cannot overwrite each other.
- *
- * @returns false when `replace` is false and the file already existed.
- */
 async function writeKeyFile(path: string, file: SigningKeyFile, { replace }: { replace: boolean }): Promise<boolean> {
-  const dir = dirname(path);
-  const tmp = join(dir, `.${basename(path)}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`);
   try {
-    await mkdir(dir, { recursive: true, mode: 0o700 });
-    // Created 0600 from the first byte: chmod after writing would leave a window.
-    const fh = await open(tmp, "wx", 0o600);
-    try {
-      await fh.writeFile(`${JSON.stringify(file, null, 2)}\n`, { encoding: "utf8" });
-      await fh.sync();
-    } finally {
-      await fh.close();
-    }
-    if (replace) {
-      await rename(tmp, path);
-    } else {
-      try {
-        await link(tmp, path);
-      } catch (err) {
-        if (errnoCode(err) === "EEXIST") return false;
-        throw err;
-      }
-    }
+    return await writeSecretFile(path, `${JSON.stringify(file, null, 2)}\n`, { replace });
   } catch (err) {
-    throw new SigningKeyFileError(path, `cannot be written (${errnoCode(err) ?? "unknown error"})`);
-  } finally {
-    await rm(tmp, { force: true }).catch(() => undefined);
-  }
-  await syncDirectory(dir);
-  return true;
-}
-
-// Makes the rename/link itself durable; some platforms cannot fsync a directory, and
-// the file's own contents are already synced, so a failure here is not fatal.
-async function syncDirectory(dir: string): Promise<void> {
-  try {
-    const fh = await open(dir, "r");
-    try {
-      await fh.sync();
-    } finally {
-      await fh.close();
-    }
-  } catch {
-    /* best effort */
+    if (err instanceof SecretFileWriteError) throw new SigningKeyFileError(path, `cannot be written (${err.errno})`);
+    throw err;
   }
 }
 

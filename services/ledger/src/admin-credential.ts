@@ -6,10 +6,10 @@
  * on first start (32 random bytes, base64url, mode 0600). Only the path is ever logged.
  */
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
-import { link, mkdir, open, rm } from "node:fs/promises";
-import { basename, dirname, join } from "node:path";
+import { open } from "node:fs/promises";
 import { parseBearer } from "../../common/src/capability";
 import { ConfigError } from "../../common/src/config";
+import { SecretFileWriteError, writeSecretFile } from "../../common/src/secret-file";
 
 /** Where the credential came from, for the start log. */
 export type AdminCredentialSource = { kind: "env" } | { kind: "file"; path: string } | { kind: "generated"; path: string };
@@ -110,27 +110,10 @@ async function readTokenFile(path: string): Promise<string | undefined> {
  */
 async function createTokenFile(path: string): Promise<string | undefined> {
   const token = randomBytes(32).toString("base64url");
-  const dir = dirname(path);
-  const tmp = join(dir, `.${basename(path)}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`);
   try {
-    await mkdir(dir, { recursive: true, mode: 0o700 });
-    const fh = await open(tmp, "wx", 0o600);
-    try {
-      await fh.writeFile(`${token}\n`, { encoding: "utf8" });
-      await fh.sync();
-    } finally {
-      await fh.close();
-    }
-    try {
-      await link(tmp, path);
-    } catch (err) {
-      if ((err as { code?: string }).code === "EEXIST") return undefined;
-      throw err;
-    }
+    return (await writeSecretFile(path, `${token}\n`, { replace: false })) ? token : undefined;
   } catch (err) {
-    throw new ConfigError("KEYCAP_ADMIN_TOKEN_FILE", `${path} cannot be written (${(err as { code?: string }).code ?? "unknown error"})`);
-  } finally {
-    await rm(tmp, { force: true }).catch(() => undefined);
+    if (err instanceof SecretFileWriteError) throw new ConfigError("KEYCAP_ADMIN_TOKEN_FILE", err.message);
+    throw err;
   }
-  return token;
 }
