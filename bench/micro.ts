@@ -6,8 +6,8 @@
  *   names all 10 fields (RFC 8785 canonical JSON + SHA-256); also with parseArguments;
  * - capability sign: CapabilityMinter.mint (claims check + jose SignJWT, Ed25519);
  * - capability verify: CapabilityVerifier.verify (the ledger's one verification
- *   function: header checks, jose jwtVerify, claim checks), one at a time and 32 in
- *   flight (jose verifies through WebCrypto, which runs off the main thread);
+ *   function: header checks, node:crypto Ed25519 verify, claim checks), one at a time and 32 in
+ *   flight (node:crypto verify is synchronous, so 32 in flight shows no parallelism);
  * - raw Ed25519 sign / verify with parsed KeyObjects (node:crypto), for reference.
  *
  * Usage: node dist/bench/micro.js [seconds-per-benchmark]  → one JSON object on stdout.
@@ -139,7 +139,7 @@ export async function runMicro(seconds: number): Promise<MicroResult[]> {
     const source: PublicKeySource = { getKey: async (kid: string) => parsedKeys.get(kid) };
     const verifier = new CapabilityVerifier(source);
     const bearers = tokens.map((t) => `Bearer ${t.token}`);
-    out.push(await loopAsync("capability verify (1 in flight)", seconds, 1, "CapabilityVerifier.verify (jose jwtVerify + claim checks)", (i) => verifier.verify(bearers[i & 1023])));
+    out.push(await loopAsync("capability verify (1 in flight)", seconds, 1, "CapabilityVerifier.verify (node:crypto Ed25519 verify + claim checks)", (i) => verifier.verify(bearers[i & 1023])));
     out.push(await loopAsync("capability verify (32 in flight)", seconds, 32, "as above, 32 concurrent verifications", (i) => verifier.verify(bearers[i & 1023])));
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });

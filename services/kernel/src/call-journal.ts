@@ -2,11 +2,15 @@ import { status } from "@grpc/grpc-js";
 import { MongoServerError, type Collection, type Db, type Filter } from "mongodb";
 import type { CapabilityClaims, EffectName } from "../../common/src/capability";
 import { KeycapError } from "../../common/src/errors";
+import type { Logger } from "../../common/src/logger";
 
 export type CallStateName = "pending" | "completed" | "indeterminate";
 export type CallOutcomeName = "succeeded" | "failed";
 
-/** A journaled call, as stored. The arguments are kept exactly as received. */
+/**
+ * A journaled call as the kernel sees it: the stored journal document merged
+ * with its completion, if any. The arguments are kept exactly as received.
+ */
 export interface CallRecord {
   _id: string;
   tool_id: string;
@@ -16,6 +20,11 @@ export interface CallRecord {
   key?: string;
   request_id?: string;
   attempt: number;
+  /**
+   * Stored: "pending", or "indeterminate" once recovery gave up on an Unsafe
+   * call ("completed" only in documents written before completions moved to
+   * their own collection). Read back: "completed" when a completion exists.
+   */
   state: CallStateName;
   outcome?: CallOutcomeName;
   outcome_detail?: string;
@@ -27,34 +36,86 @@ export interface CallRecord {
   last_resume_refusal?: { reason: string; message: string; at: Date };
 }
 
+/** The one completion of a call (`_id` = call id): written once, never updated. */
+interface CompletionDoc {
+  _id: string;
+  outcome: CallOutcomeName;
+  outcome_detail: string;
+  completed_at: Date;
+}
+
+/** Records that the pending copies were backfilled from an older journal. */
+interface MetaDoc {
+  _id: string;
+  at: Date;
+}
+
+const MAJORITY = { writeConcern: { w: "majority" as const } };
+const BACKFILL_V1 = "pending_copies_v1";
+
+/** A page of pending calls; `next` is the cursor to continue after, if more copies may follow. */
+export interface PendingPage {
+  calls: CallRecord[];
+  next?: { createdAt: number; id: string };
+}
+
 /**
  * The kernel's durable call journal. A call is written (write concern
  * majority, result checked) before its capability is returned, so a crash
  * after BeginCall always leaves a pending call to recover.
+ *
+ * Three collections (docs/decisions/0007-call-journal-on-ferretdb.md):
+ * `calls`, the journal, written once by BeginCall and only updated by
+ * recovery; `call_completions`, one insert per call (`_id` = call id), whose
+ * unique `_id` decides the one outcome on any backend; and `pending_calls`, a
+ * copy of each call from BeginCall until it is completed or indeterminate.
+ * On FerretDB (SQLite) an insert is the only operation whose cost does not
+ * grow with the collection (reads by `_id` scan the table, updates and
+ * deletes rewrite it): so the hot path inserts into the big collections and
+ * reads and deletes only in `pending_calls`, which is as large as the number
+ * of unfinished calls. Whether a call is completed is decided by
+ * `call_completions` alone; a copy left in `pending_calls` by a crash is
+ * skipped and removed.
  */
 export class CallJournal {
-  private constructor(private readonly calls: Collection<CallRecord>) {}
+  private constructor(
+    private readonly calls: Collection<CallRecord>,
+    private readonly completions: Collection<CompletionDoc>,
+    private readonly pending: Collection<CallRecord>,
+    private readonly logger: Logger,
+  ) {}
 
-  static async open(db: Db): Promise<CallJournal> {
+  static async open(db: Db, logger: Logger): Promise<CallJournal> {
     const calls = db.collection<CallRecord>("calls");
+    const completions = db.collection<CompletionDoc>("call_completions");
+    const pending = db.collection<CallRecord>("pending_calls");
     // Awaited at start: a failure stops the start (no fire-and-forget indexes).
-    await calls.createIndex({ state: 1, created_at: 1, _id: 1 });
-    await calls.createIndex({ state: 1, tool_id: 1, created_at: 1, _id: 1 });
-    return new CallJournal(calls);
+    // `calls` and `call_completions` are only read by `_id`: no secondary index.
+    await pending.createIndex({ created_at: 1, _id: 1 });
+    await pending.createIndex({ tool_id: 1, created_at: 1, _id: 1 });
+    const journal = new CallJournal(calls, completions, pending, logger);
+    await journal.backfillPendingCopies(db.collection<MetaDoc>("call_journal_meta"));
+    return journal;
   }
 
   /**
-   * Journals a new call. When the call id exists: the same tool, run and
-   * arguments return the existing call (existing = true); anything else is
-   * refused, never overwritten.
+   * Journals a new call, then inserts its pending copy, both (write concern
+   * majority) before the caller may answer. When the call id exists: the same tool, run and arguments return
+   * the existing call (existing = true); anything else is refused, never
+   * overwritten.
    */
   async begin(record: CallRecord): Promise<{ call: CallRecord; existing: boolean }> {
+    let inserted = false;
     try {
-      const res = await this.calls.insertOne(record, { writeConcern: { w: "majority" } });
+      const res = await this.calls.insertOne(record, MAJORITY);
       if (!res.acknowledged) throw new KeycapError(status.UNAVAILABLE, "JOURNAL_WRITE_UNACKNOWLEDGED", "the call journal did not acknowledge the write; retry");
-      return { call: record, existing: false };
+      inserted = true;
     } catch (err) {
-      if (!(err instanceof MongoServerError && err.code === 11000)) throw err;
+      if (!isDuplicateKey(err)) throw err;
+    }
+    if (inserted) {
+      await this.markPending(record);
+      return { call: record, existing: false };
     }
     const existing = await this.get(record._id);
     if (!existing) throw new KeycapError(status.ABORTED, "CONCURRENT_BEGIN", "the call changed during BeginCall; retry");
@@ -66,82 +127,178 @@ export class CallJournal {
         { call_id: record._id },
       );
     }
+    // The first BeginCall may have died between the journal insert and the
+    // pending copy; this one hands the capability out, so the call must be listed.
+    if (existing.state === "pending") await this.markPending(existing);
     return { call: existing, existing: true };
   }
 
+  /** The call with its completion merged in, or undefined. Two reads by `_id`, in parallel. */
   async get(callId: string): Promise<CallRecord | undefined> {
-    return (await this.calls.findOne({ _id: callId })) ?? undefined;
+    const [call, completion] = await Promise.all([this.calls.findOne({ _id: callId }), this.completions.findOne({ _id: callId })]);
+    if (!call) return undefined;
+    return completion ? withCompletion(call, completion) : call;
   }
 
+  /** The call, or NOT_FOUND. A finished call's pending copy left by a crash is removed on the way. */
   async require(callId: string): Promise<CallRecord> {
     const call = await this.get(callId);
-    if (!call) throw new KeycapError(status.NOT_FOUND, "CALL_NOT_FOUND", `call ${JSON.stringify(callId)} is not in the journal`, { call_id: callId });
+    if (!call) throw notFound(callId);
+    if (call.state !== "pending") await this.unmarkPending(callId);
     return call;
   }
 
   /**
    * Completes a pending (or operator-resolved indeterminate) call. Completing
    * again with the same outcome is a no-op; with another outcome it is refused.
+   * The completion is one insert keyed by the call id, so of concurrent
+   * completions exactly one outcome wins.
    */
   async complete(callId: string, outcome: CallOutcomeName, detail: string): Promise<{ call: CallRecord; alreadyCompleted: boolean }> {
-    const now = new Date();
-    const updated = await this.calls.findOneAndUpdate(
-      { _id: callId, state: { $in: ["pending", "indeterminate"] } },
-      { $set: { state: "completed", outcome, outcome_detail: detail, updated_at: now } },
-      { returnDocument: "after", writeConcern: { w: "majority" } },
-    );
-    if (updated) return { call: updated, alreadyCompleted: false };
-    const call = await this.require(callId);
-    if (call.state === "completed" && call.outcome === outcome) return { call, alreadyCompleted: true };
-    throw new KeycapError(
-      status.FAILED_PRECONDITION,
-      "CALL_ALREADY_COMPLETED",
-      `call ${callId} is already completed with outcome ${call.outcome ?? "unknown"}; it cannot be completed as ${outcome}`,
-      { call_id: callId, outcome: call.outcome ?? "" },
-    );
+    // The call must exist before a completion can be recorded for its id: its
+    // pending copy proves it (inserted only after the journal), else the journal.
+    const call = (await this.pending.findOne({ _id: callId })) ?? (await this.calls.findOne({ _id: callId }));
+    if (!call) throw notFound(callId);
+    if (call.state === "completed") return sameOutcomeOrRefuse(call, outcome); // written before call_completions existed
+    const completion: CompletionDoc = { _id: callId, outcome, outcome_detail: detail, completed_at: new Date() };
+    try {
+      const res = await this.completions.insertOne(completion, MAJORITY);
+      if (!res.acknowledged) throw new KeycapError(status.UNAVAILABLE, "JOURNAL_WRITE_UNACKNOWLEDGED", "the call journal did not acknowledge the completion; retry");
+    } catch (err) {
+      if (!isDuplicateKey(err)) throw err;
+      const earlier = await this.completions.findOne({ _id: callId });
+      if (!earlier) throw new KeycapError(status.ABORTED, "CONCURRENT_COMPLETE", `call ${callId} changed during CompleteCall; retry`, { call_id: callId });
+      await this.unmarkPending(callId); // heals a pending copy left by a crash after the first completion
+      return sameOutcomeOrRefuse(withCompletion(call, earlier), outcome);
+    }
+    await this.unmarkPending(callId);
+    return { call: withCompletion(call, completion), alreadyCompleted: false };
   }
 
   /**
    * Moves a pending call to its next attempt with new capability claims.
    * Compare-and-set on the attempt number, so two concurrent recoveries cannot
-   * both win.
+   * both win (atomic on MongoDB; FerretDB does not isolate updates, see 0004);
+   * a completion recorded meanwhile also makes it lose.
    */
   async advanceAttempt(call: CallRecord, claims: CapabilityClaims): Promise<CallRecord> {
     const updated = await this.calls.findOneAndUpdate(
       { _id: call._id, state: "pending", attempt: call.attempt },
       { $set: { attempt: claims.attempt, capability: claims, updated_at: new Date() } },
-      { returnDocument: "after", writeConcern: { w: "majority" } },
+      { returnDocument: "after", ...MAJORITY },
     );
-    if (!updated) {
+    if (!updated || (await this.completions.findOne({ _id: call._id }))) {
       throw new KeycapError(status.ABORTED, "CONCURRENT_RESUME", `call ${call._id} was resumed or completed concurrently; list it again`, { call_id: call._id });
     }
+    // Keep the pending copy current (never re-created: a completion may have removed it).
+    await this.pending.replaceOne({ _id: call._id }, updated, MAJORITY);
     return updated;
   }
 
-  /** Marks a pending call indeterminate (Unsafe at recovery): an operator decides. */
+  /** Marks a pending call indeterminate (Unsafe at recovery): an operator decides. It leaves the pending list. */
   async markIndeterminate(callId: string, reason: string, message: string): Promise<void> {
     const now = new Date();
     await this.calls.updateOne(
       { _id: callId, state: "pending" },
       { $set: { state: "indeterminate", updated_at: now, last_resume_refusal: { reason, message, at: now } } },
-      { writeConcern: { w: "majority" } },
+      MAJORITY,
     );
+    await this.unmarkPending(callId);
   }
 
   /** Records a refused recovery on the call, for operators. */
   async recordResumeRefusal(callId: string, reason: string, message: string): Promise<void> {
     const now = new Date();
-    await this.calls.updateOne({ _id: callId }, { $set: { updated_at: now, last_resume_refusal: { reason, message, at: now } } }, { writeConcern: { w: "majority" } });
+    await this.calls.updateOne({ _id: callId }, { $set: { updated_at: now, last_resume_refusal: { reason, message, at: now } } }, MAJORITY);
   }
 
-  /** Pending calls oldest first, after the cursor. */
-  async listPending(toolId: string, after: { createdAt: number; id: string } | undefined, limit: number): Promise<CallRecord[]> {
-    const filter: Filter<CallRecord> = { state: "pending" };
+  /**
+   * Pending calls oldest first, after the cursor: a page of at most `limit`
+   * pending copies, less those whose completion exists (left by a crash
+   * between the completion and the removal, and removed now). `next` is set
+   * whenever more may follow.
+   */
+  async listPending(toolId: string, after: { createdAt: number; id: string } | undefined, limit: number): Promise<PendingPage> {
+    const filter: Filter<CallRecord> = {};
     if (toolId) filter.tool_id = toolId;
     if (after) {
       const at = new Date(after.createdAt);
       filter.$or = [{ created_at: { $gt: at } }, { created_at: at, _id: { $gt: after.id } }];
     }
-    return this.calls.find(filter).sort({ created_at: 1, _id: 1 }).limit(limit).toArray();
+    const copies = await this.pending.find(filter).sort({ created_at: 1, _id: 1 }).limit(limit + 1).toArray();
+    const scanned = copies.slice(0, limit);
+    const ids = scanned.map((c) => c._id);
+    const completed = new Set(ids.length ? (await this.completions.find({ _id: { $in: ids } }, { projection: { _id: 1 } }).toArray()).map((c) => c._id) : []);
+    for (const id of completed) await this.unmarkPending(id);
+    const last = scanned[scanned.length - 1];
+    return {
+      calls: scanned.filter((c) => !completed.has(c._id) && c.state === "pending"),
+      ...(copies.length > limit && last ? { next: { createdAt: last.created_at.getTime(), id: last._id } } : {}),
+    };
   }
+
+  /** Inserts the call's pending copy; one already there is fine. */
+  private async markPending(call: CallRecord): Promise<void> {
+    try {
+      await this.pending.insertOne({ ...call }, MAJORITY);
+    } catch (err) {
+      if (!isDuplicateKey(err)) throw err;
+    }
+  }
+
+  /**
+   * Best effort: the completion (or indeterminate state) is already durable
+   * and decides; a pending copy left behind is skipped and removed by listPending.
+   */
+  private async unmarkPending(callId: string): Promise<void> {
+    try {
+      await this.pending.deleteOne({ _id: callId }, MAJORITY);
+    } catch (err) {
+      this.logger.warn({ call_id: callId, err }, "could not remove the pending copy of a finished call; listing will skip and remove it");
+    }
+  }
+
+  /**
+   * Journals written before pending copies existed list pending calls by
+   * scanning `calls`: copy those once, then remember that it was done (one
+   * scan per database, not per start).
+   */
+  private async backfillPendingCopies(meta: Collection<MetaDoc>): Promise<void> {
+    if (await meta.findOne({ _id: BACKFILL_V1 })) return;
+    const legacy = this.calls.find({ state: "pending" });
+    let marked = 0;
+    for await (const c of legacy) {
+      if (await this.completions.findOne({ _id: c._id })) continue;
+      await this.markPending(c);
+      marked++;
+    }
+    try {
+      await meta.insertOne({ _id: BACKFILL_V1, at: new Date() }, MAJORITY);
+    } catch (err) {
+      if (!isDuplicateKey(err)) throw err; // another replica finished it too
+    }
+    if (marked > 0) this.logger.info({ marked }, "pending copies backfilled from the call journal");
+  }
+}
+
+function isDuplicateKey(err: unknown): boolean {
+  return err instanceof MongoServerError && err.code === 11000;
+}
+
+function withCompletion(call: CallRecord, c: CompletionDoc): CallRecord {
+  return { ...call, state: "completed", outcome: c.outcome, outcome_detail: c.outcome_detail, updated_at: c.completed_at };
+}
+
+function sameOutcomeOrRefuse(call: CallRecord, outcome: CallOutcomeName): { call: CallRecord; alreadyCompleted: true } {
+  if (call.outcome === outcome) return { call, alreadyCompleted: true };
+  throw new KeycapError(
+    status.FAILED_PRECONDITION,
+    "CALL_ALREADY_COMPLETED",
+    `call ${call._id} is already completed with outcome ${call.outcome ?? "unknown"}; it cannot be completed as ${outcome}`,
+    { call_id: call._id, outcome: call.outcome ?? "" },
+  );
+}
+
+function notFound(callId: string): KeycapError {
+  return new KeycapError(status.NOT_FOUND, "CALL_NOT_FOUND", `call ${JSON.stringify(callId)} is not in the journal`, { call_id: callId });
 }

@@ -140,12 +140,10 @@ export class Kernel {
     if (req.toolId) checkToolId(req.toolId, "tool_id");
     const limit = pageSize(req.pageSize);
     const cursor = decodePageToken(req.pageToken, ["t", "i"] as const);
-    const calls = await this.d.journal.listPending(req.toolId, cursor ? { createdAt: Number(cursor.t), id: String(cursor.i) } : undefined, limit + 1);
-    const page = calls.slice(0, limit);
-    const last = page[page.length - 1];
+    const page = await this.d.journal.listPending(req.toolId, cursor ? { createdAt: Number(cursor.t), id: String(cursor.i) } : undefined, limit);
     return {
-      calls: page.map(callToProto),
-      nextPageToken: calls.length > limit && last ? encodePageToken({ t: last.created_at.getTime(), i: last._id }) : "",
+      calls: page.calls.map(callToProto),
+      nextPageToken: page.next ? encodePageToken({ t: page.next.createdAt, i: page.next.id }) : "",
     };
   }
 

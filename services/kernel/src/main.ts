@@ -31,7 +31,7 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
   try {
     const kernel = new Kernel({
       registry: await ToolRegistry.open(mongo.db),
-      journal: await CallJournal.open(mongo.db),
+      journal: await CallJournal.open(mongo.db, logger),
       minter: new CapabilityMinter(keys, { issuer: config.issuer, audience: config.audience, lifetimeSeconds: config.capabilityTtlSeconds }),
       keys,
       ledger,
