@@ -5,7 +5,8 @@
  * feature; the comments say which false pass it rules out.
  */
 import { expect } from "chai";
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { MongoClient } from "mongodb";
 import * as net from "node:net";
 import * as path from "node:path";
 import * as readline from "node:readline";
@@ -106,9 +107,24 @@ describe("keyed capability: acceptance (real kernel, ledger and tool processes; 
     await ledgerProc?.stop("SIGKILL").catch(() => undefined);
   });
 
-  // Step 1 lives in test/compile_fail.spec.ts (tsc on test/compile-fail/ fixtures, with a
-  // compile-pass twin); `npm run test:compile-fail` runs it alone. This checks the wire twin.
-  it("1. an Idempotent registration without a KeyDerivation is refused over gRPC too, naming key", async function () {
+  // Every fixture of test/compile-fail/ (with its compile-pass twin) runs in
+  // test/compile_fail.spec.ts (`npm run test:compile-fail`); step 1 runs the main one here too.
+  it("1. compile-fail: an Idempotent registration with no KeyDerivation does not compile; tsc names the missing field key", async function () {
+    const fixture = "test/compile-fail/idempotent-without-key.fail.ts";
+    const twin = "test/compile-fail/idempotent-with-key.pass.ts";
+    const tsc = (file: string): Promise<{ code: number; out: string }> =>
+      new Promise((resolve) => {
+        const args = ["node_modules/typescript/bin/tsc", "--noEmit", "--strict", "--target", "ES2022", "--module", "node20", "--skipLibCheck", "--esModuleInterop", "--types", "node", "--pretty", "false", file];
+        execFile(process.execPath, args, (err, stdout, stderr) => resolve({ code: err ? 1 : 0, out: stdout + stderr }));
+      });
+    const [fail, pass] = await Promise.all([tsc(fixture), tsc(twin)]);
+    expect(pass.code, pass.out).to.equal(0);
+    expect(fail.code).to.equal(1);
+    expect(fail.out).to.include(fixture);
+    expect(fail.out).to.include("Property 'key' is missing");
+  });
+
+  it("1b. over gRPC (any language) the same registration is refused with INVALID_ARGUMENT naming key", async function () {
     const err = await refusal(
       kernel.registerToolProto({ toolId: "acceptance.nokey", effectClass: { kind: { $case: "idempotent", value: { key: undefined } } }, argumentsSchemaJson: "", registeredAt: undefined }),
     );
@@ -175,13 +191,13 @@ describe("keyed capability: acceptance (real kernel, ledger and tool processes; 
 
     async function recoverAndCheck(callId: string, expectedEntries: number, key: () => Promise<string>): Promise<void> {
       const dry = await runCli(["recover", "--tool", charge.id, "--dry-run", "--json", "--handlers", handlers], recoverEnv());
-      expect(dry.code, dry.stderr).to.equal(0);
+      expect(dry.code, dry.stdout + dry.stderr).to.equal(0);
       const planned = (JSON.parse(dry.stdout) as { callId: string; plan: string; result: string }[]).find((s) => s.callId === callId);
       expect(planned?.plan).to.equal("retry-under-same-key");
       expect(planned?.result).to.equal("dry-run");
 
       const real = await runCli(["recover", "--tool", charge.id, "--json", "--handlers", handlers], recoverEnv());
-      expect(real.code, real.stderr).to.equal(0);
+      expect(real.code, real.stdout + real.stderr).to.equal(0);
       const done = (JSON.parse(real.stdout) as { callId: string; result: string; attempt: number }[]).find((s) => s.callId === callId);
       expect(done?.result, real.stdout).to.equal("completed");
       expect(done?.attempt).to.equal(2);
@@ -227,6 +243,29 @@ describe("keyed capability: acceptance (real kernel, ledger and tool processes; 
       expect(pending, "the pending call survives the kernel crash").to.not.equal(undefined);
       await recoverAndCheck("crash-kernel-too", 1, async () => pending!.key);
     });
+  });
+
+  it("5d. recovery re-derives the key from the recorded arguments: a journal whose key no longer re-derives is refused, never retried under another key", async function () {
+    const begun = await kernel.beginCall(charge.id, '{"order_id":"RD-1","amount_cents":1}', { runId: "run-RD", callId: "rederive-1" });
+    expect(begun.call?.key).to.match(/^[A-Za-z0-9_-]{43}$/);
+    const client = await MongoClient.connect(env["MONGODB_URI"]!);
+    try {
+      // Tamper with the recorded arguments behind the kernel's back, as a changed derivation would.
+      await client
+        .db(env["KEYCAP_MONGODB_DATABASE"]!)
+        .collection<{ _id: string; arguments_json: string }>("calls")
+        .updateOne({ _id: "rederive-1" }, { $set: { arguments_json: '{"order_id":"RD-2","amount_cents":1}' } });
+    } finally {
+      await client.close();
+    }
+    const err = await refusal(kernel.resumeCall("rederive-1"));
+    expect(err.codeName).to.equal("FAILED_PRECONDITION");
+    expect(err.reason).to.equal("KEY_REDERIVATION_MISMATCH");
+    const pending = (await kernel.listPendingCalls(charge.id)).find((c) => c.callId === "rederive-1");
+    expect(pending?.attempt, "no new attempt was issued").to.equal(1);
+    expect((await admin.listEntries(charge.id)).filter((e) => e.callId === "rederive-1")).to.have.length(0);
+    // What an operator does with such a call: settle it by hand.
+    await kernel.completeCall("rederive-1", "failed", "journal no longer re-derives its key");
   });
 
   it("6. determinism: 100 derivations from the same recorded arguments are identical; a timestamp is ignored, and naming it is refused", async function () {
