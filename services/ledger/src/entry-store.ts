@@ -88,8 +88,10 @@ export function isDuplicateKey(err: unknown): boolean {
 }
 
 /** Entries small enough to keep in the known-entries cache (the payload is part of the answer). */
-const CACHEABLE_PAYLOAD_BYTES = 4096;
-const CACHE_CAPACITY = 10_000;
+const CACHEABLE_PAYLOAD_BYTES = 16 * 1024;
+/** Payload bytes the cache may hold (plus ~1 KiB of bookkeeping per entry, counted too). */
+const CACHE_BUDGET_BYTES = 64 * 1024 * 1024;
+const ENTRY_OVERHEAD_BYTES = 1024;
 
 export class EntryStore {
   /**
@@ -99,6 +101,7 @@ export class EntryStore {
    * proves nothing and always goes to the unique insert.
    */
   private readonly known = new Map<string, EntryDoc>();
+  private knownBytes = 0;
 
   private constructor(
     private readonly entries: Collection<EntryDoc>,
@@ -192,14 +195,26 @@ export class EntryStore {
     return out;
   }
 
+  /**
+   * Keeps the entry as most recently used. Bounded by bytes, not by count: a retry
+   * storm after an outage replays recent keys, and on FerretDB v1.24 a read by `_id`
+   * scans the table (docs/decisions/0007), so every hit saves a read that grows with
+   * the ledger. A miss only costs that read; it never changes the outcome.
+   */
   private remember(doc: EntryDoc): void {
-    const size = Buffer.isBuffer(doc.payload) ? doc.payload.length : doc.payload.position;
+    const size = payloadSize(doc.payload);
     if (size > CACHEABLE_PAYLOAD_BYTES) return;
-    this.known.delete(doc._id);
+    const previous = this.known.get(doc._id);
+    if (previous) {
+      this.known.delete(doc._id);
+      this.knownBytes -= payloadSize(previous.payload) + ENTRY_OVERHEAD_BYTES;
+    }
     this.known.set(doc._id, doc);
-    if (this.known.size > CACHE_CAPACITY) {
-      const oldest = this.known.keys().next().value;
-      if (oldest !== undefined) this.known.delete(oldest);
+    this.knownBytes += size + ENTRY_OVERHEAD_BYTES;
+    for (const [id, old] of this.known) {
+      if (this.knownBytes <= CACHE_BUDGET_BYTES) break;
+      this.known.delete(id);
+      this.knownBytes -= payloadSize(old.payload) + ENTRY_OVERHEAD_BYTES;
     }
   }
 
@@ -253,6 +268,10 @@ export class EntryStore {
     ]);
     return { entries, duplicates, payloadMismatches };
   }
+}
+
+function payloadSize(p: Buffer | Binary): number {
+  return Buffer.isBuffer(p) ? p.length : p.position;
 }
 
 /** The stored payload as a Buffer (the driver reads BSON binary back as Binary). */
