@@ -75,7 +75,11 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       KEYCAP_LOG_LEVEL: "info",
       KEYCAP_SHUTDOWN_GRACE_MS: "3000",
     };
-    const kernel = await startService("kernel", base, opts.readyTimeoutMs);
+    // Kernel and ledger keep separate databases, as separate deployments would: on
+    // FerretDB a database is one SQLite file, and the kernel's journal churn (the `call`
+    // scenario) would otherwise stall whichever ledger scenario ran next.
+    const database = base["KEYCAP_MONGODB_DATABASE"]!;
+    const kernel = await startService("kernel", { ...base, KEYCAP_MONGODB_DATABASE: `${database}_kernel` }, opts.readyTimeoutMs);
     started.push(kernel);
     const kernelAddress = need(kernel.endpoints, "kernel");
     const ledgerEnv: Record<string, string> = { ...base, KEYCAP_KERNEL_ADDRESS: kernelAddress, KEYCAP_BENCH_BASELINE: "1" };
