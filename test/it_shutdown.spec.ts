@@ -1,0 +1,48 @@
+import { expect } from "chai";
+import { KernelClient, KeycapClientError } from "../clients/ts/src";
+import { serviceEnv, startService } from "./support/processes";
+
+describe("graceful shutdown: SIGTERM lets in-flight calls finish, then exits 0", function () {
+  it("answers every call that was in flight when SIGTERM arrived, and journals each one it accepted", async function () {
+    const env = serviceEnv();
+    const proc = await startService("kernel", env);
+    const kernel = new KernelClient(proc.endpoints.kernel!);
+    await kernel.registerTool({ id: "drain.tool", effect: { kind: "idempotent", key: { fields: ["/n"] } } });
+    await kernel.beginCall("drain.tool", '{"n":-1}'); // the channel is connected before the burst
+
+    let sigtermAt = 0;
+    const outcomes = Array.from({ length: 300 }, (_, n) =>
+      kernel.beginCall("drain.tool", JSON.stringify({ n }), { callId: `drain-${n}` }).then(
+        () => ({ n, ok: true, code: "OK", at: Date.now() }),
+        (err: unknown) => ({ n, ok: false, code: KeycapClientError.from(err).codeName, at: Date.now() }),
+      ),
+    );
+    await new Promise((r) => setTimeout(r, 30));
+    sigtermAt = Date.now();
+    const exit = proc.stop("SIGTERM", 20_000);
+    const results = await Promise.all(outcomes);
+    expect(await exit).to.equal(0);
+    kernel.close();
+
+    // Nothing in flight was cut off: an answer is either a completed call or a refusal
+    // to start one (UNAVAILABLE), never a cancelled or failed half-call.
+    const codes = new Set(results.map((r) => r.code));
+    for (const c of codes) expect(["OK", "UNAVAILABLE"], `unexpected ${c}`).to.include(c);
+    const okAfterSignal = results.filter((r) => r.ok && r.at > sigtermAt);
+    expect(okAfterSignal.length, "calls in flight at SIGTERM completed after it").to.be.greaterThan(0);
+
+    // Every call that was answered OK is in the journal.
+    const again = await startService("kernel", env);
+    const check = new KernelClient(again.endpoints.kernel!);
+    try {
+      const pending = new Set((await check.listPendingCalls("drain.tool")).map((c) => c.callId));
+      for (const r of results.filter((x) => x.ok)) expect(pending.has(`drain-${r.n}`), `drain-${r.n}`).to.equal(true);
+      // And no call was journaled but cut off before its answer: a refused call was never begun.
+      const cut = results.filter((x) => !x.ok && pending.has(`drain-${x.n}`)).map((x) => x.n);
+      expect(cut, "journaled but answered with an error").to.deep.equal([]);
+    } finally {
+      check.close();
+      await again.stop("SIGKILL");
+    }
+  });
+});
