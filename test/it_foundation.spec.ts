@@ -1,5 +1,8 @@
 import { expect } from "chai";
+import * as crypto from "node:crypto";
+import * as fs from "node:fs";
 import * as net from "node:net";
+import * as path from "node:path";
 import { healthCheck, reflectServices } from "./support/grpc-probes";
 import { runCli, serviceEnv, startService, type ServiceProcess } from "./support/processes";
 import { startMongoServer } from "../services/common/src/embedded-mongo";
@@ -60,6 +63,29 @@ describe("foundation: a bad configuration stops the start with one line naming t
     expect(r.stderr.trim().split("\n")).to.have.length(1);
     expect(r.stderr).to.match(/^keycap: MONGODB_URI: cannot reach mongodb:\/\/127\.0\.0\.1:\d+\/ within 2000 ms/);
     expect(r.ms).to.be.below(10000);
+  });
+
+  it("refuses a malformed signing key file, naming KEYCAP_SIGNING_KEY_FILE", async function () {
+    const env = serviceEnv();
+    const file = path.join(env["KEYCAP_DATA_DIR"]!, "signing-keys.json");
+    fs.writeFileSync(file, "{ not json", { mode: 0o600 });
+    const r = await runCli(["serve", "kernel"], env);
+    expect(r.code).to.not.equal(0);
+    expect(r.stderr.trim().split("\n")).to.have.length(1);
+    expect(r.stderr).to.match(/^keycap: KEYCAP_SIGNING_KEY_FILE: .*signing-keys\.json/);
+    expect(fs.readFileSync(file, "utf8"), "the file is never replaced").to.equal("{ not json");
+  });
+
+  it("refuses a ledger JWKS file that holds private key material", async function () {
+    const env = serviceEnv();
+    const { privateKey } = crypto.generateKeyPairSync("ed25519");
+    const jwk = { ...privateKey.export({ format: "jwk" }), kid: "k1", alg: "EdDSA", use: "sig" };
+    const file = path.join(env["KEYCAP_DATA_DIR"]!, "jwks.json");
+    fs.writeFileSync(file, JSON.stringify({ keys: [jwk] }));
+    const r = await runCli(["serve", "ledger"], { ...env, KEYCAP_JWKS_FILE: file });
+    expect(r.code).to.not.equal(0);
+    expect(r.stderr.trim().split("\n")).to.have.length(1);
+    expect(r.stderr).to.match(/^keycap: KEYCAP_JWKS_FILE: .*private/);
   });
 
   it("refuses a MONGODB_URI that is not a MongoDB URI", async function () {
