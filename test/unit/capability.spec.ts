@@ -549,15 +549,23 @@ describe("capability", () => {
       minter = new CapabilityMinter(keys, { now });
     });
 
-    it("refetches the JWKS on an unknown kid, at most once per cooldown", async () => {
+    it("refetches the JWKS on an unknown kid, at most once per cooldown, waiting for it rather than refusing", async () => {
       let fetches = 0;
       let published = keys;
+      const waits: number[] = [];
       const source = new RemoteJwksSource(
         async () => {
           fetches += 1;
           return JSON.stringify(published.publicJwks());
         },
-        { refetchCooldownMs: 5000, now },
+        {
+          refetchCooldownMs: 5000,
+          now,
+          sleep: async (ms) => {
+            waits.push(ms);
+            clock += ms;
+          },
+        },
       );
       const verifier = new CapabilityVerifier(source, { now });
       const known = await minter.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
@@ -572,21 +580,23 @@ describe("capability", () => {
       );
       clock += 1000;
       await expectRefusal(verifier.verify(bearer(stranger)), "UNKNOWN_KEY_ID");
-      expect(fetches).to.equal(1); // within the cooldown of the first fetch
+      expect(waits).to.deep.equal([4000]); // waited out the cooldown of the first fetch
+      expect(fetches).to.equal(2);
       clock += 5000;
       await Promise.all(Array.from({ length: 10 }, () => expectRefusal(verifier.verify(bearer(stranger)), "UNKNOWN_KEY_ID")));
-      expect(fetches).to.equal(2); // one shared refetch for ten concurrent lookups
-      await expectRefusal(verifier.verify(bearer(stranger)), "UNKNOWN_KEY_ID");
-      expect(fetches).to.equal(2);
+      expect(fetches).to.equal(3); // one shared refetch for ten concurrent lookups
+      await Promise.all(Array.from({ length: 10 }, () => expectRefusal(verifier.verify(bearer(stranger)), "UNKNOWN_KEY_ID")));
+      expect(fetches).to.equal(4); // ten more within the cooldown: one shared wait, one fetch
+      expect(waits).to.deep.equal([4000, 5000]);
 
-      // A rotated-in key is learned by the refetch its first capability triggers.
+      // A key rotated in moments after the last fetch is learned, not refused.
       published = await rotateSigningKeys(join(dir, "k.json"), { retiredGraceSeconds: GRACE, now });
-      clock += 5000;
+      clock += 100;
       const fresh = await new CapabilityMinter(published, { now }).mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 2 });
       expect((await verifier.verify(bearer(fresh.token))).kid).to.equal(published.currentKid);
-      expect(fetches).to.equal(3);
+      expect(fetches).to.equal(5);
       await verifier.verify(bearer(known.token)); // the retired key is still published
-      expect(fetches).to.equal(3);
+      expect(fetches).to.equal(5);
     });
 
     it("answers UNAVAILABLE when the keys cannot be fetched and none is cached", async () => {
@@ -596,14 +606,15 @@ describe("capability", () => {
           fetches += 1;
           throw new Error("connection refused");
         },
-        { now },
+        { now, sleep: async (ms) => void (clock += ms) },
       );
       const { token } = await minter.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
       const verifier = new CapabilityVerifier(source, { now });
       const refusal = await expectRefusal(verifier.verify(bearer(token)), "SIGNING_KEYS_UNAVAILABLE");
       expect(refusal.unverified.toolId).to.equal("t");
-      await expectRefusal(verifier.verify(bearer(token)), "SIGNING_KEYS_UNAVAILABLE");
-      expect(fetches).to.equal(1);
+      // Within the cooldown the next lookup waits for the next allowed fetch: one per cooldown.
+      await Promise.all([1, 2, 3].map(() => expectRefusal(verifier.verify(bearer(token)), "SIGNING_KEYS_UNAVAILABLE")));
+      expect(fetches).to.equal(2);
     });
 
     it("keeps verifying with cached keys while the kernel is unreachable", async () => {

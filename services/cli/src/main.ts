@@ -34,11 +34,11 @@ export function buildProgram(): Command {
     .command("keys")
     .description("the kernel's signing keys")
     .command("rotate")
-    .description("make a new current signing key; the old one stays published for KEYCAP_RETIRED_KEY_GRACE_SECONDS (restart the kernel to sign with the new key)")
+    .description("make a new current signing key; the old one stays published for KEYCAP_RETIRED_KEY_GRACE_SECONDS (SIGHUP the kernel to sign with the new key)")
     .action(async () => {
       const config = loadConfig();
       const keys = await rotateSigningKeys(config.signingKeyFile, { retiredGraceSeconds: config.retiredKeyGraceSeconds });
-      process.stdout.write(`rotated ${keys.path}: current key id ${keys.currentKid}; restart the kernel to sign with it\n`);
+      process.stdout.write(`rotated ${keys.path}: current key id ${keys.currentKid}; send the kernel SIGHUP (or restart it) to sign with it\n`);
     });
 
   addOperatorCommands(program);

@@ -10,6 +10,8 @@ export interface RunningService {
   listeners: RunningListener[];
   /** Graceful: listeners drain for up to graceMs, then MongoDB is closed. */
   stop(graceMs: number): Promise<void>;
+  /** Re-reads what can change without a restart (SIGHUP), e.g. the kernel's signing keys. */
+  reload?(): Promise<void>;
 }
 
 /** What a service needs to start, beyond its configuration. */
@@ -53,6 +55,11 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
   };
   process.on("SIGTERM", () => void stopAll("SIGTERM"));
   process.on("SIGINT", () => void stopAll("SIGINT"));
+  process.on("SIGHUP", () => {
+    for (const s of running) {
+      s.reload?.().catch((err: unknown) => logger.error({ service: s.name, err: String(err) }, "reload failed; still running with what was loaded before"));
+    }
+  });
 
   try {
     mongo = await startMongoServer({

@@ -57,6 +57,16 @@ const MAX_OUTCOME_DETAIL = 4096;
 export class Kernel {
   constructor(private readonly d: KernelDeps) {}
 
+  /**
+   * Signs with newly loaded keys from now on (SIGHUP after `keycap keys rotate`).
+   * Retired keys stay in the published JWKS for their grace period, so capabilities
+   * minted before the switch keep verifying: rotation without downtime.
+   */
+  useSigningKeys(keys: SigningKeys, minter: CapabilityMinter): void {
+    this.d.keys = keys;
+    this.d.minter = minter;
+  }
+
   async registerTool(req: RegisterToolRequest): Promise<RegisterToolResponse> {
     const compiled = definitionFromProto(req.tool);
     const { tool, alreadyRegistered } = await this.d.registry.register(compiled);

@@ -48,6 +48,14 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
     return {
       name: "kernel",
       listeners: [listener],
+      reload: async () => {
+        const fresh = await loadOrCreateSigningKeys(config.signingKeyFile, { retiredGraceSeconds: config.retiredKeyGraceSeconds });
+        kernel.useSigningKeys(
+          fresh,
+          new CapabilityMinter(fresh, { issuer: config.issuer, audience: config.audience, lifetimeSeconds: config.capabilityTtlSeconds }),
+        );
+        logger.info({ path: fresh.path, kid: fresh.currentKid }, "signing keys reloaded");
+      },
       stop: async (graceMs) => {
         await listener.shutdown(graceMs);
         ledger.close();

@@ -142,10 +142,12 @@ export function parseJwks(json: string): Map<string, KeyObject> {
 
 /** Options for {@link RemoteJwksSource}. */
 export interface RemoteJwksSourceOptions {
-  /** Least time between two fetches, in milliseconds. Default 5000. */
+  /** Least time between two fetches, in milliseconds. Default 1000. */
   refetchCooldownMs?: number;
   /** Clock, in milliseconds since the epoch (like `Date.now`). Default `Date.now`. */
   now?: () => number;
+  /** Waits `ms` milliseconds (tests pass one that moves their clock). Default a timer. */
+  sleep?: (ms: number) => Promise<void>;
 }
 
 /**
@@ -165,6 +167,7 @@ export class RemoteJwksSource implements PublicKeySource {
   private inFlight: Promise<void> | undefined;
   private readonly cooldownMs: number;
   private readonly now: () => number;
+  private readonly sleep: (ms: number) => Promise<void>;
 
   /**
    * @param fetchJwksJson returns the JWKS as JSON text (e.g. from GetSigningKeys).
@@ -173,8 +176,9 @@ export class RemoteJwksSource implements PublicKeySource {
     private readonly fetchJwksJson: () => Promise<string>,
     opts: RemoteJwksSourceOptions = {},
   ) {
-    this.cooldownMs = opts.refetchCooldownMs ?? 5000;
+    this.cooldownMs = opts.refetchCooldownMs ?? 1000;
     this.now = opts.now ?? Date.now;
+    this.sleep = opts.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)));
     if (!Number.isFinite(this.cooldownMs) || this.cooldownMs < 0) throw new RangeError("refetchCooldownMs must be >= 0");
   }
 
@@ -182,14 +186,19 @@ export class RemoteJwksSource implements PublicKeySource {
   async getKey(kid: string): Promise<KeyObject | undefined> {
     const cached = this.keys.get(kid);
     if (cached) return cached;
-    if (this.inFlight) {
-      await this.inFlight;
-    } else if (this.lastFetchAt === undefined || this.now() - this.lastFetchAt >= this.cooldownMs) {
-      this.inFlight = this.refetch().finally(() => {
-        this.inFlight = undefined;
-      });
-      await this.inFlight;
+    if (!this.inFlight) {
+      // An unknown kid may be the key the kernel has just rotated to: rather than refuse it
+      // during the cooldown, wait for the next allowed fetch. Every lookup in the meantime
+      // shares that wait and that one fetch, so made-up kids still cost at most one kernel
+      // call per cooldown (and a wait of at most one cooldown each).
+      const wait = this.lastFetchAt === undefined ? 0 : Math.max(0, this.cooldownMs - (this.now() - this.lastFetchAt));
+      this.inFlight = (wait > 0 ? this.sleep(wait) : Promise.resolve())
+        .then(() => this.refetch())
+        .finally(() => {
+          this.inFlight = undefined;
+        });
     }
+    await this.inFlight;
     const key = this.keys.get(kid);
     if (key) return key;
     if (this.lastFetchError !== undefined) {
