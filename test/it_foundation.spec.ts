@@ -32,7 +32,7 @@ describe("foundation: services start for real, answer health and reflection, and
   });
 
   it("lists each listener's own service through server reflection", async function () {
-    expect(await reflectServices(kernel.endpoints.kernel!)).to.include("keycap.kernel.v1.KernelService");
+    expect(await reflectServices(kernel.endpoints.kernel!)).to.include.members(["keycap.kernel.v1.KernelService", "grpc.health.v1.Health"]);
     const onLedger = await reflectServices(ledger.endpoints.ledger!);
     expect(onLedger).to.include("keycap.ledger.v1.LedgerService");
     expect(onLedger).not.to.include("keycap.ledger.v1.LedgerAdminService");

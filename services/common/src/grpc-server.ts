@@ -75,7 +75,7 @@ export async function startListener(opts: ListenerOptions): Promise<RunningListe
   }
   const health = new HealthImplementation(statuses);
   health.addToServer(server);
-  new ReflectionService(descriptors(), { services: opts.services.map((s) => s.name) }).addToServer(server);
+  new ReflectionService(descriptors(), { services: [...opts.services.map((s) => s.name), "grpc.health.v1.Health"] }).addToServer(server);
 
   const port = await new Promise<number>((resolve, reject) => {
     server.bindAsync(formatHostPort(opts.address), ServerCredentials.createInsecure(), (err, p) =>
