@@ -321,7 +321,7 @@ describe("keyed capability: acceptance (real kernel, ledger and tool processes; 
       expect((await admin.listEntries(notify.id)).filter((e) => e.requestId === "REQ-RETRY")).to.have.length(1);
     });
 
-    it("Unsafe recovery refuses and marks the call indeterminate; it is never retried", async function () {
+    it("Unsafe recovery refuses and marks the call indeterminate; it is never retried; an operator lists and settles it", async function () {
       const runner = await runnerAtCrashPoint("before-write", kernelAddr, ledgerAddr, transfer.id, { amount: 9 }, "", "u-crash");
       await sigkill(runner);
       const dry = await runCli(["recover", "--tool", transfer.id, "--dry-run", "--json"], { ...env });
@@ -334,6 +334,16 @@ describe("keyed capability: acceptance (real kernel, ledger and tool processes; 
       const err = await refusal(kernel.resumeCall("u-crash"));
       expect(err.codeName).to.equal("FAILED_PRECONDITION");
       expect(err.reason).to.equal("CALL_INDETERMINATE");
+
+      // The operator finds it, decides, and settles it by hand.
+      const listed = await runCli(["calls", "--state", "indeterminate", "--tool", transfer.id, "--json"], { ...env });
+      expect(listed.code, listed.stderr).to.equal(0);
+      expect((JSON.parse(listed.stdout) as { callId: string }[]).map((c) => c.callId)).to.include("u-crash");
+      const settled = await runCli(["complete", "u-crash", "--outcome", "failed", "--detail", "checked the bank: no transfer"], { ...env });
+      expect(settled.code, settled.stderr).to.equal(0);
+      expect(settled.stdout).to.include("completed as failed");
+      expect((await kernel.listIndeterminateCalls(transfer.id)).map((c) => c.callId)).to.not.include("u-crash");
+      expect((await kernel.resumeCall("u-crash")).action).to.equal(ResumeAction.RESUME_ACTION_ALREADY_COMPLETED);
     });
   });
 });

@@ -115,6 +115,18 @@ export class KernelClient {
     return calls;
   }
 
+  /** Every call recovery marked indeterminate and nobody has settled yet (of one tool, or all). */
+  async listIndeterminateCalls(toolId = "", s?: CallSettings): Promise<Call[]> {
+    const calls: Call[] = [];
+    let pageToken = "";
+    do {
+      const res = await callUnary(this.raw.listIndeterminateCalls, this.raw, { toolId, pageSize: 1000, pageToken }, undefined, s);
+      calls.push(...res.calls);
+      pageToken = res.nextPageToken;
+    } while (pageToken);
+    return calls;
+  }
+
   resumeCall(callId: string, s?: CallSettings): Promise<ResumeCallResponse> {
     return callUnary(this.raw.resumeCall, this.raw, { callId }, undefined, s);
   }

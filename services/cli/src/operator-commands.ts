@@ -107,6 +107,54 @@ export function addOperatorCommands(program: Command): void {
     });
 
   program
+    .command("calls")
+    .description("calls left for recovery (pending) or for an operator (indeterminate)")
+    .option("--state <state>", "pending | indeterminate", "pending")
+    .option("--tool <id>", "only calls of this tool")
+    .option("--kernel <host:port>", "kernel address (env KEYCAP_KERNEL_ADDRESS, default 127.0.0.1:50051)")
+    .option("--json", "print JSON instead of a table")
+    .action(async (o: OperatorOptions & { state: string; tool?: string }) => {
+      if (o.state !== "pending" && o.state !== "indeterminate") throw new OperatorError(`--state: expected pending or indeterminate, got ${JSON.stringify(o.state)}`);
+      const address = kernelAddress(o);
+      const kernel = new KernelClient(address);
+      try {
+        const calls = o.state === "pending" ? await kernel.listPendingCalls(o.tool ?? "") : await kernel.listIndeterminateCalls(o.tool ?? "");
+        print(o, calls, () => {
+          if (calls.length === 0) return `no ${o.state} calls`;
+          const t = new Table({ head: ["call", "tool", "class", "attempt", "begun", "key / request id", "arguments"] });
+          for (const c of calls) t.push([c.callId, c.toolId, kind(c.effectKind), String(c.attempt), time(c.createdAt), short(c.key || c.requestId, 24), short(c.argumentsJson, 40)]);
+          return t.toString();
+        });
+      } catch (err) {
+        throw explain(err, "kernel", address);
+      } finally {
+        kernel.close();
+      }
+    });
+
+  program
+    .command("complete")
+    .description("settle a call by hand (e.g. an indeterminate Unsafe call, once you know what happened)")
+    .argument("<callId>", "the call")
+    .requiredOption("--outcome <outcome>", "succeeded | failed")
+    .option("--detail <text>", "why (recorded with the call)", "")
+    .option("--kernel <host:port>", "kernel address (env KEYCAP_KERNEL_ADDRESS, default 127.0.0.1:50051)")
+    .option("--json", "print JSON instead of a line")
+    .action(async (callId: string, o: OperatorOptions & { outcome: string; detail: string }) => {
+      if (o.outcome !== "succeeded" && o.outcome !== "failed") throw new OperatorError(`--outcome: expected succeeded or failed, got ${JSON.stringify(o.outcome)}`);
+      const address = kernelAddress(o);
+      const kernel = new KernelClient(address);
+      try {
+        const res = await kernel.completeCall(callId, o.outcome, o.detail);
+        print(o, res, () => (res.alreadyCompleted ? `call ${callId} was already completed as ${o.outcome}` : `call ${callId} completed as ${o.outcome}`));
+      } catch (err) {
+        throw explain(err, "kernel", address);
+      } finally {
+        kernel.close();
+      }
+    });
+
+  program
     .command("recover")
     .description("resume calls a crash left pending, each by its effect class")
     .option("--tool <id...>", "only calls of these tools")

@@ -218,6 +218,28 @@ export class CallJournal {
    * between the completion and the removal, and removed now). `next` is set
    * whenever more may follow.
    */
+  /**
+   * Calls recovery marked indeterminate and nobody has completed since, oldest first.
+   * An operator's query: it reads the journal (a scan on FerretDB), never on the hot path.
+   */
+  async listIndeterminate(toolId: string, after: { createdAt: number; id: string } | undefined, limit: number): Promise<PendingPage> {
+    const filter: Filter<CallRecord> = { state: "indeterminate" };
+    if (toolId) filter.tool_id = toolId;
+    if (after) {
+      const at = new Date(after.createdAt);
+      filter.$or = [{ created_at: { $gt: at } }, { created_at: at, _id: { $gt: after.id } }];
+    }
+    const found = await this.calls.find(filter).sort({ created_at: 1, _id: 1 }).limit(limit + 1).toArray();
+    const scanned = found.slice(0, limit);
+    const ids = scanned.map((c) => c._id);
+    const completed = new Set(ids.length ? (await this.completions.find({ _id: { $in: ids } }, { projection: { _id: 1 } }).toArray()).map((c) => c._id) : []);
+    const last = scanned[scanned.length - 1];
+    return {
+      calls: scanned.filter((c) => !completed.has(c._id)),
+      ...(found.length > limit && last ? { next: { createdAt: last.created_at.getTime(), id: last._id } } : {}),
+    };
+  }
+
   async listPending(toolId: string, after: { createdAt: number; id: string } | undefined, limit: number): Promise<PendingPage> {
     const filter: Filter<CallRecord> = {};
     if (toolId) filter.tool_id = toolId;

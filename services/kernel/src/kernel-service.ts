@@ -13,6 +13,8 @@ import {
   type GetToolRequest,
   type GetToolResponse,
   type KernelServiceServer,
+  type ListIndeterminateCallsRequest,
+  type ListIndeterminateCallsResponse,
   type ListPendingCallsRequest,
   type ListPendingCallsResponse,
   type ListToolsRequest,
@@ -157,6 +159,17 @@ export class Kernel {
     };
   }
 
+  async listIndeterminateCalls(req: ListIndeterminateCallsRequest): Promise<ListIndeterminateCallsResponse> {
+    if (req.toolId) checkToolId(req.toolId, "tool_id");
+    const limit = pageSize(req.pageSize);
+    const cursor = decodePageToken(req.pageToken, ["t", "i"] as const);
+    const page = await this.d.journal.listIndeterminate(req.toolId, cursor ? { createdAt: Number(cursor.t), id: String(cursor.i) } : undefined, limit);
+    return {
+      calls: page.calls.map(callToProto),
+      nextPageToken: page.next ? encodePageToken({ t: page.next.createdAt, i: page.next.id }) : "",
+    };
+  }
+
   /**
    * The recovery path. Idempotent: the key is re-derived from the recorded
    * arguments (never copied from the journal) and must equal the journaled
@@ -285,6 +298,7 @@ export function kernelServiceImpl(kernel: Kernel, logger: Logger): KernelService
     completeCall: unaryHandler(logger, "CompleteCall", (r: CompleteCallRequest) => kernel.completeCall(r)),
     listPendingCalls: unaryHandler(logger, "ListPendingCalls", (r: ListPendingCallsRequest) => kernel.listPendingCalls(r)),
     resumeCall: unaryHandler(logger, "ResumeCall", (r: ResumeCallRequest) => kernel.resumeCall(r)),
+    listIndeterminateCalls: unaryHandler(logger, "ListIndeterminateCalls", (r: ListIndeterminateCallsRequest) => kernel.listIndeterminateCalls(r)),
     getSigningKeys: unaryHandler(logger, "GetSigningKeys", async () => kernel.getSigningKeys()),
   };
 }

@@ -1115,6 +1115,125 @@ func (x *ListPendingCallsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// Request of ListIndeterminateCalls.
+type ListIndeterminateCallsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only calls of this tool; empty for all tools.
+	ToolId string `protobuf:"bytes,1,opt,name=tool_id,json=toolId,proto3" json:"tool_id,omitempty"`
+	// Maximum calls to return; 0 means 100, larger values are capped at 1000.
+	PageSize uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token from a previous response's next_page_token; empty for the first page.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListIndeterminateCallsRequest) Reset() {
+	*x = ListIndeterminateCallsRequest{}
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListIndeterminateCallsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListIndeterminateCallsRequest) ProtoMessage() {}
+
+func (x *ListIndeterminateCallsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListIndeterminateCallsRequest.ProtoReflect.Descriptor instead.
+func (*ListIndeterminateCallsRequest) Descriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListIndeterminateCallsRequest) GetToolId() string {
+	if x != nil {
+		return x.ToolId
+	}
+	return ""
+}
+
+func (x *ListIndeterminateCallsRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListIndeterminateCallsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// Response of ListIndeterminateCalls, oldest call first.
+type ListIndeterminateCallsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The indeterminate calls of this page (CALL_STATE_INDETERMINATE).
+	Calls []*Call `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	// Pass to the next request to continue; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListIndeterminateCallsResponse) Reset() {
+	*x = ListIndeterminateCallsResponse{}
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListIndeterminateCallsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListIndeterminateCallsResponse) ProtoMessage() {}
+
+func (x *ListIndeterminateCallsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListIndeterminateCallsResponse.ProtoReflect.Descriptor instead.
+func (*ListIndeterminateCallsResponse) Descriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListIndeterminateCallsResponse) GetCalls() []*Call {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+func (x *ListIndeterminateCallsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 // Request of ResumeCall.
 type ResumeCallRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1126,7 +1245,7 @@ type ResumeCallRequest struct {
 
 func (x *ResumeCallRequest) Reset() {
 	*x = ResumeCallRequest{}
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[14]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1257,7 @@ func (x *ResumeCallRequest) String() string {
 func (*ResumeCallRequest) ProtoMessage() {}
 
 func (x *ResumeCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[14]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1270,7 @@ func (x *ResumeCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeCallRequest.ProtoReflect.Descriptor instead.
 func (*ResumeCallRequest) Descriptor() ([]byte, []int) {
-	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{14}
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ResumeCallRequest) GetCallId() string {
@@ -1179,7 +1298,7 @@ type ResumeCallResponse struct {
 
 func (x *ResumeCallResponse) Reset() {
 	*x = ResumeCallResponse{}
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[15]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1191,7 +1310,7 @@ func (x *ResumeCallResponse) String() string {
 func (*ResumeCallResponse) ProtoMessage() {}
 
 func (x *ResumeCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[15]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1204,7 +1323,7 @@ func (x *ResumeCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeCallResponse.ProtoReflect.Descriptor instead.
 func (*ResumeCallResponse) Descriptor() ([]byte, []int) {
-	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{15}
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ResumeCallResponse) GetCall() *Call {
@@ -1244,7 +1363,7 @@ type GetSigningKeysRequest struct {
 
 func (x *GetSigningKeysRequest) Reset() {
 	*x = GetSigningKeysRequest{}
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[16]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1375,7 @@ func (x *GetSigningKeysRequest) String() string {
 func (*GetSigningKeysRequest) ProtoMessage() {}
 
 func (x *GetSigningKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[16]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1388,7 @@ func (x *GetSigningKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSigningKeysRequest.ProtoReflect.Descriptor instead.
 func (*GetSigningKeysRequest) Descriptor() ([]byte, []int) {
-	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{16}
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{18}
 }
 
 // Response of GetSigningKeys.
@@ -1287,7 +1406,7 @@ type GetSigningKeysResponse struct {
 
 func (x *GetSigningKeysResponse) Reset() {
 	*x = GetSigningKeysResponse{}
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[17]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1418,7 @@ func (x *GetSigningKeysResponse) String() string {
 func (*GetSigningKeysResponse) ProtoMessage() {}
 
 func (x *GetSigningKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[17]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1431,7 @@ func (x *GetSigningKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSigningKeysResponse.ProtoReflect.Descriptor instead.
 func (*GetSigningKeysResponse) Descriptor() ([]byte, []int) {
-	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{17}
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetSigningKeysResponse) GetJwksJson() string {
@@ -1400,6 +1519,14 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"p\n" +
 	"\x18ListPendingCallsResponse\x12,\n" +
 	"\x05calls\x18\x01 \x03(\v2\x16.keycap.kernel.v1.CallR\x05calls\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"t\n" +
+	"\x1dListIndeterminateCallsRequest\x12\x17\n" +
+	"\atool_id\x18\x01 \x01(\tR\x06toolId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"v\n" +
+	"\x1eListIndeterminateCallsResponse\x12,\n" +
+	"\x05calls\x18\x01 \x03(\v2\x16.keycap.kernel.v1.CallR\x05calls\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\",\n" +
 	"\x11ResumeCallRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\"\xe8\x01\n" +
@@ -1427,7 +1554,7 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\x19RESUME_ACTION_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13RESUME_ACTION_RETRY\x10\x01\x12\x16\n" +
 	"\x12RESUME_ACTION_DONE\x10\x02\x12#\n" +
-	"\x1fRESUME_ACTION_ALREADY_COMPLETED\x10\x032\xf2\x05\n" +
+	"\x1fRESUME_ACTION_ALREADY_COMPLETED\x10\x032\xef\x06\n" +
 	"\rKernelService\x12]\n" +
 	"\fRegisterTool\x12%.keycap.kernel.v1.RegisterToolRequest\x1a&.keycap.kernel.v1.RegisterToolResponse\x12N\n" +
 	"\aGetTool\x12 .keycap.kernel.v1.GetToolRequest\x1a!.keycap.kernel.v1.GetToolResponse\x12T\n" +
@@ -1436,7 +1563,8 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\fCompleteCall\x12%.keycap.kernel.v1.CompleteCallRequest\x1a&.keycap.kernel.v1.CompleteCallResponse\x12i\n" +
 	"\x10ListPendingCalls\x12).keycap.kernel.v1.ListPendingCallsRequest\x1a*.keycap.kernel.v1.ListPendingCallsResponse\x12W\n" +
 	"\n" +
-	"ResumeCall\x12#.keycap.kernel.v1.ResumeCallRequest\x1a$.keycap.kernel.v1.ResumeCallResponse\x12c\n" +
+	"ResumeCall\x12#.keycap.kernel.v1.ResumeCallRequest\x1a$.keycap.kernel.v1.ResumeCallResponse\x12{\n" +
+	"\x16ListIndeterminateCalls\x12/.keycap.kernel.v1.ListIndeterminateCallsRequest\x1a0.keycap.kernel.v1.ListIndeterminateCallsResponse\x12c\n" +
 	"\x0eGetSigningKeys\x12'.keycap.kernel.v1.GetSigningKeysRequest\x1a(.keycap.kernel.v1.GetSigningKeysResponseBCZAgithub.com/keycap/keycap/clients/go/gen/keycap/kernel/v1;kernelv1b\x06proto3"
 
 var (
@@ -1452,74 +1580,79 @@ func file_keycap_kernel_v1_kernel_proto_rawDescGZIP() []byte {
 }
 
 var file_keycap_kernel_v1_kernel_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_keycap_kernel_v1_kernel_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_keycap_kernel_v1_kernel_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_keycap_kernel_v1_kernel_proto_goTypes = []any{
-	(CallState)(0),                   // 0: keycap.kernel.v1.CallState
-	(CallOutcome)(0),                 // 1: keycap.kernel.v1.CallOutcome
-	(ResumeAction)(0),                // 2: keycap.kernel.v1.ResumeAction
-	(*Tool)(nil),                     // 3: keycap.kernel.v1.Tool
-	(*RegisterToolRequest)(nil),      // 4: keycap.kernel.v1.RegisterToolRequest
-	(*RegisterToolResponse)(nil),     // 5: keycap.kernel.v1.RegisterToolResponse
-	(*GetToolRequest)(nil),           // 6: keycap.kernel.v1.GetToolRequest
-	(*GetToolResponse)(nil),          // 7: keycap.kernel.v1.GetToolResponse
-	(*ListToolsRequest)(nil),         // 8: keycap.kernel.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),        // 9: keycap.kernel.v1.ListToolsResponse
-	(*Call)(nil),                     // 10: keycap.kernel.v1.Call
-	(*BeginCallRequest)(nil),         // 11: keycap.kernel.v1.BeginCallRequest
-	(*BeginCallResponse)(nil),        // 12: keycap.kernel.v1.BeginCallResponse
-	(*CompleteCallRequest)(nil),      // 13: keycap.kernel.v1.CompleteCallRequest
-	(*CompleteCallResponse)(nil),     // 14: keycap.kernel.v1.CompleteCallResponse
-	(*ListPendingCallsRequest)(nil),  // 15: keycap.kernel.v1.ListPendingCallsRequest
-	(*ListPendingCallsResponse)(nil), // 16: keycap.kernel.v1.ListPendingCallsResponse
-	(*ResumeCallRequest)(nil),        // 17: keycap.kernel.v1.ResumeCallRequest
-	(*ResumeCallResponse)(nil),       // 18: keycap.kernel.v1.ResumeCallResponse
-	(*GetSigningKeysRequest)(nil),    // 19: keycap.kernel.v1.GetSigningKeysRequest
-	(*GetSigningKeysResponse)(nil),   // 20: keycap.kernel.v1.GetSigningKeysResponse
-	(*v1.EffectClass)(nil),           // 21: keycap.effect.v1.EffectClass
-	(*timestamppb.Timestamp)(nil),    // 22: google.protobuf.Timestamp
-	(v1.EffectKind)(0),               // 23: keycap.effect.v1.EffectKind
+	(CallState)(0),                         // 0: keycap.kernel.v1.CallState
+	(CallOutcome)(0),                       // 1: keycap.kernel.v1.CallOutcome
+	(ResumeAction)(0),                      // 2: keycap.kernel.v1.ResumeAction
+	(*Tool)(nil),                           // 3: keycap.kernel.v1.Tool
+	(*RegisterToolRequest)(nil),            // 4: keycap.kernel.v1.RegisterToolRequest
+	(*RegisterToolResponse)(nil),           // 5: keycap.kernel.v1.RegisterToolResponse
+	(*GetToolRequest)(nil),                 // 6: keycap.kernel.v1.GetToolRequest
+	(*GetToolResponse)(nil),                // 7: keycap.kernel.v1.GetToolResponse
+	(*ListToolsRequest)(nil),               // 8: keycap.kernel.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),              // 9: keycap.kernel.v1.ListToolsResponse
+	(*Call)(nil),                           // 10: keycap.kernel.v1.Call
+	(*BeginCallRequest)(nil),               // 11: keycap.kernel.v1.BeginCallRequest
+	(*BeginCallResponse)(nil),              // 12: keycap.kernel.v1.BeginCallResponse
+	(*CompleteCallRequest)(nil),            // 13: keycap.kernel.v1.CompleteCallRequest
+	(*CompleteCallResponse)(nil),           // 14: keycap.kernel.v1.CompleteCallResponse
+	(*ListPendingCallsRequest)(nil),        // 15: keycap.kernel.v1.ListPendingCallsRequest
+	(*ListPendingCallsResponse)(nil),       // 16: keycap.kernel.v1.ListPendingCallsResponse
+	(*ListIndeterminateCallsRequest)(nil),  // 17: keycap.kernel.v1.ListIndeterminateCallsRequest
+	(*ListIndeterminateCallsResponse)(nil), // 18: keycap.kernel.v1.ListIndeterminateCallsResponse
+	(*ResumeCallRequest)(nil),              // 19: keycap.kernel.v1.ResumeCallRequest
+	(*ResumeCallResponse)(nil),             // 20: keycap.kernel.v1.ResumeCallResponse
+	(*GetSigningKeysRequest)(nil),          // 21: keycap.kernel.v1.GetSigningKeysRequest
+	(*GetSigningKeysResponse)(nil),         // 22: keycap.kernel.v1.GetSigningKeysResponse
+	(*v1.EffectClass)(nil),                 // 23: keycap.effect.v1.EffectClass
+	(*timestamppb.Timestamp)(nil),          // 24: google.protobuf.Timestamp
+	(v1.EffectKind)(0),                     // 25: keycap.effect.v1.EffectKind
 }
 var file_keycap_kernel_v1_kernel_proto_depIdxs = []int32{
-	21, // 0: keycap.kernel.v1.Tool.effect_class:type_name -> keycap.effect.v1.EffectClass
-	22, // 1: keycap.kernel.v1.Tool.registered_at:type_name -> google.protobuf.Timestamp
+	23, // 0: keycap.kernel.v1.Tool.effect_class:type_name -> keycap.effect.v1.EffectClass
+	24, // 1: keycap.kernel.v1.Tool.registered_at:type_name -> google.protobuf.Timestamp
 	3,  // 2: keycap.kernel.v1.RegisterToolRequest.tool:type_name -> keycap.kernel.v1.Tool
 	3,  // 3: keycap.kernel.v1.RegisterToolResponse.tool:type_name -> keycap.kernel.v1.Tool
 	3,  // 4: keycap.kernel.v1.GetToolResponse.tool:type_name -> keycap.kernel.v1.Tool
 	3,  // 5: keycap.kernel.v1.ListToolsResponse.tools:type_name -> keycap.kernel.v1.Tool
-	23, // 6: keycap.kernel.v1.Call.effect_kind:type_name -> keycap.effect.v1.EffectKind
+	25, // 6: keycap.kernel.v1.Call.effect_kind:type_name -> keycap.effect.v1.EffectKind
 	0,  // 7: keycap.kernel.v1.Call.state:type_name -> keycap.kernel.v1.CallState
 	1,  // 8: keycap.kernel.v1.Call.outcome:type_name -> keycap.kernel.v1.CallOutcome
-	22, // 9: keycap.kernel.v1.Call.created_at:type_name -> google.protobuf.Timestamp
-	22, // 10: keycap.kernel.v1.Call.updated_at:type_name -> google.protobuf.Timestamp
+	24, // 9: keycap.kernel.v1.Call.created_at:type_name -> google.protobuf.Timestamp
+	24, // 10: keycap.kernel.v1.Call.updated_at:type_name -> google.protobuf.Timestamp
 	10, // 11: keycap.kernel.v1.BeginCallResponse.call:type_name -> keycap.kernel.v1.Call
-	22, // 12: keycap.kernel.v1.BeginCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
+	24, // 12: keycap.kernel.v1.BeginCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 13: keycap.kernel.v1.CompleteCallRequest.outcome:type_name -> keycap.kernel.v1.CallOutcome
 	10, // 14: keycap.kernel.v1.CompleteCallResponse.call:type_name -> keycap.kernel.v1.Call
 	10, // 15: keycap.kernel.v1.ListPendingCallsResponse.calls:type_name -> keycap.kernel.v1.Call
-	10, // 16: keycap.kernel.v1.ResumeCallResponse.call:type_name -> keycap.kernel.v1.Call
-	2,  // 17: keycap.kernel.v1.ResumeCallResponse.action:type_name -> keycap.kernel.v1.ResumeAction
-	22, // 18: keycap.kernel.v1.ResumeCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
-	4,  // 19: keycap.kernel.v1.KernelService.RegisterTool:input_type -> keycap.kernel.v1.RegisterToolRequest
-	6,  // 20: keycap.kernel.v1.KernelService.GetTool:input_type -> keycap.kernel.v1.GetToolRequest
-	8,  // 21: keycap.kernel.v1.KernelService.ListTools:input_type -> keycap.kernel.v1.ListToolsRequest
-	11, // 22: keycap.kernel.v1.KernelService.BeginCall:input_type -> keycap.kernel.v1.BeginCallRequest
-	13, // 23: keycap.kernel.v1.KernelService.CompleteCall:input_type -> keycap.kernel.v1.CompleteCallRequest
-	15, // 24: keycap.kernel.v1.KernelService.ListPendingCalls:input_type -> keycap.kernel.v1.ListPendingCallsRequest
-	17, // 25: keycap.kernel.v1.KernelService.ResumeCall:input_type -> keycap.kernel.v1.ResumeCallRequest
-	19, // 26: keycap.kernel.v1.KernelService.GetSigningKeys:input_type -> keycap.kernel.v1.GetSigningKeysRequest
-	5,  // 27: keycap.kernel.v1.KernelService.RegisterTool:output_type -> keycap.kernel.v1.RegisterToolResponse
-	7,  // 28: keycap.kernel.v1.KernelService.GetTool:output_type -> keycap.kernel.v1.GetToolResponse
-	9,  // 29: keycap.kernel.v1.KernelService.ListTools:output_type -> keycap.kernel.v1.ListToolsResponse
-	12, // 30: keycap.kernel.v1.KernelService.BeginCall:output_type -> keycap.kernel.v1.BeginCallResponse
-	14, // 31: keycap.kernel.v1.KernelService.CompleteCall:output_type -> keycap.kernel.v1.CompleteCallResponse
-	16, // 32: keycap.kernel.v1.KernelService.ListPendingCalls:output_type -> keycap.kernel.v1.ListPendingCallsResponse
-	18, // 33: keycap.kernel.v1.KernelService.ResumeCall:output_type -> keycap.kernel.v1.ResumeCallResponse
-	20, // 34: keycap.kernel.v1.KernelService.GetSigningKeys:output_type -> keycap.kernel.v1.GetSigningKeysResponse
-	27, // [27:35] is the sub-list for method output_type
-	19, // [19:27] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	10, // 16: keycap.kernel.v1.ListIndeterminateCallsResponse.calls:type_name -> keycap.kernel.v1.Call
+	10, // 17: keycap.kernel.v1.ResumeCallResponse.call:type_name -> keycap.kernel.v1.Call
+	2,  // 18: keycap.kernel.v1.ResumeCallResponse.action:type_name -> keycap.kernel.v1.ResumeAction
+	24, // 19: keycap.kernel.v1.ResumeCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
+	4,  // 20: keycap.kernel.v1.KernelService.RegisterTool:input_type -> keycap.kernel.v1.RegisterToolRequest
+	6,  // 21: keycap.kernel.v1.KernelService.GetTool:input_type -> keycap.kernel.v1.GetToolRequest
+	8,  // 22: keycap.kernel.v1.KernelService.ListTools:input_type -> keycap.kernel.v1.ListToolsRequest
+	11, // 23: keycap.kernel.v1.KernelService.BeginCall:input_type -> keycap.kernel.v1.BeginCallRequest
+	13, // 24: keycap.kernel.v1.KernelService.CompleteCall:input_type -> keycap.kernel.v1.CompleteCallRequest
+	15, // 25: keycap.kernel.v1.KernelService.ListPendingCalls:input_type -> keycap.kernel.v1.ListPendingCallsRequest
+	19, // 26: keycap.kernel.v1.KernelService.ResumeCall:input_type -> keycap.kernel.v1.ResumeCallRequest
+	17, // 27: keycap.kernel.v1.KernelService.ListIndeterminateCalls:input_type -> keycap.kernel.v1.ListIndeterminateCallsRequest
+	21, // 28: keycap.kernel.v1.KernelService.GetSigningKeys:input_type -> keycap.kernel.v1.GetSigningKeysRequest
+	5,  // 29: keycap.kernel.v1.KernelService.RegisterTool:output_type -> keycap.kernel.v1.RegisterToolResponse
+	7,  // 30: keycap.kernel.v1.KernelService.GetTool:output_type -> keycap.kernel.v1.GetToolResponse
+	9,  // 31: keycap.kernel.v1.KernelService.ListTools:output_type -> keycap.kernel.v1.ListToolsResponse
+	12, // 32: keycap.kernel.v1.KernelService.BeginCall:output_type -> keycap.kernel.v1.BeginCallResponse
+	14, // 33: keycap.kernel.v1.KernelService.CompleteCall:output_type -> keycap.kernel.v1.CompleteCallResponse
+	16, // 34: keycap.kernel.v1.KernelService.ListPendingCalls:output_type -> keycap.kernel.v1.ListPendingCallsResponse
+	20, // 35: keycap.kernel.v1.KernelService.ResumeCall:output_type -> keycap.kernel.v1.ResumeCallResponse
+	18, // 36: keycap.kernel.v1.KernelService.ListIndeterminateCalls:output_type -> keycap.kernel.v1.ListIndeterminateCallsResponse
+	22, // 37: keycap.kernel.v1.KernelService.GetSigningKeys:output_type -> keycap.kernel.v1.GetSigningKeysResponse
+	29, // [29:38] is the sub-list for method output_type
+	20, // [20:29] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_keycap_kernel_v1_kernel_proto_init() }
@@ -1533,7 +1666,7 @@ func file_keycap_kernel_v1_kernel_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keycap_kernel_v1_kernel_proto_rawDesc), len(file_keycap_kernel_v1_kernel_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

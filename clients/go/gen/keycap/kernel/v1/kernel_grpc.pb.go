@@ -23,14 +23,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	KernelService_RegisterTool_FullMethodName     = "/keycap.kernel.v1.KernelService/RegisterTool"
-	KernelService_GetTool_FullMethodName          = "/keycap.kernel.v1.KernelService/GetTool"
-	KernelService_ListTools_FullMethodName        = "/keycap.kernel.v1.KernelService/ListTools"
-	KernelService_BeginCall_FullMethodName        = "/keycap.kernel.v1.KernelService/BeginCall"
-	KernelService_CompleteCall_FullMethodName     = "/keycap.kernel.v1.KernelService/CompleteCall"
-	KernelService_ListPendingCalls_FullMethodName = "/keycap.kernel.v1.KernelService/ListPendingCalls"
-	KernelService_ResumeCall_FullMethodName       = "/keycap.kernel.v1.KernelService/ResumeCall"
-	KernelService_GetSigningKeys_FullMethodName   = "/keycap.kernel.v1.KernelService/GetSigningKeys"
+	KernelService_RegisterTool_FullMethodName           = "/keycap.kernel.v1.KernelService/RegisterTool"
+	KernelService_GetTool_FullMethodName                = "/keycap.kernel.v1.KernelService/GetTool"
+	KernelService_ListTools_FullMethodName              = "/keycap.kernel.v1.KernelService/ListTools"
+	KernelService_BeginCall_FullMethodName              = "/keycap.kernel.v1.KernelService/BeginCall"
+	KernelService_CompleteCall_FullMethodName           = "/keycap.kernel.v1.KernelService/CompleteCall"
+	KernelService_ListPendingCalls_FullMethodName       = "/keycap.kernel.v1.KernelService/ListPendingCalls"
+	KernelService_ResumeCall_FullMethodName             = "/keycap.kernel.v1.KernelService/ResumeCall"
+	KernelService_ListIndeterminateCalls_FullMethodName = "/keycap.kernel.v1.KernelService/ListIndeterminateCalls"
+	KernelService_GetSigningKeys_FullMethodName         = "/keycap.kernel.v1.KernelService/GetSigningKeys"
 )
 
 // KernelServiceClient is the client API for KernelService service.
@@ -58,6 +59,9 @@ type KernelServiceClient interface {
 	ListPendingCalls(ctx context.Context, in *ListPendingCallsRequest, opts ...grpc.CallOption) (*ListPendingCallsResponse, error)
 	// The recovery path for one pending call, by its tool's effect class.
 	ResumeCall(ctx context.Context, in *ResumeCallRequest, opts ...grpc.CallOption) (*ResumeCallResponse, error)
+	// Lists calls recovery gave up on (Unsafe calls found pending): an operator
+	// decides whether each took effect and settles it with CompleteCall.
+	ListIndeterminateCalls(ctx context.Context, in *ListIndeterminateCallsRequest, opts ...grpc.CallOption) (*ListIndeterminateCallsResponse, error)
 	// The public keys (a JWKS) capabilities are verified with. Never private keys.
 	GetSigningKeys(ctx context.Context, in *GetSigningKeysRequest, opts ...grpc.CallOption) (*GetSigningKeysResponse, error)
 }
@@ -140,6 +144,16 @@ func (c *kernelServiceClient) ResumeCall(ctx context.Context, in *ResumeCallRequ
 	return out, nil
 }
 
+func (c *kernelServiceClient) ListIndeterminateCalls(ctx context.Context, in *ListIndeterminateCallsRequest, opts ...grpc.CallOption) (*ListIndeterminateCallsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListIndeterminateCallsResponse)
+	err := c.cc.Invoke(ctx, KernelService_ListIndeterminateCalls_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *kernelServiceClient) GetSigningKeys(ctx context.Context, in *GetSigningKeysRequest, opts ...grpc.CallOption) (*GetSigningKeysResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetSigningKeysResponse)
@@ -175,6 +189,9 @@ type KernelServiceServer interface {
 	ListPendingCalls(context.Context, *ListPendingCallsRequest) (*ListPendingCallsResponse, error)
 	// The recovery path for one pending call, by its tool's effect class.
 	ResumeCall(context.Context, *ResumeCallRequest) (*ResumeCallResponse, error)
+	// Lists calls recovery gave up on (Unsafe calls found pending): an operator
+	// decides whether each took effect and settles it with CompleteCall.
+	ListIndeterminateCalls(context.Context, *ListIndeterminateCallsRequest) (*ListIndeterminateCallsResponse, error)
 	// The public keys (a JWKS) capabilities are verified with. Never private keys.
 	GetSigningKeys(context.Context, *GetSigningKeysRequest) (*GetSigningKeysResponse, error)
 	mustEmbedUnimplementedKernelServiceServer()
@@ -207,6 +224,9 @@ func (UnimplementedKernelServiceServer) ListPendingCalls(context.Context, *ListP
 }
 func (UnimplementedKernelServiceServer) ResumeCall(context.Context, *ResumeCallRequest) (*ResumeCallResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResumeCall not implemented")
+}
+func (UnimplementedKernelServiceServer) ListIndeterminateCalls(context.Context, *ListIndeterminateCallsRequest) (*ListIndeterminateCallsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListIndeterminateCalls not implemented")
 }
 func (UnimplementedKernelServiceServer) GetSigningKeys(context.Context, *GetSigningKeysRequest) (*GetSigningKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSigningKeys not implemented")
@@ -358,6 +378,24 @@ func _KernelService_ResumeCall_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _KernelService_ListIndeterminateCalls_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListIndeterminateCallsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KernelServiceServer).ListIndeterminateCalls(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KernelService_ListIndeterminateCalls_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KernelServiceServer).ListIndeterminateCalls(ctx, req.(*ListIndeterminateCallsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _KernelService_GetSigningKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetSigningKeysRequest)
 	if err := dec(in); err != nil {
@@ -410,6 +448,10 @@ var KernelService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResumeCall",
 			Handler:    _KernelService_ResumeCall_Handler,
+		},
+		{
+			MethodName: "ListIndeterminateCalls",
+			Handler:    _KernelService_ListIndeterminateCalls_Handler,
 		},
 		{
 			MethodName: "GetSigningKeys",

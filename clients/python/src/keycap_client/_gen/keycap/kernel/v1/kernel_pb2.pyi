@@ -186,6 +186,24 @@ class ListPendingCallsResponse(_message.Message):
     next_page_token: str
     def __init__(self, calls: _Optional[_Iterable[_Union[Call, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
+class ListIndeterminateCallsRequest(_message.Message):
+    __slots__ = ("tool_id", "page_size", "page_token")
+    TOOL_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tool_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, tool_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListIndeterminateCallsResponse(_message.Message):
+    __slots__ = ("calls", "next_page_token")
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[Call]
+    next_page_token: str
+    def __init__(self, calls: _Optional[_Iterable[_Union[Call, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
 class ResumeCallRequest(_message.Message):
     __slots__ = ("call_id",)
     CALL_ID_FIELD_NUMBER: _ClassVar[int]

@@ -72,6 +72,11 @@ class KernelServiceStub:
                 request_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.ResumeCallRequest.SerializeToString,
                 response_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.ResumeCallResponse.FromString,
                 _registered_method=True)
+        self.ListIndeterminateCalls = channel.unary_unary(
+                '/keycap.kernel.v1.KernelService/ListIndeterminateCalls',
+                request_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.ListIndeterminateCallsRequest.SerializeToString,
+                response_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.ListIndeterminateCallsResponse.FromString,
+                _registered_method=True)
         self.GetSigningKeys = channel.unary_unary(
                 '/keycap.kernel.v1.KernelService/GetSigningKeys',
                 request_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.GetSigningKeysRequest.SerializeToString,
@@ -137,6 +142,14 @@ class KernelServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListIndeterminateCalls(self, request, context):
+        """Lists calls recovery gave up on (Unsafe calls found pending): an operator
+        decides whether each took effect and settles it with CompleteCall.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetSigningKeys(self, request, context):
         """The public keys (a JWKS) capabilities are verified with. Never private keys.
         """
@@ -181,6 +194,11 @@ def add_KernelServiceServicer_to_server(servicer, server):
                     servicer.ResumeCall,
                     request_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.ResumeCallRequest.FromString,
                     response_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.ResumeCallResponse.SerializeToString,
+            ),
+            'ListIndeterminateCalls': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListIndeterminateCalls,
+                    request_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.ListIndeterminateCallsRequest.FromString,
+                    response_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.ListIndeterminateCallsResponse.SerializeToString,
             ),
             'GetSigningKeys': grpc.unary_unary_rpc_method_handler(
                     servicer.GetSigningKeys,
@@ -380,6 +398,33 @@ class KernelService:
             '/keycap.kernel.v1.KernelService/ResumeCall',
             keycap_dot_kernel_dot_v1_dot_kernel__pb2.ResumeCallRequest.SerializeToString,
             keycap_dot_kernel_dot_v1_dot_kernel__pb2.ResumeCallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListIndeterminateCalls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keycap.kernel.v1.KernelService/ListIndeterminateCalls',
+            keycap_dot_kernel_dot_v1_dot_kernel__pb2.ListIndeterminateCallsRequest.SerializeToString,
+            keycap_dot_kernel_dot_v1_dot_kernel__pb2.ListIndeterminateCallsResponse.FromString,
             options,
             channel_credentials,
             insecure,
