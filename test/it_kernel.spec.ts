@@ -52,6 +52,21 @@ describe("kernel: registry, key derivation, capabilities and the call journal (r
       expect(err.reason).to.equal("TOOL_DEFINITION_CONFLICT");
     });
 
+    it("leaves a structured record of every refusal in the kernel's log (method, code, reason)", async function () {
+      await refusal(kernel.beginCall("no.such.tool.for.audit", "{}"));
+      let record: { method?: string; code?: string; reason?: string } | undefined;
+      for (let i = 0; i < 50 && !record; i++) {
+        record = proc
+          .output()
+          .split("\n")
+          .filter((l) => l.startsWith("{"))
+          .map((l) => JSON.parse(l) as { msg?: string; method?: string; code?: string; reason?: string; metadata?: Record<string, string> })
+          .find((r) => r.msg === "refused" && r.metadata?.["tool_id"] === "no.such.tool.for.audit");
+        if (!record) await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(record).to.include({ method: "BeginCall", code: "NOT_FOUND", reason: "TOOL_NOT_FOUND" });
+    });
+
     const refused: [string, Parameters<KernelClient["registerToolProto"]>[0], string, string][] = [
       [
         "an Idempotent tool without a KeyDerivation (names the field key)",

@@ -55,6 +55,16 @@ export function readErrorInfo(err: unknown): ErrorInfoData | undefined {
   return undefined;
 }
 
+/** Options of {@link unaryHandler}. */
+export interface UnaryHandlerOptions {
+  /**
+   * Write one structured log record per refusal (method, code, reason, metadata,
+   * peer): the audit record of services that keep none of their own. The ledger
+   * records its refusals in MongoDB instead.
+   */
+  logRefusals?: boolean;
+}
+
 /**
  * Wraps a promise-returning handler as a grpc-js unary handler. Only deliberate
  * KeycapErrors reach the caller; anything else is logged here with its stack and
@@ -64,12 +74,19 @@ export function unaryHandler<Req, Res>(
   logger: Logger,
   method: string,
   handler: (request: Req, call: ServerUnaryCall<Req, Res>) => Promise<Res>,
+  opts: UnaryHandlerOptions = {},
 ): (call: ServerUnaryCall<Req, Res>, callback: sendUnaryData<Res>) => void {
   return (call, callback) => {
     handler(call.request, call).then(
       (response) => callback(null, response),
       (err: unknown) => {
         if (err instanceof KeycapError) {
+          if (opts.logRefusals) {
+            logger.info(
+              { method, code: status[err.code], reason: err.reason, metadata: err.metadata, peer: call.getPeer(), refusal: err.message },
+              "refused",
+            );
+          }
           callback(toServiceError(err), null);
           return;
         }

@@ -290,16 +290,18 @@ export function callToProto(c: CallRecord): Call {
 
 /** The gRPC binding of the kernel. */
 export function kernelServiceImpl(kernel: Kernel, logger: Logger): KernelServiceServer {
+  // Every kernel refusal leaves a structured record in the log (the kernel keeps no audit collection).
+  const handle = <Req, Res>(method: string, fn: (r: Req) => Promise<Res>) => unaryHandler(logger, method, fn, { logRefusals: true });
   return {
-    registerTool: unaryHandler(logger, "RegisterTool", (r: RegisterToolRequest) => kernel.registerTool(r)),
-    getTool: unaryHandler(logger, "GetTool", (r: GetToolRequest) => kernel.getTool(r)),
-    listTools: unaryHandler(logger, "ListTools", (r: ListToolsRequest) => kernel.listTools(r)),
-    beginCall: unaryHandler(logger, "BeginCall", (r: BeginCallRequest) => kernel.beginCall(r)),
-    completeCall: unaryHandler(logger, "CompleteCall", (r: CompleteCallRequest) => kernel.completeCall(r)),
-    listPendingCalls: unaryHandler(logger, "ListPendingCalls", (r: ListPendingCallsRequest) => kernel.listPendingCalls(r)),
-    resumeCall: unaryHandler(logger, "ResumeCall", (r: ResumeCallRequest) => kernel.resumeCall(r)),
-    listIndeterminateCalls: unaryHandler(logger, "ListIndeterminateCalls", (r: ListIndeterminateCallsRequest) => kernel.listIndeterminateCalls(r)),
-    getSigningKeys: unaryHandler(logger, "GetSigningKeys", async () => kernel.getSigningKeys()),
+    registerTool: handle("RegisterTool", (r: RegisterToolRequest) => kernel.registerTool(r)),
+    getTool: handle("GetTool", (r: GetToolRequest) => kernel.getTool(r)),
+    listTools: handle("ListTools", (r: ListToolsRequest) => kernel.listTools(r)),
+    beginCall: handle("BeginCall", (r: BeginCallRequest) => kernel.beginCall(r)),
+    completeCall: handle("CompleteCall", (r: CompleteCallRequest) => kernel.completeCall(r)),
+    listPendingCalls: handle("ListPendingCalls", (r: ListPendingCallsRequest) => kernel.listPendingCalls(r)),
+    resumeCall: handle("ResumeCall", (r: ResumeCallRequest) => kernel.resumeCall(r)),
+    listIndeterminateCalls: handle("ListIndeterminateCalls", (r: ListIndeterminateCallsRequest) => kernel.listIndeterminateCalls(r)),
+    getSigningKeys: handle("GetSigningKeys", async () => kernel.getSigningKeys()),
   };
 }
 
