@@ -4,6 +4,7 @@ import * as fs from "node:fs";
 import * as net from "node:net";
 import * as path from "node:path";
 import { healthCheck, reflectServices } from "./support/grpc-probes";
+import { freePort } from "./support/ports";
 import { runCli, serviceEnv, startService, type ServiceProcess } from "./support/processes";
 import { startMongoServer } from "../services/common/src/embedded-mongo";
 import { createLogger } from "../services/common/src/logger";
@@ -57,7 +58,7 @@ describe("foundation: a bad configuration stops the start with one line naming t
   });
 
   it("refuses an unreachable MongoDB within a few seconds", async function () {
-    const port = await closedPort();
+    const port = await freePort();
     const r = await runCli(["serve", "ledger"], serviceEnv({ MONGODB_URI: `mongodb://127.0.0.1:${port}/`, KEYCAP_MONGODB_TIMEOUT_MS: "2000" }));
     expect(r.code).to.not.equal(0);
     expect(r.stderr.trim().split("\n")).to.have.length(1);
@@ -118,15 +119,6 @@ describe("foundation: the embedded MongoDB harness", function () {
     expect(await isListening(port)).to.equal(false);
   });
 });
-
-function closedPort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = net.createServer().listen(0, "127.0.0.1", () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 function isListening(port: number): Promise<boolean> {
   return new Promise((resolve) => {

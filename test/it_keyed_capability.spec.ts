@@ -7,25 +7,16 @@
 import { expect } from "chai";
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { MongoClient } from "mongodb";
-import * as net from "node:net";
 import * as path from "node:path";
 import * as readline from "node:readline";
 import { CallState, ResumeAction } from "../gen/ts/keycap/kernel/v1/kernel";
 import { AdminClient, KernelClient, LedgerClient, Runtime } from "../clients/ts/src";
 import { charge, notify, tools, transfer } from "./support/acceptance-tools";
+import { freePort } from "./support/ports";
 import { refusal } from "./support/refusal";
 import { runCli, serviceEnv, startService, type ServiceProcess } from "./support/processes";
 
 const ADMIN_TOKEN = "acceptance-admin-token-0123456789";
-
-function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = net.createServer().listen(0, "127.0.0.1", () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 
 /** Runs one call in a tool-runner process that stops at a crash point; resolves once it is there. */

@@ -9,7 +9,7 @@ import {
   type Rejection,
 } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
 import { KeycapClientError } from "./errors";
-import { callUnary, type CallSettings } from "./rpc";
+import { callUnary, collectPages, type CallSettings } from "./rpc";
 
 /** Filters of {@link AdminClient.listRejections}. */
 export interface RejectionFilter {
@@ -32,15 +32,11 @@ export class AdminClient {
   }
 
   /** Every entry (of one tool, or all), newest first. */
-  async listEntries(toolId = "", s?: CallSettings): Promise<Entry[]> {
-    const out: Entry[] = [];
-    let token = "";
-    do {
-      const res = await this.listEntriesPage(toolId, token, 1000, s);
-      out.push(...res.entries);
-      token = res.nextPageToken;
-    } while (token);
-    return out;
+  listEntries(toolId = "", s?: CallSettings): Promise<Entry[]> {
+    return collectPages(async (pageToken) => {
+      const res = await this.listEntriesPage(toolId, pageToken, 1000, s);
+      return { items: res.entries, nextPageToken: res.nextPageToken };
+    });
   }
 
   /** The entry under an idempotency key; undefined when there is none. */
@@ -75,15 +71,11 @@ export class AdminClient {
   }
 
   /** Every matching refusal, newest first. */
-  async listRejections(filter: RejectionFilter = {}, s?: CallSettings): Promise<Rejection[]> {
-    const out: Rejection[] = [];
-    let token = "";
-    do {
-      const res = await this.listRejectionsPage(filter, token, 1000, s);
-      out.push(...res.rejections);
-      token = res.nextPageToken;
-    } while (token);
-    return out;
+  listRejections(filter: RejectionFilter = {}, s?: CallSettings): Promise<Rejection[]> {
+    return collectPages(async (pageToken) => {
+      const res = await this.listRejectionsPage(filter, pageToken, 1000, s);
+      return { items: res.rejections, nextPageToken: res.nextPageToken };
+    });
   }
 
   stats(s?: CallSettings): Promise<GetStatsResponse> {

@@ -12,7 +12,7 @@ import {
 } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { CapabilityHandle } from "./capability-handle";
 import { LedgerClient } from "./ledger-client";
-import { callUnary, type CallSettings } from "./rpc";
+import { callUnary, collectPages, type CallSettings } from "./rpc";
 import { toolToProto, type ToolDefinition } from "./tool-definition";
 
 export interface KernelClientOptions {
@@ -57,15 +57,11 @@ export class KernelClient {
     return (await callUnary(this.raw.getTool, this.raw, { toolId }, undefined, s)).tool;
   }
 
-  async listTools(s?: CallSettings): Promise<Tool[]> {
-    const tools: Tool[] = [];
-    let pageToken = "";
-    do {
+  listTools(s?: CallSettings): Promise<Tool[]> {
+    return collectPages(async (pageToken) => {
       const res = await callUnary(this.raw.listTools, this.raw, { pageSize: 1000, pageToken }, undefined, s);
-      tools.push(...res.tools);
-      pageToken = res.nextPageToken;
-    } while (pageToken);
-    return tools;
+      return { items: res.tools, nextPageToken: res.nextPageToken };
+    });
   }
 
   /** BeginCall in its wire form. */
@@ -104,27 +100,19 @@ export class KernelClient {
   }
 
   /** Every pending call (of one tool, or all). */
-  async listPendingCalls(toolId = "", s?: CallSettings): Promise<Call[]> {
-    const calls: Call[] = [];
-    let token = "";
-    do {
-      const res = await this.listPendingCallsPage(toolId, token, 1000, s);
-      calls.push(...res.calls);
-      token = res.nextPageToken;
-    } while (token);
-    return calls;
+  listPendingCalls(toolId = "", s?: CallSettings): Promise<Call[]> {
+    return collectPages(async (pageToken) => {
+      const res = await this.listPendingCallsPage(toolId, pageToken, 1000, s);
+      return { items: res.calls, nextPageToken: res.nextPageToken };
+    });
   }
 
   /** Every call recovery marked indeterminate and nobody has settled yet (of one tool, or all). */
-  async listIndeterminateCalls(toolId = "", s?: CallSettings): Promise<Call[]> {
-    const calls: Call[] = [];
-    let pageToken = "";
-    do {
+  listIndeterminateCalls(toolId = "", s?: CallSettings): Promise<Call[]> {
+    return collectPages(async (pageToken) => {
       const res = await callUnary(this.raw.listIndeterminateCalls, this.raw, { toolId, pageSize: 1000, pageToken }, undefined, s);
-      calls.push(...res.calls);
-      pageToken = res.nextPageToken;
-    } while (pageToken);
-    return calls;
+      return { items: res.calls, nextPageToken: res.nextPageToken };
+    });
   }
 
   resumeCall(callId: string, s?: CallSettings): Promise<ResumeCallResponse> {

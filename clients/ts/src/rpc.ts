@@ -36,3 +36,18 @@ export function callUnary<Req, Res>(
     settings.signal?.addEventListener("abort", onAbort, { once: true });
   });
 }
+
+/**
+ * Follows page tokens to the end and returns every item: `fetch` gets the token
+ * ("" for the first page) and returns that page's items and next token.
+ */
+export async function collectPages<T>(fetch: (pageToken: string) => Promise<{ items: T[]; nextPageToken: string }>): Promise<T[]> {
+  const all: T[] = [];
+  let token = "";
+  do {
+    const page = await fetch(token);
+    all.push(...page.items);
+    token = page.nextPageToken;
+  } while (token);
+  return all;
+}

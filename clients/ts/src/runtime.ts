@@ -89,7 +89,7 @@ export class Runtime {
   private async recoverOne(call: Call, tool: RuntimeTool | undefined, dryRun: boolean): Promise<RecoveryStep> {
     const effect = effectName(call.effectKind);
     const plan: RecoveryStep["plan"] =
-      effect === "unsafe" ? "mark-indeterminate" : !tool ? (effect === "queryable" ? "ask-ledger-then-retry" : "no-handler") : effect === "queryable" ? "ask-ledger-then-retry" : "retry-under-same-key";
+      effect === "unsafe" ? "mark-indeterminate" : effect === "queryable" ? "ask-ledger-then-retry" : tool ? "retry-under-same-key" : "no-handler";
     const step: RecoveryStep = { callId: call.callId, toolId: call.toolId, effect, attempt: call.attempt, plan, result: "dry-run", detail: "" };
     if (dryRun) return step;
     if (plan === "no-handler") return { ...step, result: "skipped", detail: "no handler for this tool here; run recover where the tool's code is loaded" };

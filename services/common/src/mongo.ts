@@ -1,4 +1,4 @@
-import { MongoClient, type Db } from "mongodb";
+import { MongoClient, MongoServerError, type Db } from "mongodb";
 import { ConfigError } from "./config";
 
 /** An open MongoDB connection for one service. */
@@ -34,4 +34,12 @@ export async function connectMongo(uri: string, database: string, timeoutMs: num
     throw new ConfigError("MONGODB_URI", `cannot reach ${redactUri(uri)} within ${timeoutMs} ms (${reason})`);
   }
   return { client, db: client.db(database), close: () => client.close() };
+}
+
+/**
+ * MongoDB's duplicate-key error (11000): the unique index refused a second
+ * document. Callers treat it as "already done", never as a crash.
+ */
+export function isDuplicateKey(err: unknown): boolean {
+  return err instanceof MongoServerError ? err.code === 11000 : (err as { code?: unknown } | null)?.code === 11000;
 }

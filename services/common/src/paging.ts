@@ -1,3 +1,4 @@
+import type { Filter } from "mongodb";
 import { invalidArgument } from "./errors";
 
 /** page_size: 0 means the default, larger than max is capped. */
@@ -26,4 +27,14 @@ export function decodePageToken<K extends string>(token: string, keys: readonly 
   } catch {
     throw invalidArgument("INVALID_PAGE_TOKEN", "page_token is not a token this service issued", { field: "page_token" });
   }
+}
+
+/**
+ * The keyset condition "after (at, id) in the listing's order" on `timeField`
+ * then `_id`: pages neither skip nor repeat documents that tie on time, and a
+ * page costs the same however deep it is.
+ */
+export function afterKeyset<T>(timeField: string, at: Date, id: string, order: "oldest-first" | "newest-first"): Filter<T>[] {
+  const op = order === "oldest-first" ? "$gt" : "$lt";
+  return [{ [timeField]: { [op]: at } } as Filter<T>, { [timeField]: at, _id: { [op]: id } } as Filter<T>];
 }

@@ -66,7 +66,8 @@ async function syncDirectory(dir: string): Promise<void> {
   }
 }
 
-function errnoCode(err: unknown): string | undefined {
+/** The `code` of a Node system error (e.g. "ENOENT"), if any. */
+export function errnoCode(err: unknown): string | undefined {
   const code = (err as { code?: unknown } | null)?.code;
   return typeof code === "string" ? code : undefined;
 }

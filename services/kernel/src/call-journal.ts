@@ -1,7 +1,9 @@
 import { status } from "@grpc/grpc-js";
-import { MongoServerError, type Collection, type Db, type Filter } from "mongodb";
+import type { Collection, Db, Filter } from "mongodb";
 import type { CapabilityClaims, EffectName } from "../../common/src/capability";
 import { KeycapError } from "../../common/src/errors";
+import { isDuplicateKey } from "../../common/src/mongo";
+import { afterKeyset } from "../../common/src/paging";
 import type { Logger } from "../../common/src/logger";
 
 export type CallStateName = "pending" | "completed" | "indeterminate";
@@ -22,8 +24,7 @@ export interface CallRecord {
   attempt: number;
   /**
    * Stored: "pending", or "indeterminate" once recovery gave up on an Unsafe
-   * call ("completed" only in documents written before completions moved to
-   * their own collection). Read back: "completed" when a completion exists.
+   * call. Read back: "completed" when a completion exists (call_completions).
    */
   state: CallStateName;
   outcome?: CallOutcomeName;
@@ -44,19 +45,18 @@ interface CompletionDoc {
   completed_at: Date;
 }
 
-/** Records that the pending copies were backfilled from an older journal. */
-interface MetaDoc {
-  _id: string;
-  at: Date;
+const MAJORITY = { writeConcern: { w: "majority" as const } };
+
+/** Where a listing of calls continues: after this (created_at, _id). */
+export interface JournalCursor {
+  createdAt: number;
+  id: string;
 }
 
-const MAJORITY = { writeConcern: { w: "majority" as const } };
-const BACKFILL_V1 = "pending_copies_v1";
-
-/** A page of pending calls; `next` is the cursor to continue after, if more copies may follow. */
+/** A page of calls; `next` is the cursor to continue after, if more may follow. */
 export interface PendingPage {
   calls: CallRecord[];
-  next?: { createdAt: number; id: string };
+  next?: JournalCursor;
 }
 
 /**
@@ -93,9 +93,7 @@ export class CallJournal {
     // `calls` and `call_completions` are only read by `_id`: no secondary index.
     await pending.createIndex({ created_at: 1, _id: 1 });
     await pending.createIndex({ tool_id: 1, created_at: 1, _id: 1 });
-    const journal = new CallJournal(calls, completions, pending, logger);
-    await journal.backfillPendingCopies(db.collection<MetaDoc>("call_journal_meta"));
-    return journal;
+    return new CallJournal(calls, completions, pending, logger);
   }
 
   /**
@@ -159,7 +157,6 @@ export class CallJournal {
     // pending copy proves it (inserted only after the journal), else the journal.
     const call = (await this.pending.findOne({ _id: callId })) ?? (await this.calls.findOne({ _id: callId }));
     if (!call) throw notFound(callId);
-    if (call.state === "completed") return sameOutcomeOrRefuse(call, outcome); // written before call_completions existed
     const completion: CompletionDoc = { _id: callId, outcome, outcome_detail: detail, completed_at: new Date() };
     try {
       const res = await this.completions.insertOne(completion, MAJORITY);
@@ -218,45 +215,38 @@ export class CallJournal {
    * between the completion and the removal, and removed now). `next` is set
    * whenever more may follow.
    */
+  async listPending(toolId: string, after: JournalCursor | undefined, limit: number): Promise<PendingPage> {
+    const { page, completed, next } = await this.pageOf(this.pending, {}, toolId, after, limit);
+    for (const id of completed) await this.unmarkPending(id);
+    return { calls: page.filter((c) => !completed.has(c._id) && c.state === "pending"), ...next };
+  }
+
   /**
    * Calls recovery marked indeterminate and nobody has completed since, oldest first.
    * An operator's query: it reads the journal (a scan on FerretDB), never on the hot path.
    */
-  async listIndeterminate(toolId: string, after: { createdAt: number; id: string } | undefined, limit: number): Promise<PendingPage> {
-    const filter: Filter<CallRecord> = { state: "indeterminate" };
-    if (toolId) filter.tool_id = toolId;
-    if (after) {
-      const at = new Date(after.createdAt);
-      filter.$or = [{ created_at: { $gt: at } }, { created_at: at, _id: { $gt: after.id } }];
-    }
-    const found = await this.calls.find(filter).sort({ created_at: 1, _id: 1 }).limit(limit + 1).toArray();
-    const scanned = found.slice(0, limit);
-    const ids = scanned.map((c) => c._id);
-    const completed = new Set(ids.length ? (await this.completions.find({ _id: { $in: ids } }, { projection: { _id: 1 } }).toArray()).map((c) => c._id) : []);
-    const last = scanned[scanned.length - 1];
-    return {
-      calls: scanned.filter((c) => !completed.has(c._id)),
-      ...(found.length > limit && last ? { next: { createdAt: last.created_at.getTime(), id: last._id } } : {}),
-    };
+  async listIndeterminate(toolId: string, after: JournalCursor | undefined, limit: number): Promise<PendingPage> {
+    const { page, completed, next } = await this.pageOf(this.calls, { state: "indeterminate" }, toolId, after, limit);
+    return { calls: page.filter((c) => !completed.has(c._id)), ...next };
   }
 
-  async listPending(toolId: string, after: { createdAt: number; id: string } | undefined, limit: number): Promise<PendingPage> {
-    const filter: Filter<CallRecord> = {};
+  /** One keyset page of `coll` (oldest first), with which of its calls have a completion. */
+  private async pageOf(
+    coll: Collection<CallRecord>,
+    base: Filter<CallRecord>,
+    toolId: string,
+    after: JournalCursor | undefined,
+    limit: number,
+  ): Promise<{ page: CallRecord[]; completed: Set<string>; next: Pick<PendingPage, "next"> }> {
+    const filter: Filter<CallRecord> = { ...base };
     if (toolId) filter.tool_id = toolId;
-    if (after) {
-      const at = new Date(after.createdAt);
-      filter.$or = [{ created_at: { $gt: at } }, { created_at: at, _id: { $gt: after.id } }];
-    }
-    const copies = await this.pending.find(filter).sort({ created_at: 1, _id: 1 }).limit(limit + 1).toArray();
-    const scanned = copies.slice(0, limit);
-    const ids = scanned.map((c) => c._id);
+    if (after) filter.$or = afterKeyset<CallRecord>("created_at", new Date(after.createdAt), after.id, "oldest-first");
+    const found = await coll.find(filter).sort({ created_at: 1, _id: 1 }).limit(limit + 1).toArray();
+    const page = found.slice(0, limit);
+    const ids = page.map((c) => c._id);
     const completed = new Set(ids.length ? (await this.completions.find({ _id: { $in: ids } }, { projection: { _id: 1 } }).toArray()).map((c) => c._id) : []);
-    for (const id of completed) await this.unmarkPending(id);
-    const last = scanned[scanned.length - 1];
-    return {
-      calls: scanned.filter((c) => !completed.has(c._id) && c.state === "pending"),
-      ...(copies.length > limit && last ? { next: { createdAt: last.created_at.getTime(), id: last._id } } : {}),
-    };
+    const last = page[page.length - 1];
+    return { page, completed, next: found.length > limit && last ? { next: { createdAt: last.created_at.getTime(), id: last._id } } : {} };
   }
 
   /** Inserts the call's pending copy; one already there is fine. */
@@ -280,31 +270,6 @@ export class CallJournal {
     }
   }
 
-  /**
-   * Journals written before pending copies existed list pending calls by
-   * scanning `calls`: copy those once, then remember that it was done (one
-   * scan per database, not per start).
-   */
-  private async backfillPendingCopies(meta: Collection<MetaDoc>): Promise<void> {
-    if (await meta.findOne({ _id: BACKFILL_V1 })) return;
-    const legacy = this.calls.find({ state: "pending" });
-    let marked = 0;
-    for await (const c of legacy) {
-      if (await this.completions.findOne({ _id: c._id })) continue;
-      await this.markPending(c);
-      marked++;
-    }
-    try {
-      await meta.insertOne({ _id: BACKFILL_V1, at: new Date() }, MAJORITY);
-    } catch (err) {
-      if (!isDuplicateKey(err)) throw err; // another replica finished it too
-    }
-    if (marked > 0) this.logger.info({ marked }, "pending copies backfilled from the call journal");
-  }
-}
-
-function isDuplicateKey(err: unknown): boolean {
-  return err instanceof MongoServerError && err.code === 11000;
 }
 
 function withCompletion(call: CallRecord, c: CompletionDoc): CallRecord {

@@ -25,17 +25,18 @@ import {
   type ResumeCallResponse,
 } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import type { CapabilityClaims } from "../../common/src/capability";
+import { effectKindOf } from "../../common/src/effect-kind";
 import { invalidArgument, KeycapError } from "../../common/src/errors";
 import { unaryHandler } from "../../common/src/grpc-status";
 import type { Logger } from "../../common/src/logger";
 import { decodePageToken, encodePageToken, pageSize } from "../../common/src/paging";
-import type { CallJournal, CallOutcomeName, CallRecord } from "./call-journal";
+import type { CallJournal, CallOutcomeName, CallRecord, JournalCursor, PendingPage } from "./call-journal";
 import type { CapabilityMinter, MintedCapability } from "./capability-minter";
 import { deriveKey, readRequestId } from "./domain/key-derivation";
 import { parseArguments, type JsonLimits, type ParsedArguments } from "./domain/strict-json";
 import type { LedgerLookup } from "./ledger-lookup";
 import type { SigningKeys } from "./signing-keys";
-import { checkToolId, definitionFromProto, effectKindOf, toolToProto, type CompiledTool } from "./tool-definition";
+import { checkToolId, definitionFromProto, toolToProto, type CompiledTool } from "./tool-definition";
 import type { ToolRegistry } from "./tool-registry";
 
 export interface KernelDeps {
@@ -148,22 +149,22 @@ export class Kernel {
     return { call: callToProto(call), alreadyCompleted };
   }
 
-  async listPendingCalls(req: ListPendingCallsRequest): Promise<ListPendingCallsResponse> {
-    if (req.toolId) checkToolId(req.toolId, "tool_id");
-    const limit = pageSize(req.pageSize);
-    const cursor = decodePageToken(req.pageToken, ["t", "i"] as const);
-    const page = await this.d.journal.listPending(req.toolId, cursor ? { createdAt: Number(cursor.t), id: String(cursor.i) } : undefined, limit);
-    return {
-      calls: page.calls.map(callToProto),
-      nextPageToken: page.next ? encodePageToken({ t: page.next.createdAt, i: page.next.id }) : "",
-    };
+  listPendingCalls(req: ListPendingCallsRequest): Promise<ListPendingCallsResponse> {
+    return this.listCalls(req, (toolId, after, limit) => this.d.journal.listPending(toolId, after, limit));
   }
 
-  async listIndeterminateCalls(req: ListIndeterminateCallsRequest): Promise<ListIndeterminateCallsResponse> {
+  listIndeterminateCalls(req: ListIndeterminateCallsRequest): Promise<ListIndeterminateCallsResponse> {
+    return this.listCalls(req, (toolId, after, limit) => this.d.journal.listIndeterminate(toolId, after, limit));
+  }
+
+  /** One page of a journal listing, with the page token scheme both listings share. */
+  private async listCalls(
+    req: { toolId: string; pageSize: number; pageToken: string },
+    list: (toolId: string, after: JournalCursor | undefined, limit: number) => Promise<PendingPage>,
+  ): Promise<{ calls: Call[]; nextPageToken: string }> {
     if (req.toolId) checkToolId(req.toolId, "tool_id");
-    const limit = pageSize(req.pageSize);
     const cursor = decodePageToken(req.pageToken, ["t", "i"] as const);
-    const page = await this.d.journal.listIndeterminate(req.toolId, cursor ? { createdAt: Number(cursor.t), id: String(cursor.i) } : undefined, limit);
+    const page = await list(req.toolId, cursor ? { createdAt: Number(cursor.t), id: String(cursor.i) } : undefined, pageSize(req.pageSize));
     return {
       calls: page.calls.map(callToProto),
       nextPageToken: page.next ? encodePageToken({ t: page.next.createdAt, i: page.next.id }) : "",
@@ -276,7 +277,7 @@ export function callToProto(c: CallRecord): Call {
     toolId: c.tool_id,
     runId: c.run_id,
     argumentsJson: c.arguments_json,
-    effectKind: effectKindOf({ kind: c.effect } as CompiledTool["definition"]["effect"]),
+    effectKind: effectKindOf(c.effect),
     key: c.key ?? "",
     requestId: c.request_id ?? "",
     attempt: c.attempt,

@@ -16,15 +16,21 @@ export const KERNEL_SERVICE_NAME = "keycap.kernel.v1.KernelService";
 export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
   const { config } = deps;
   const logger = deps.logger.child({ component: "kernel" });
-  let keys: SigningKeys;
-  try {
-    keys = await loadOrCreateSigningKeys(config.signingKeyFile, { retiredGraceSeconds: config.retiredKeyGraceSeconds });
-  } catch (err) {
-    if (err instanceof SigningKeyFileError) throw new ConfigError("KEYCAP_SIGNING_KEY_FILE", err.message);
-    throw err;
-  }
-  if (keys.insecurePermissions) logger.warn({ path: keys.path }, "signing key file is readable by group or others; chmod 600 it");
-  logger.info({ path: keys.path, kid: keys.currentKid }, "signing key loaded");
+  // Loaded at start and again on SIGHUP (after `keycap keys rotate`).
+  const loadKeys = async (): Promise<{ keys: SigningKeys; minter: CapabilityMinter }> => {
+    let keys: SigningKeys;
+    try {
+      keys = await loadOrCreateSigningKeys(config.signingKeyFile, { retiredGraceSeconds: config.retiredKeyGraceSeconds });
+    } catch (err) {
+      if (err instanceof SigningKeyFileError) throw new ConfigError("KEYCAP_SIGNING_KEY_FILE", err.message);
+      throw err;
+    }
+    if (keys.insecurePermissions) logger.warn({ path: keys.path }, "signing key file is readable by group or others; chmod 600 it");
+    logger.info({ path: keys.path, kid: keys.currentKid }, "signing key loaded");
+    const minter = new CapabilityMinter(keys, { issuer: config.issuer, audience: config.audience, lifetimeSeconds: config.capabilityTtlSeconds });
+    return { keys, minter };
+  };
+  const { keys, minter } = await loadKeys();
 
   const mongo = await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs);
   const ledger = new GrpcLedgerLookup(() => config.ledgerAddress);
@@ -32,7 +38,7 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
     const kernel = new Kernel({
       registry: await ToolRegistry.open(mongo.db),
       journal: await CallJournal.open(mongo.db, logger),
-      minter: new CapabilityMinter(keys, { issuer: config.issuer, audience: config.audience, lifetimeSeconds: config.capabilityTtlSeconds }),
+      minter,
       keys,
       ledger,
       limits: { maxBytes: config.maxArgumentsBytes, maxDepth: config.maxArgumentsDepth },
@@ -49,12 +55,8 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
       name: "kernel",
       listeners: [listener],
       reload: async () => {
-        const fresh = await loadOrCreateSigningKeys(config.signingKeyFile, { retiredGraceSeconds: config.retiredKeyGraceSeconds });
-        kernel.useSigningKeys(
-          fresh,
-          new CapabilityMinter(fresh, { issuer: config.issuer, audience: config.audience, lifetimeSeconds: config.capabilityTtlSeconds }),
-        );
-        logger.info({ path: fresh.path, kid: fresh.currentKid }, "signing keys reloaded");
+        const fresh = await loadKeys();
+        kernel.useSigningKeys(fresh.keys, fresh.minter);
       },
       stop: async (graceMs) => {
         await listener.shutdown(graceMs);

@@ -16,7 +16,7 @@ import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject 
 import { calculateJwkThumbprint, type JWK } from "jose";
 import { open } from "node:fs/promises";
 import { CAPABILITY_ALG } from "../../common/src/capability";
-import { SecretFileWriteError, writeSecretFile } from "../../common/src/secret-file";
+import { errnoCode, SecretFileWriteError, writeSecretFile } from "../../common/src/secret-file";
 
 /** The only file format version this code reads and writes. */
 export const SIGNING_KEY_FILE_VERSION = 1;
@@ -340,6 +340,3 @@ function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
-function errnoCode(err: unknown): string | undefined {
-  return isRecord(err) && typeof err["code"] === "string" ? err["code"] : undefined;
-}

@@ -1,6 +1,6 @@
 import canonicalize from "canonicalize";
 import { createHash } from "node:crypto";
-import { ContextField, EffectKind, type EffectClass } from "../../../gen/ts/keycap/effect/v1/effect";
+import { ContextField, type EffectClass } from "../../../gen/ts/keycap/effect/v1/effect";
 import type { Tool } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { invalidArgument } from "../../common/src/errors";
 import type { EffectName } from "../../common/src/capability";
@@ -174,14 +174,6 @@ export function toolToProto(tool: CompiledTool): Tool {
     argumentsSchemaJson: tool.definition.argumentsSchemaJson ?? "",
     registeredAt: tool.registeredAt,
   };
-}
-
-export function effectKindOf(effect: ToolEffect): EffectKind {
-  return effect.kind === "idempotent"
-    ? EffectKind.EFFECT_KIND_IDEMPOTENT
-    : effect.kind === "queryable"
-      ? EffectKind.EFFECT_KIND_QUERYABLE
-      : EffectKind.EFFECT_KIND_UNSAFE;
 }
 
 export function effectNameOf(effect: ToolEffect): EffectName {

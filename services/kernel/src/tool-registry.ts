@@ -1,5 +1,6 @@
 import { status } from "@grpc/grpc-js";
-import { MongoServerError, type Collection, type Db } from "mongodb";
+import type { Collection, Db } from "mongodb";
+import { isDuplicateKey } from "../../common/src/mongo";
 import { KeycapError } from "../../common/src/errors";
 import { compileStored, type CompiledTool, type ToolDefinition } from "./tool-definition";
 
@@ -47,7 +48,7 @@ export class ToolRegistry {
       this.cache.set(doc._id, tool);
       return { tool, alreadyRegistered: false };
     } catch (err) {
-      if (!(err instanceof MongoServerError && err.code === 11000)) throw err;
+      if (!isDuplicateKey(err)) throw err;
     }
     const existing = await this.get(tool.definition.toolId);
     if (!existing) throw new KeycapError(status.ABORTED, "CONCURRENT_REGISTRATION", "the tool changed during registration; retry");

@@ -21,7 +21,8 @@ import { decodePageToken, encodePageToken, pageSize } from "../../common/src/pag
 import type { AdminCredential } from "./admin-credential";
 import { idempotentEffectId } from "./domain/write-rule";
 import type { EntryStore } from "./entry-store";
-import { effectKindOf, entryToProto } from "./ledger-service";
+import { effectKindOf } from "../../common/src/effect-kind";
+import { entryToProto } from "./ledger-service";
 import type { RejectionAudit, RejectionDoc } from "./rejection-audit";
 
 /** The admin API's behaviour, independent of transport and of authentication. */

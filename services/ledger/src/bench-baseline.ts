@@ -8,7 +8,7 @@
  * Registered on the ledger listener only when KEYCAP_BENCH_BASELINE=1; never enable it in
  * a deployment: it writes without any authorisation.
  */
-import { createHash, randomUUID } from "node:crypto";
+import { createHash } from "node:crypto";
 import { status, type ServerUnaryCall } from "@grpc/grpc-js";
 import { BaselineServiceService, type BaselineServiceServer, type WriteRequest, type WriteResponse } from "../../../gen/ts/keycap/bench/v1/baseline";
 import { KeycapError } from "../../common/src/errors";
@@ -17,7 +17,7 @@ import { unaryHandler } from "../../common/src/grpc-status";
 import type { Logger } from "../../common/src/logger";
 import { idempotentEffectId } from "./domain/write-rule";
 import type { EntryDoc, EntryStore } from "./entry-store";
-import { entryToProto } from "./ledger-service";
+import { entryToProto, newEntryId } from "./ledger-service";
 
 /** Fully-qualified name of the baseline service. */
 export const BENCH_BASELINE_SERVICE_NAME = "keycap.bench.v1.BaselineService";
@@ -49,7 +49,7 @@ export class BaselineWriter {
     const payloadSha256 = createHash("sha256").update(req.payload).digest("hex");
     const doc: EntryDoc = {
       _id: effectId,
-      entry_id: `e_${randomUUID().replaceAll("-", "")}`,
+      entry_id: newEntryId(),
       tool_id: BASELINE_TOOL_ID,
       effect: "idempotent",
       call_id: "",

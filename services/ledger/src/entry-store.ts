@@ -9,7 +9,9 @@
  * (error 11000), never on a read before the write.
  */
 import { randomUUID } from "node:crypto";
-import { Binary, MongoServerError, type Collection, type Db, type Filter } from "mongodb";
+import { Binary, type Collection, type Db, type Filter } from "mongodb";
+import { isDuplicateKey } from "../../common/src/mongo";
+import { afterKeyset } from "../../common/src/paging";
 import type { EffectName } from "../../common/src/capability";
 
 /** One effect, as stored. */
@@ -82,10 +84,6 @@ export interface EntryTotals {
   payloadMismatches: number;
 }
 
-/** True for MongoDB's duplicate-key error. */
-export function isDuplicateKey(err: unknown): boolean {
-  return err instanceof MongoServerError ? err.code === 11000 : (err as { code?: unknown } | null)?.code === 11000;
-}
 
 /** Entries small enough to keep in the known-entries cache (the payload is part of the answer). */
 const CACHEABLE_PAYLOAD_BYTES = 16 * 1024;
@@ -255,7 +253,7 @@ export class EntryStore {
     const filter: Filter<EntryDoc> = {};
     if (toolId !== "") filter.tool_id = toolId;
     if (cursor) {
-      filter.$or = [{ recorded_at: { $lt: cursor.recordedAt } }, { recorded_at: cursor.recordedAt, _id: { $lt: cursor.id } }];
+      filter.$or = afterKeyset<EntryDoc>("recorded_at", cursor.recordedAt, cursor.id, "newest-first");
     }
     return this.entries.find(filter).sort({ recorded_at: -1, _id: -1 }).limit(limit).toArray();
   }

@@ -4,7 +4,6 @@
  */
 import { createHash, randomUUID } from "node:crypto";
 import { status, type Metadata, type ServerUnaryCall } from "@grpc/grpc-js";
-import { EffectKind } from "../../../gen/ts/keycap/effect/v1/effect";
 import type {
   Entry,
   LedgerServiceServer,
@@ -14,6 +13,7 @@ import type {
   WriteResponse,
 } from "../../../gen/ts/keycap/ledger/v1/ledger";
 import { KeycapError, type KeycapCode } from "../../common/src/errors";
+import { effectKindOf } from "../../common/src/effect-kind";
 import { unaryHandler } from "../../common/src/grpc-status";
 import type { Logger } from "../../common/src/logger";
 import { CapabilityRefusal, type CapabilityVerifier, type VerifiedCapability } from "./capability-verifier";
@@ -184,17 +184,6 @@ function callContext(call: { metadata: Metadata; getPeer(): string }): CallConte
   };
 }
 
-const EFFECT_KINDS: Record<string, EffectKind> = {
-  idempotent: EffectKind.EFFECT_KIND_IDEMPOTENT,
-  queryable: EffectKind.EFFECT_KIND_QUERYABLE,
-  unsafe: EffectKind.EFFECT_KIND_UNSAFE,
-};
-
-/** Effect name ("idempotent", ...) → proto enum; anything else is UNSPECIFIED. */
-export function effectKindOf(name: string): EffectKind {
-  return EFFECT_KINDS[name] ?? EffectKind.EFFECT_KIND_UNSPECIFIED;
-}
-
 /**
  * A stored entry as the API returns it. Counts come from the admin API, which
  * counts the duplicate records; a Write response leaves them 0 (see ledger.proto).
@@ -229,7 +218,8 @@ export function codeName(code: number): string {
   return CODE_NAMES.get(code) ?? String(code);
 }
 
-function newEntryId(): string {
+/** A fresh opaque entry id. */
+export function newEntryId(): string {
   // randomUUID draws from a cached entropy pool; randomBytes(16) was a synchronous syscall per write.
   return `e_${randomUUID().replaceAll("-", "")}`;
 }

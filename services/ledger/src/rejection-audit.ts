@@ -13,7 +13,8 @@
  * Nothing here ever sees the raw capability.
  */
 import { ObjectId, type Collection, type Db, type Filter } from "mongodb";
-import { isDuplicateKey } from "./entry-store";
+import { isDuplicateKey } from "../../common/src/mongo";
+import { afterKeyset } from "../../common/src/paging";
 import type { Logger } from "../../common/src/logger";
 
 /** Reason of a summary record standing for rate-limited unauthenticated refusals. */
@@ -204,7 +205,7 @@ export class RejectionAudit {
       filter.rejected_at = { ...(q.since ? { $gte: q.since } : {}), ...(q.until ? { $lt: q.until } : {}) };
     }
     if (cursor) {
-      filter.$or = [{ rejected_at: { $lt: cursor.rejectedAt } }, { rejected_at: cursor.rejectedAt, _id: { $lt: cursor.id } }];
+      filter.$or = afterKeyset<RejectionDoc>("rejected_at", cursor.rejectedAt, cursor.id, "newest-first");
     }
     return this.coll.find(filter).sort({ rejected_at: -1, _id: -1 }).limit(limit).toArray();
   }

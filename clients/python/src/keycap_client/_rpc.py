@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import TracebackType
 from typing import Any, TypeVar
 
 import grpc
@@ -44,3 +45,23 @@ def open_channel(address: str, credentials: grpc.ChannelCredentials | None) -> g
 def client_error(reason: str, message: str) -> KeycapError:
     """A KeycapError raised by the client itself (misuse), never by a server."""
     return KeycapError(grpc.StatusCode.FAILED_PRECONDITION, reason, message, domain="keycap.dev/client")
+
+
+_Client = TypeVar("_Client", bound="ChannelClient")
+
+
+class ChannelClient:
+    """Owns one gRPC channel; closes it on ``close()`` or at the end of a ``with`` block."""
+
+    _channel: grpc.Channel
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self: _Client) -> _Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

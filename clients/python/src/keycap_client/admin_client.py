@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from types import TracebackType
 from typing import Any
 
 import grpc
 from google.protobuf import timestamp_pb2
 
 from keycap_client._gen.keycap.ledger.v1 import ledger_admin_pb2, ledger_admin_pb2_grpc, ledger_pb2
-from keycap_client._rpc import DEFAULT_TIMEOUT_S, call_unary, client_error, open_channel
+from keycap_client._rpc import DEFAULT_TIMEOUT_S, ChannelClient, call_unary, client_error, open_channel
 
 __all__ = ["AdminClient"]
 
@@ -23,7 +22,7 @@ def _ts(value: datetime | None) -> timestamp_pb2.Timestamp | None:
     return ts
 
 
-class AdminClient:
+class AdminClient(ChannelClient):
     """Reads the ledger's entries, refusals and stats.
 
     ``token`` is the admin credential (sent as ``authorization: Bearer <token>``);
@@ -125,14 +124,3 @@ class AdminClient:
     def stats(self, *, timeout: float | None = None) -> ledger_admin_pb2.GetStatsResponse:
         res: ledger_admin_pb2.GetStatsResponse = self._call(self.raw.GetStats, ledger_admin_pb2.GetStatsRequest(), timeout)
         return res
-
-    def close(self) -> None:
-        self._channel.close()
-
-    def __enter__(self) -> AdminClient:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()

@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from types import TracebackType
 from typing import Any, Literal
 
 import grpc
 from google.protobuf import timestamp_pb2
 
 from keycap_client._gen.keycap.kernel.v1 import kernel_pb2, kernel_pb2_grpc
-from keycap_client._rpc import DEFAULT_TIMEOUT_S, call_unary, client_error, open_channel
+from keycap_client._rpc import DEFAULT_TIMEOUT_S, ChannelClient, call_unary, client_error, open_channel
 from keycap_client.capability_handle import CapabilityHandle
 from keycap_client.ledger_client import LedgerClient
 from keycap_client.tool_definition import ToolDefinition
@@ -25,7 +24,7 @@ _OUTCOMES = {
 }
 
 
-class KernelClient:
+class KernelClient(ChannelClient):
     """Registers tools, begins calls and hands out :class:`CapabilityHandle` s.
 
     ``ledger_address`` is where handles write; without it handles can only
@@ -177,14 +176,6 @@ class KernelClient:
         return CapabilityHandle(call, capability, expires_at, self._ledger, self)
 
     def close(self) -> None:
-        self._channel.close()
+        super().close()
         if self._ledger is not None:
             self._ledger.close()
-
-    def __enter__(self) -> KernelClient:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from types import TracebackType
 
 import grpc
 
 from keycap_client._gen.keycap.ledger.v1 import ledger_pb2, ledger_pb2_grpc
-from keycap_client._rpc import DEFAULT_TIMEOUT_S, call_unary, open_channel
+from keycap_client._rpc import DEFAULT_TIMEOUT_S, ChannelClient, call_unary, open_channel
 
 __all__ = ["LedgerClient"]
 
 
-class LedgerClient:
+class LedgerClient(ChannelClient):
     """Writes to the ledger with an explicit capability.
 
     Tools normally write through a :class:`~keycap_client.CapabilityHandle`;
@@ -61,14 +60,3 @@ class LedgerClient:
             timeout=timeout or self.timeout,
         )
         return res
-
-    def close(self) -> None:
-        self._channel.close()
-
-    def __enter__(self) -> LedgerClient:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
