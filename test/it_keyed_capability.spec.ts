@@ -117,7 +117,7 @@ describe("keyed capability: acceptance (real kernel, ledger and tool processes; 
 
   it("1b. over gRPC (any language) the same registration is refused with INVALID_ARGUMENT naming key", async function () {
     const err = await refusal(
-      kernel.registerToolProto({ toolId: "acceptance.nokey", effectClass: { kind: { $case: "idempotent", value: { key: undefined } } }, argumentsSchemaJson: "", registeredAt: undefined }),
+      kernel.registerToolProto({ toolId: "acceptance.nokey", effectClass: { kind: { $case: "idempotent", value: { key: undefined } } }, argumentsSchemaJson: "", registeredAt: undefined, owner: "" }),
     );
     expect(err.codeName).to.equal("INVALID_ARGUMENT");
     expect(err.reason).to.equal("KEY_DERIVATION_REQUIRED");

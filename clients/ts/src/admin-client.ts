@@ -17,6 +17,8 @@ export interface RejectionFilter {
   reason?: string;
   since?: Date;
   until?: Date;
+  /** Only refusals of this service: "ledger" or "kernel". */
+  service?: string;
 }
 
 /** Operator client of keycap.ledger.v1.LedgerAdminService (needs the admin credential). */
@@ -66,6 +68,7 @@ export class AdminClient {
       until: filter.until,
       pageSize,
       pageToken,
+      service: filter.service ?? "",
     };
     return callUnary(this.raw.listRejections, this.raw, req, this.token, s);
   }

@@ -81,5 +81,6 @@ export function toolToProto(def: ToolDefinition): Tool {
     effectClass,
     argumentsSchemaJson: def.argumentsSchema ? JSON.stringify(def.argumentsSchema) : "",
     registeredAt: undefined,
+    owner: "",
   };
 }

@@ -33,6 +33,8 @@ export interface CallRecord {
   capability: CapabilityClaims;
   created_at: Date;
   updated_at: Date;
+  /** The principal that began the call (the capability's `sub`); absent on calls begun before principals existed. */
+  principal?: string;
   /** Last refused recovery, for operators (e.g. a key that no longer re-derives). */
   last_resume_refusal?: { reason: string; message: string; at: Date };
 }

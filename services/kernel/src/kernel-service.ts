@@ -286,6 +286,7 @@ export function callToProto(c: CallRecord): Call {
     outcomeDetail: c.outcome_detail ?? "",
     createdAt: c.created_at,
     updatedAt: c.updated_at,
+    principal: c.principal ?? "",
   };
 }
 

@@ -29,6 +29,8 @@ export interface CompiledTool {
   /** SHA-256 of the canonical definition: equal definitions, equal fingerprints. */
   fingerprint: string;
   registeredAt: Date;
+  /** The principal that registered the tool; undefined for a tool registered before principals existed. */
+  owner?: string;
 }
 
 const TOOL_ID = /^[A-Za-z0-9._:/-]{1,128}$/;
@@ -173,6 +175,7 @@ export function toolToProto(tool: CompiledTool): Tool {
     effectClass,
     argumentsSchemaJson: tool.definition.argumentsSchemaJson ?? "",
     registeredAt: tool.registeredAt,
+    owner: tool.owner ?? "",
   };
 }
 

@@ -109,6 +109,8 @@ function rejectionToProto(d: RejectionDoc): Rejection {
     message: d.message,
     rejectedAt: d.rejected_at,
     count: d.count,
+    service: d.service ?? "ledger",
+    principal: d.principal ?? "",
   };
 }
 

@@ -36,6 +36,8 @@ export interface EntryDoc {
   recorded_at: Date;
   /** Set once a duplicate write carried another payload (an anomaly worth auditing). */
   payload_mismatch: boolean;
+  /** The principal that began the call (the capability's `sub`); absent on entries written before principals existed. */
+  principal?: string;
 }
 
 /**

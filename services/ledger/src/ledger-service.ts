@@ -204,6 +204,7 @@ export function entryToProto(doc: EntryDoc, counts: DuplicateCounts = { duplicat
     duplicateCount: counts.duplicates,
     payloadMismatch: doc.payload_mismatch,
     payloadMismatchCount: counts.payloadMismatches,
+    principal: doc.principal ?? "",
   };
 }
 

@@ -66,6 +66,10 @@ export interface RejectionDoc {
   message: string;
   rejected_at: Date;
   count: number;
+  /** Which service refused: "ledger" or "kernel"; absent on records from before kernel refusals were stored (ledger). */
+  service?: string;
+  /** The principal, when known (kernel: the authenticated caller; ledger: the capability's sub). */
+  principal?: string;
   /** Summaries only: the last refusal counted, and counts by underlying reason. */
   last_rejected_at?: Date;
   reasons?: Record<string, number>;

@@ -206,7 +206,10 @@ type Tool struct {
 	// Empty when none was registered.
 	ArgumentsSchemaJson string `protobuf:"bytes,3,opt,name=arguments_schema_json,json=argumentsSchemaJson,proto3" json:"arguments_schema_json,omitempty"`
 	// When the tool was first registered.
-	RegisteredAt  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
+	RegisteredAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
+	// The principal that registered it and owns it (output only; ignored in
+	// RegisterTool). Empty for a tool registered before principals existed.
+	Owner         string `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -267,6 +270,13 @@ func (x *Tool) GetRegisteredAt() *timestamppb.Timestamp {
 		return x.RegisteredAt
 	}
 	return nil
+}
+
+func (x *Tool) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
 }
 
 // Request of RegisterTool.
@@ -600,7 +610,9 @@ type Call struct {
 	// When the call was begun.
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// When the call record last changed.
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// The principal that began the call (also the capability's `sub` claim).
+	Principal     string `protobuf:"bytes,14,opt,name=principal,proto3" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -724,6 +736,13 @@ func (x *Call) GetUpdatedAt() *timestamppb.Timestamp {
 		return x.UpdatedAt
 	}
 	return nil
+}
+
+func (x *Call) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
 }
 
 // Request of BeginCall.
@@ -1452,12 +1471,13 @@ var File_keycap_kernel_v1_kernel_proto protoreflect.FileDescriptor
 
 const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\n" +
-	"\x1dkeycap/kernel/v1/kernel.proto\x12\x10keycap.kernel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dkeycap/effect/v1/effect.proto\"\xd6\x01\n" +
+	"\x1dkeycap/kernel/v1/kernel.proto\x12\x10keycap.kernel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dkeycap/effect/v1/effect.proto\"\xec\x01\n" +
 	"\x04Tool\x12\x17\n" +
 	"\atool_id\x18\x01 \x01(\tR\x06toolId\x12@\n" +
 	"\feffect_class\x18\x02 \x01(\v2\x1d.keycap.effect.v1.EffectClassR\veffectClass\x122\n" +
 	"\x15arguments_schema_json\x18\x03 \x01(\tR\x13argumentsSchemaJson\x12?\n" +
-	"\rregistered_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\"A\n" +
+	"\rregistered_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\x12\x14\n" +
+	"\x05owner\x18\x05 \x01(\tR\x05owner\"A\n" +
 	"\x13RegisterToolRequest\x12*\n" +
 	"\x04tool\x18\x01 \x01(\v2\x16.keycap.kernel.v1.ToolR\x04tool\"q\n" +
 	"\x14RegisterToolResponse\x12*\n" +
@@ -1473,7 +1493,7 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"i\n" +
 	"\x11ListToolsResponse\x12,\n" +
 	"\x05tools\x18\x01 \x03(\v2\x16.keycap.kernel.v1.ToolR\x05tools\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x89\x04\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa7\x04\n" +
 	"\x04Call\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x17\n" +
 	"\atool_id\x18\x02 \x01(\tR\x06toolId\x12\x15\n" +
@@ -1492,7 +1512,8 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\x82\x01\n" +
+	"updated_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x1c\n" +
+	"\tprincipal\x18\x0e \x01(\tR\tprincipal\"\x82\x01\n" +
 	"\x10BeginCallRequest\x12\x17\n" +
 	"\atool_id\x18\x01 \x01(\tR\x06toolId\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12\x15\n" +

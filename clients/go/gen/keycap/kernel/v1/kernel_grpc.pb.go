@@ -39,11 +39,21 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // KernelService is the only party that derives idempotency keys and mints
-// capabilities. Every refusal carries a google.rpc.ErrorInfo (domain
-// "keycap.dev") whose reason clients branch on.
+// capabilities. Every RPC except GetSigningKeys needs an authenticated
+// principal (AccessService): `authorization: Bearer <secret>` or a mapped TLS
+// client certificate; without one it is refused UNAUTHENTICATED (reasons
+// PRINCIPAL_CREDENTIAL_MISSING, PRINCIPAL_CREDENTIAL_INVALID,
+// PRINCIPAL_REVOKED, CERTIFICATE_NOT_MAPPED). Calls of a tool are allowed to
+// its owner and to principals granted on it (PERMISSION_DENIED,
+// TOOL_NOT_GRANTED, otherwise). Every refusal carries a google.rpc.ErrorInfo
+// (domain "keycap.dev") whose reason clients branch on, and is recorded in
+// the refusal store (LedgerAdminService.ListRejections, service "kernel").
 type KernelServiceClient interface {
-	// Registers a tool. The same definition again is a no-op; another definition
-	// under an existing id is refused with ALREADY_EXISTS.
+	// Registers a tool, owned by the calling runtime principal. The same
+	// definition again (by its owner or a grantee) is a no-op; another definition
+	// under an existing id is refused with ALREADY_EXISTS; an existing id owned by
+	// another principal that has not granted the caller is refused with
+	// PERMISSION_DENIED (reason TOOL_OWNED_BY_OTHER).
 	RegisterTool(ctx context.Context, in *RegisterToolRequest, opts ...grpc.CallOption) (*RegisterToolResponse, error)
 	// Reads one tool; NOT_FOUND when unknown.
 	GetTool(ctx context.Context, in *GetToolRequest, opts ...grpc.CallOption) (*GetToolResponse, error)
@@ -55,7 +65,8 @@ type KernelServiceClient interface {
 	// Marks a call done with an outcome. Repeating it with the same outcome is a
 	// no-op; with another outcome it is refused with FAILED_PRECONDITION.
 	CompleteCall(ctx context.Context, in *CompleteCallRequest, opts ...grpc.CallOption) (*CompleteCallResponse, error)
-	// Lists calls begun and not completed: what a crash leaves behind.
+	// Lists calls begun and not completed: what a crash leaves behind. A runtime
+	// sees only calls of tools it owns or is granted; an operator sees all.
 	ListPendingCalls(ctx context.Context, in *ListPendingCallsRequest, opts ...grpc.CallOption) (*ListPendingCallsResponse, error)
 	// The recovery path for one pending call, by its tool's effect class.
 	ResumeCall(ctx context.Context, in *ResumeCallRequest, opts ...grpc.CallOption) (*ResumeCallResponse, error)
@@ -63,6 +74,9 @@ type KernelServiceClient interface {
 	// decides whether each took effect and settles it with CompleteCall.
 	ListIndeterminateCalls(ctx context.Context, in *ListIndeterminateCallsRequest, opts ...grpc.CallOption) (*ListIndeterminateCallsResponse, error)
 	// The public keys (a JWKS) capabilities are verified with. Never private keys.
+	// Public by design, like a /.well-known/jwks.json: it needs no principal.
+	// Whether the keys are the kernel's is proven by the channel (TLS with the
+	// kernel's CA pinned), never by this answer.
 	GetSigningKeys(ctx context.Context, in *GetSigningKeysRequest, opts ...grpc.CallOption) (*GetSigningKeysResponse, error)
 }
 
@@ -169,11 +183,21 @@ func (c *kernelServiceClient) GetSigningKeys(ctx context.Context, in *GetSigning
 // for forward compatibility.
 //
 // KernelService is the only party that derives idempotency keys and mints
-// capabilities. Every refusal carries a google.rpc.ErrorInfo (domain
-// "keycap.dev") whose reason clients branch on.
+// capabilities. Every RPC except GetSigningKeys needs an authenticated
+// principal (AccessService): `authorization: Bearer <secret>` or a mapped TLS
+// client certificate; without one it is refused UNAUTHENTICATED (reasons
+// PRINCIPAL_CREDENTIAL_MISSING, PRINCIPAL_CREDENTIAL_INVALID,
+// PRINCIPAL_REVOKED, CERTIFICATE_NOT_MAPPED). Calls of a tool are allowed to
+// its owner and to principals granted on it (PERMISSION_DENIED,
+// TOOL_NOT_GRANTED, otherwise). Every refusal carries a google.rpc.ErrorInfo
+// (domain "keycap.dev") whose reason clients branch on, and is recorded in
+// the refusal store (LedgerAdminService.ListRejections, service "kernel").
 type KernelServiceServer interface {
-	// Registers a tool. The same definition again is a no-op; another definition
-	// under an existing id is refused with ALREADY_EXISTS.
+	// Registers a tool, owned by the calling runtime principal. The same
+	// definition again (by its owner or a grantee) is a no-op; another definition
+	// under an existing id is refused with ALREADY_EXISTS; an existing id owned by
+	// another principal that has not granted the caller is refused with
+	// PERMISSION_DENIED (reason TOOL_OWNED_BY_OTHER).
 	RegisterTool(context.Context, *RegisterToolRequest) (*RegisterToolResponse, error)
 	// Reads one tool; NOT_FOUND when unknown.
 	GetTool(context.Context, *GetToolRequest) (*GetToolResponse, error)
@@ -185,7 +209,8 @@ type KernelServiceServer interface {
 	// Marks a call done with an outcome. Repeating it with the same outcome is a
 	// no-op; with another outcome it is refused with FAILED_PRECONDITION.
 	CompleteCall(context.Context, *CompleteCallRequest) (*CompleteCallResponse, error)
-	// Lists calls begun and not completed: what a crash leaves behind.
+	// Lists calls begun and not completed: what a crash leaves behind. A runtime
+	// sees only calls of tools it owns or is granted; an operator sees all.
 	ListPendingCalls(context.Context, *ListPendingCallsRequest) (*ListPendingCallsResponse, error)
 	// The recovery path for one pending call, by its tool's effect class.
 	ResumeCall(context.Context, *ResumeCallRequest) (*ResumeCallResponse, error)
@@ -193,6 +218,9 @@ type KernelServiceServer interface {
 	// decides whether each took effect and settles it with CompleteCall.
 	ListIndeterminateCalls(context.Context, *ListIndeterminateCallsRequest) (*ListIndeterminateCallsResponse, error)
 	// The public keys (a JWKS) capabilities are verified with. Never private keys.
+	// Public by design, like a /.well-known/jwks.json: it needs no principal.
+	// Whether the keys are the kernel's is proven by the channel (TLS with the
+	// kernel's CA pinned), never by this answer.
 	GetSigningKeys(context.Context, *GetSigningKeysRequest) (*GetSigningKeysResponse, error)
 	mustEmbedUnimplementedKernelServiceServer()
 }

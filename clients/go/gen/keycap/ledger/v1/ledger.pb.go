@@ -62,8 +62,10 @@ type Entry struct {
 	// How many later writes carried a different payload. Filled by
 	// LedgerAdminService; 0 in WriteResponse and LookupRequestResponse.
 	PayloadMismatchCount uint64 `protobuf:"varint,14,opt,name=payload_mismatch_count,json=payloadMismatchCount,proto3" json:"payload_mismatch_count,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The principal that began the call (the capability's `sub` claim).
+	Principal     string `protobuf:"bytes,15,opt,name=principal,proto3" json:"principal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Entry) Reset() {
@@ -192,6 +194,13 @@ func (x *Entry) GetPayloadMismatchCount() uint64 {
 		return x.PayloadMismatchCount
 	}
 	return 0
+}
+
+func (x *Entry) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
 }
 
 // Request of Write.
@@ -431,7 +440,7 @@ var File_keycap_ledger_v1_ledger_proto protoreflect.FileDescriptor
 
 const file_keycap_ledger_v1_ledger_proto_rawDesc = "" +
 	"\n" +
-	"\x1dkeycap/ledger/v1/ledger.proto\x12\x10keycap.ledger.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dkeycap/effect/v1/effect.proto\"\x8b\x04\n" +
+	"\x1dkeycap/ledger/v1/ledger.proto\x12\x10keycap.ledger.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dkeycap/effect/v1/effect.proto\"\xa9\x04\n" +
 	"\x05Entry\x12\x19\n" +
 	"\bentry_id\x18\x01 \x01(\tR\aentryId\x12\x17\n" +
 	"\atool_id\x18\x02 \x01(\tR\x06toolId\x12=\n" +
@@ -450,7 +459,8 @@ const file_keycap_ledger_v1_ledger_proto_rawDesc = "" +
 	"recordedAt\x12'\n" +
 	"\x0fduplicate_count\x18\f \x01(\x04R\x0eduplicateCount\x12)\n" +
 	"\x10payload_mismatch\x18\r \x01(\bR\x0fpayloadMismatch\x124\n" +
-	"\x16payload_mismatch_count\x18\x0e \x01(\x04R\x14payloadMismatchCount\"Y\n" +
+	"\x16payload_mismatch_count\x18\x0e \x01(\x04R\x14payloadMismatchCount\x12\x1c\n" +
+	"\tprincipal\x18\x0f \x01(\tR\tprincipal\"Y\n" +
 	"\fWriteRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +

@@ -275,7 +275,8 @@ func (x *GetEntryResponse) GetEntry() *Entry {
 	return nil
 }
 
-// One refused ledger call, recorded before the refusal was returned.
+// One refused call, recorded before the refusal was returned: a ledger write
+// or lookup, or a kernel RPC.
 type Rejection struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Unique id of the record.
@@ -315,7 +316,13 @@ type Rejection struct {
 	RejectedAt *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=rejected_at,json=rejectedAt,proto3" json:"rejected_at,omitempty"`
 	// For a summary record of rate-limited unauthenticated refusals: how many
 	// refusals it stands for (1 for an ordinary record).
-	Count         uint64 `protobuf:"varint,18,opt,name=count,proto3" json:"count,omitempty"`
+	Count uint64 `protobuf:"varint,18,opt,name=count,proto3" json:"count,omitempty"`
+	// The service that refused: "ledger" or "kernel" (or a sink's name).
+	Service string `protobuf:"bytes,19,opt,name=service,proto3" json:"service,omitempty"`
+	// The principal: on the kernel, the authenticated caller (empty when it
+	// could not be authenticated); on the ledger, the verified capability's
+	// `sub` claim (the principal that began the call).
+	Principal     string `protobuf:"bytes,20,opt,name=principal,proto3" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -476,6 +483,20 @@ func (x *Rejection) GetCount() uint64 {
 	return 0
 }
 
+func (x *Rejection) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *Rejection) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
 // Request of ListRejections.
 type ListRejectionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -490,7 +511,9 @@ type ListRejectionsRequest struct {
 	// Maximum records to return; 0 means 100, larger values are capped at 1000.
 	PageSize uint32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response's next_page_token; empty for the first page.
-	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only refusals of this service ("ledger", "kernel"); empty for all.
+	Service       string `protobuf:"bytes,7,opt,name=service,proto3" json:"service,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -563,6 +586,13 @@ func (x *ListRejectionsRequest) GetPageSize() uint32 {
 func (x *ListRejectionsRequest) GetPageToken() string {
 	if x != nil {
 		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListRejectionsRequest) GetService() string {
+	if x != nil {
+		return x.Service
 	}
 	return ""
 }
@@ -769,7 +799,7 @@ const file_keycap_ledger_v1_ledger_admin_proto_rawDesc = "" +
 	"\n" +
 	"\bselector\"A\n" +
 	"\x10GetEntryResponse\x12-\n" +
-	"\x05entry\x18\x01 \x01(\v2\x17.keycap.ledger.v1.EntryR\x05entry\"\xfc\x04\n" +
+	"\x05entry\x18\x01 \x01(\v2\x17.keycap.ledger.v1.EntryR\x05entry\"\xb4\x05\n" +
 	"\tRejection\x12!\n" +
 	"\frejection_id\x18\x01 \x01(\tR\vrejectionId\x12\x17\n" +
 	"\atool_id\x18\x02 \x01(\tR\x06toolId\x12(\n" +
@@ -791,7 +821,9 @@ const file_keycap_ledger_v1_ledger_admin_proto_rawDesc = "" +
 	"\amessage\x18\x10 \x01(\tR\amessage\x12;\n" +
 	"\vrejected_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"rejectedAt\x12\x14\n" +
-	"\x05count\x18\x12 \x01(\x04R\x05count\"\xe8\x01\n" +
+	"\x05count\x18\x12 \x01(\x04R\x05count\x12\x18\n" +
+	"\aservice\x18\x13 \x01(\tR\aservice\x12\x1c\n" +
+	"\tprincipal\x18\x14 \x01(\tR\tprincipal\"\x82\x02\n" +
 	"\x15ListRejectionsRequest\x12\x17\n" +
 	"\atool_id\x18\x01 \x01(\tR\x06toolId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x120\n" +
@@ -799,7 +831,8 @@ const file_keycap_ledger_v1_ledger_admin_proto_rawDesc = "" +
 	"\x05until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"}\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x18\n" +
+	"\aservice\x18\a \x01(\tR\aservice\"}\n" +
 	"\x16ListRejectionsResponse\x12;\n" +
 	"\n" +
 	"rejections\x18\x01 \x03(\v2\x1b.keycap.ledger.v1.RejectionR\n" +

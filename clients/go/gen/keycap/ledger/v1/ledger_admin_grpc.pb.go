@@ -38,7 +38,7 @@ type LedgerAdminServiceClient interface {
 	ListEntries(ctx context.Context, in *ListEntriesRequest, opts ...grpc.CallOption) (*ListEntriesResponse, error)
 	// Reads one entry by entry id or by idempotency key.
 	GetEntry(ctx context.Context, in *GetEntryRequest, opts ...grpc.CallOption) (*GetEntryResponse, error)
-	// Lists refused writes, newest first.
+	// Lists refusals recorded by the ledger and the kernel, newest first.
 	ListRejections(ctx context.Context, in *ListRejectionsRequest, opts ...grpc.CallOption) (*ListRejectionsResponse, error)
 	// Counts of entries, duplicates, payload mismatches and refusals.
 	GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*GetStatsResponse, error)
@@ -105,7 +105,7 @@ type LedgerAdminServiceServer interface {
 	ListEntries(context.Context, *ListEntriesRequest) (*ListEntriesResponse, error)
 	// Reads one entry by entry id or by idempotency key.
 	GetEntry(context.Context, *GetEntryRequest) (*GetEntryResponse, error)
-	// Lists refused writes, newest first.
+	// Lists refusals recorded by the ledger and the kernel, newest first.
 	ListRejections(context.Context, *ListRejectionsRequest) (*ListRejectionsResponse, error)
 	// Counts of entries, duplicates, payload mismatches and refusals.
 	GetStats(context.Context, *GetStatsRequest) (*GetStatsResponse, error)

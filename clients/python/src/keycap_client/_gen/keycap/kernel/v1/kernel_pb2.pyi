@@ -43,16 +43,18 @@ RESUME_ACTION_DONE: ResumeAction
 RESUME_ACTION_ALREADY_COMPLETED: ResumeAction
 
 class Tool(_message.Message):
-    __slots__ = ("tool_id", "effect_class", "arguments_schema_json", "registered_at")
+    __slots__ = ("tool_id", "effect_class", "arguments_schema_json", "registered_at", "owner")
     TOOL_ID_FIELD_NUMBER: _ClassVar[int]
     EFFECT_CLASS_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_AT_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     tool_id: str
     effect_class: _effect_pb2.EffectClass
     arguments_schema_json: str
     registered_at: _timestamp_pb2.Timestamp
-    def __init__(self, tool_id: _Optional[str] = ..., effect_class: _Optional[_Union[_effect_pb2.EffectClass, _Mapping]] = ..., arguments_schema_json: _Optional[str] = ..., registered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    owner: str
+    def __init__(self, tool_id: _Optional[str] = ..., effect_class: _Optional[_Union[_effect_pb2.EffectClass, _Mapping]] = ..., arguments_schema_json: _Optional[str] = ..., registered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., owner: _Optional[str] = ...) -> None: ...
 
 class RegisterToolRequest(_message.Message):
     __slots__ = ("tool",)
@@ -97,7 +99,7 @@ class ListToolsResponse(_message.Message):
     def __init__(self, tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class Call(_message.Message):
-    __slots__ = ("call_id", "tool_id", "run_id", "arguments_json", "effect_kind", "key", "request_id", "attempt", "state", "outcome", "outcome_detail", "created_at", "updated_at")
+    __slots__ = ("call_id", "tool_id", "run_id", "arguments_json", "effect_kind", "key", "request_id", "attempt", "state", "outcome", "outcome_detail", "created_at", "updated_at", "principal")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +113,7 @@ class Call(_message.Message):
     OUTCOME_DETAIL_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     tool_id: str
     run_id: str
@@ -124,7 +127,8 @@ class Call(_message.Message):
     outcome_detail: str
     created_at: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
-    def __init__(self, call_id: _Optional[str] = ..., tool_id: _Optional[str] = ..., run_id: _Optional[str] = ..., arguments_json: _Optional[str] = ..., effect_kind: _Optional[_Union[_effect_pb2.EffectKind, str]] = ..., key: _Optional[str] = ..., request_id: _Optional[str] = ..., attempt: _Optional[int] = ..., state: _Optional[_Union[CallState, str]] = ..., outcome: _Optional[_Union[CallOutcome, str]] = ..., outcome_detail: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    principal: str
+    def __init__(self, call_id: _Optional[str] = ..., tool_id: _Optional[str] = ..., run_id: _Optional[str] = ..., arguments_json: _Optional[str] = ..., effect_kind: _Optional[_Union[_effect_pb2.EffectKind, str]] = ..., key: _Optional[str] = ..., request_id: _Optional[str] = ..., attempt: _Optional[int] = ..., state: _Optional[_Union[CallState, str]] = ..., outcome: _Optional[_Union[CallOutcome, str]] = ..., outcome_detail: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., principal: _Optional[str] = ...) -> None: ...
 
 class BeginCallRequest(_message.Message):
     __slots__ = ("tool_id", "call_id", "run_id", "arguments_json")

@@ -27,8 +27,15 @@ if _version_not_supported:
 
 class KernelServiceStub:
     """KernelService is the only party that derives idempotency keys and mints
-    capabilities. Every refusal carries a google.rpc.ErrorInfo (domain
-    "keycap.dev") whose reason clients branch on.
+    capabilities. Every RPC except GetSigningKeys needs an authenticated
+    principal (AccessService): `authorization: Bearer <secret>` or a mapped TLS
+    client certificate; without one it is refused UNAUTHENTICATED (reasons
+    PRINCIPAL_CREDENTIAL_MISSING, PRINCIPAL_CREDENTIAL_INVALID,
+    PRINCIPAL_REVOKED, CERTIFICATE_NOT_MAPPED). Calls of a tool are allowed to
+    its owner and to principals granted on it (PERMISSION_DENIED,
+    TOOL_NOT_GRANTED, otherwise). Every refusal carries a google.rpc.ErrorInfo
+    (domain "keycap.dev") whose reason clients branch on, and is recorded in
+    the refusal store (LedgerAdminService.ListRejections, service "kernel").
     """
 
     def __init__(self, channel):
@@ -86,13 +93,23 @@ class KernelServiceStub:
 
 class KernelServiceServicer:
     """KernelService is the only party that derives idempotency keys and mints
-    capabilities. Every refusal carries a google.rpc.ErrorInfo (domain
-    "keycap.dev") whose reason clients branch on.
+    capabilities. Every RPC except GetSigningKeys needs an authenticated
+    principal (AccessService): `authorization: Bearer <secret>` or a mapped TLS
+    client certificate; without one it is refused UNAUTHENTICATED (reasons
+    PRINCIPAL_CREDENTIAL_MISSING, PRINCIPAL_CREDENTIAL_INVALID,
+    PRINCIPAL_REVOKED, CERTIFICATE_NOT_MAPPED). Calls of a tool are allowed to
+    its owner and to principals granted on it (PERMISSION_DENIED,
+    TOOL_NOT_GRANTED, otherwise). Every refusal carries a google.rpc.ErrorInfo
+    (domain "keycap.dev") whose reason clients branch on, and is recorded in
+    the refusal store (LedgerAdminService.ListRejections, service "kernel").
     """
 
     def RegisterTool(self, request, context):
-        """Registers a tool. The same definition again is a no-op; another definition
-        under an existing id is refused with ALREADY_EXISTS.
+        """Registers a tool, owned by the calling runtime principal. The same
+        definition again (by its owner or a grantee) is a no-op; another definition
+        under an existing id is refused with ALREADY_EXISTS; an existing id owned by
+        another principal that has not granted the caller is refused with
+        PERMISSION_DENIED (reason TOOL_OWNED_BY_OTHER).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -129,7 +146,8 @@ class KernelServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListPendingCalls(self, request, context):
-        """Lists calls begun and not completed: what a crash leaves behind.
+        """Lists calls begun and not completed: what a crash leaves behind. A runtime
+        sees only calls of tools it owns or is granted; an operator sees all.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -152,6 +170,9 @@ class KernelServiceServicer:
 
     def GetSigningKeys(self, request, context):
         """The public keys (a JWKS) capabilities are verified with. Never private keys.
+        Public by design, like a /.well-known/jwks.json: it needs no principal.
+        Whether the keys are the kernel's is proven by the channel (TLS with the
+        kernel's CA pinned), never by this answer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -215,8 +236,15 @@ def add_KernelServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class KernelService:
     """KernelService is the only party that derives idempotency keys and mints
-    capabilities. Every refusal carries a google.rpc.ErrorInfo (domain
-    "keycap.dev") whose reason clients branch on.
+    capabilities. Every RPC except GetSigningKeys needs an authenticated
+    principal (AccessService): `authorization: Bearer <secret>` or a mapped TLS
+    client certificate; without one it is refused UNAUTHENTICATED (reasons
+    PRINCIPAL_CREDENTIAL_MISSING, PRINCIPAL_CREDENTIAL_INVALID,
+    PRINCIPAL_REVOKED, CERTIFICATE_NOT_MAPPED). Calls of a tool are allowed to
+    its owner and to principals granted on it (PERMISSION_DENIED,
+    TOOL_NOT_GRANTED, otherwise). Every refusal carries a google.rpc.ErrorInfo
+    (domain "keycap.dev") whose reason clients branch on, and is recorded in
+    the refusal store (LedgerAdminService.ListRejections, service "kernel").
     """
 
     @staticmethod

@@ -44,7 +44,7 @@ class GetEntryResponse(_message.Message):
     def __init__(self, entry: _Optional[_Union[_ledger_pb2.Entry, _Mapping]] = ...) -> None: ...
 
 class Rejection(_message.Message):
-    __slots__ = ("rejection_id", "tool_id", "tool_id_verified", "reason", "code", "method", "attempted_key", "capability_key", "attempted_request_id", "capability_request_id", "call_id", "capability_id", "key_id", "effect_kind", "peer", "message", "rejected_at", "count")
+    __slots__ = ("rejection_id", "tool_id", "tool_id_verified", "reason", "code", "method", "attempted_key", "capability_key", "attempted_request_id", "capability_request_id", "call_id", "capability_id", "key_id", "effect_kind", "peer", "message", "rejected_at", "count", "service", "principal")
     REJECTION_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_ID_VERIFIED_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +63,8 @@ class Rejection(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     REJECTED_AT_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     rejection_id: str
     tool_id: str
     tool_id_verified: bool
@@ -81,23 +83,27 @@ class Rejection(_message.Message):
     message: str
     rejected_at: _timestamp_pb2.Timestamp
     count: int
-    def __init__(self, rejection_id: _Optional[str] = ..., tool_id: _Optional[str] = ..., tool_id_verified: _Optional[bool] = ..., reason: _Optional[str] = ..., code: _Optional[str] = ..., method: _Optional[str] = ..., attempted_key: _Optional[str] = ..., capability_key: _Optional[str] = ..., attempted_request_id: _Optional[str] = ..., capability_request_id: _Optional[str] = ..., call_id: _Optional[str] = ..., capability_id: _Optional[str] = ..., key_id: _Optional[str] = ..., effect_kind: _Optional[_Union[_effect_pb2.EffectKind, str]] = ..., peer: _Optional[str] = ..., message: _Optional[str] = ..., rejected_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., count: _Optional[int] = ...) -> None: ...
+    service: str
+    principal: str
+    def __init__(self, rejection_id: _Optional[str] = ..., tool_id: _Optional[str] = ..., tool_id_verified: _Optional[bool] = ..., reason: _Optional[str] = ..., code: _Optional[str] = ..., method: _Optional[str] = ..., attempted_key: _Optional[str] = ..., capability_key: _Optional[str] = ..., attempted_request_id: _Optional[str] = ..., capability_request_id: _Optional[str] = ..., call_id: _Optional[str] = ..., capability_id: _Optional[str] = ..., key_id: _Optional[str] = ..., effect_kind: _Optional[_Union[_effect_pb2.EffectKind, str]] = ..., peer: _Optional[str] = ..., message: _Optional[str] = ..., rejected_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., count: _Optional[int] = ..., service: _Optional[str] = ..., principal: _Optional[str] = ...) -> None: ...
 
 class ListRejectionsRequest(_message.Message):
-    __slots__ = ("tool_id", "reason", "since", "until", "page_size", "page_token")
+    __slots__ = ("tool_id", "reason", "since", "until", "page_size", "page_token", "service")
     TOOL_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     SINCE_FIELD_NUMBER: _ClassVar[int]
     UNTIL_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
     tool_id: str
     reason: str
     since: _timestamp_pb2.Timestamp
     until: _timestamp_pb2.Timestamp
     page_size: int
     page_token: str
-    def __init__(self, tool_id: _Optional[str] = ..., reason: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    service: str
+    def __init__(self, tool_id: _Optional[str] = ..., reason: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., service: _Optional[str] = ...) -> None: ...
 
 class ListRejectionsResponse(_message.Message):
     __slots__ = ("rejections", "next_page_token")

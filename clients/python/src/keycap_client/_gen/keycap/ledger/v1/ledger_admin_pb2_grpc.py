@@ -82,7 +82,7 @@ class LedgerAdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListRejections(self, request, context):
-        """Lists refused writes, newest first.
+        """Lists refusals recorded by the ledger and the kernel, newest first.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

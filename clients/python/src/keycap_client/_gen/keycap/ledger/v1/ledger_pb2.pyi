@@ -10,7 +10,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Entry(_message.Message):
-    __slots__ = ("entry_id", "tool_id", "effect_kind", "call_id", "attempt", "capability_id", "key", "request_id", "payload", "payload_sha256", "recorded_at", "duplicate_count", "payload_mismatch", "payload_mismatch_count")
+    __slots__ = ("entry_id", "tool_id", "effect_kind", "call_id", "attempt", "capability_id", "key", "request_id", "payload", "payload_sha256", "recorded_at", "duplicate_count", "payload_mismatch", "payload_mismatch_count", "principal")
     ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_ID_FIELD_NUMBER: _ClassVar[int]
     EFFECT_KIND_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +25,7 @@ class Entry(_message.Message):
     DUPLICATE_COUNT_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_MISMATCH_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_MISMATCH_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     entry_id: str
     tool_id: str
     effect_kind: _effect_pb2.EffectKind
@@ -39,7 +40,8 @@ class Entry(_message.Message):
     duplicate_count: int
     payload_mismatch: bool
     payload_mismatch_count: int
-    def __init__(self, entry_id: _Optional[str] = ..., tool_id: _Optional[str] = ..., effect_kind: _Optional[_Union[_effect_pb2.EffectKind, str]] = ..., call_id: _Optional[str] = ..., attempt: _Optional[int] = ..., capability_id: _Optional[str] = ..., key: _Optional[str] = ..., request_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., payload_sha256: _Optional[str] = ..., recorded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duplicate_count: _Optional[int] = ..., payload_mismatch: _Optional[bool] = ..., payload_mismatch_count: _Optional[int] = ...) -> None: ...
+    principal: str
+    def __init__(self, entry_id: _Optional[str] = ..., tool_id: _Optional[str] = ..., effect_kind: _Optional[_Union[_effect_pb2.EffectKind, str]] = ..., call_id: _Optional[str] = ..., attempt: _Optional[int] = ..., capability_id: _Optional[str] = ..., key: _Optional[str] = ..., request_id: _Optional[str] = ..., payload: _Optional[bytes] = ..., payload_sha256: _Optional[str] = ..., recorded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duplicate_count: _Optional[int] = ..., payload_mismatch: _Optional[bool] = ..., payload_mismatch_count: _Optional[int] = ..., principal: _Optional[str] = ...) -> None: ...
 
 class WriteRequest(_message.Message):
     __slots__ = ("key", "request_id", "payload")
