@@ -9,5 +9,6 @@ export { CapabilityHandle } from "./capability-handle";
 export { LedgerClient } from "./ledger-client";
 export { AdminClient, type RejectionFilter } from "./admin-client";
 export { KeycapClientError } from "./errors";
+export { channelCredentials, ClientConfigError, defaultDataDir, runtimeTokenFromEnv, tlsCredentials, tlsFromEnv, type TlsOptions } from "./credentials";
 export type { CallSettings } from "./rpc";
 export { Runtime, type RuntimeTool, type ToolHandler, type RecoveryStep, type RecoverOptions } from "./runtime";

@@ -1,4 +1,4 @@
-import { credentials, type ChannelCredentials } from "@grpc/grpc-js";
+import type { ChannelCredentials } from "@grpc/grpc-js";
 import {
   CallOutcome,
   KernelServiceClient,
@@ -11,12 +11,22 @@ import {
   type Tool,
 } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { CapabilityHandle } from "./capability-handle";
+import { channelCredentials, runtimeTokenFromEnv, type TlsOptions } from "./credentials";
 import { LedgerClient } from "./ledger-client";
 import { callUnary, collectPages, type CallSettings } from "./rpc";
 import { toolToProto, type ToolDefinition } from "./tool-definition";
 
 export interface KernelClientOptions {
-  /** Channel credentials; default insecure (loopback). */
+  /**
+   * The principal's bearer secret, sent as `authorization: Bearer <token>` on
+   * every kernel call. Default: the runtime credential by the standard lookup
+   * (KEYCAP_RUNTIME_TOKEN, KEYCAP_RUNTIME_TOKEN_FILE, `$KEYCAP_DATA_DIR/runtime-token`).
+   * Pass "" to send none (a principal proven by its TLS client certificate).
+   */
+  token?: string;
+  /** TLS for the kernel and ledger channels; default plaintext (loopback only). */
+  tls?: TlsOptions;
+  /** Channel credentials, overriding `tls` (full control). */
   credentials?: ChannelCredentials;
   /** Ledger address handles write to; needed for begin()/resume() handles. */
   ledgerAddress?: string;
@@ -37,29 +47,33 @@ export interface BeginOptions extends CallSettings {
 export class KernelClient {
   readonly raw: KernelServiceClient;
   private readonly ledger: LedgerClient | undefined;
+  private readonly token: string | undefined;
 
   constructor(readonly address: string, opts: KernelClientOptions = {}) {
-    this.raw = new KernelServiceClient(address, opts.credentials ?? credentials.createInsecure());
-    this.ledger = opts.ledgerAddress ? new LedgerClient(opts.ledgerAddress, opts.credentials) : undefined;
+    const creds = opts.credentials ?? channelCredentials(opts.tls);
+    this.raw = new KernelServiceClient(address, creds);
+    this.ledger = opts.ledgerAddress ? new LedgerClient(opts.ledgerAddress, creds) : undefined;
+    const token = opts.token ?? runtimeTokenFromEnv();
+    this.token = token === "" ? undefined : token;
   }
 
   /** Registers a tool; the same definition again is a no-op. */
   registerTool(def: ToolDefinition, s?: CallSettings): Promise<RegisterToolResponse> {
-    return callUnary(this.raw.registerTool, this.raw, { tool: toolToProto(def) }, undefined, s);
+    return callUnary(this.raw.registerTool, this.raw, { tool: toolToProto(def) }, this.token, s);
   }
 
   /** Registers a tool from its wire form (for tools declared in another language). */
   registerToolProto(tool: Tool, s?: CallSettings): Promise<RegisterToolResponse> {
-    return callUnary(this.raw.registerTool, this.raw, { tool }, undefined, s);
+    return callUnary(this.raw.registerTool, this.raw, { tool }, this.token, s);
   }
 
   async getTool(toolId: string, s?: CallSettings): Promise<Tool | undefined> {
-    return (await callUnary(this.raw.getTool, this.raw, { toolId }, undefined, s)).tool;
+    return (await callUnary(this.raw.getTool, this.raw, { toolId }, this.token, s)).tool;
   }
 
   listTools(s?: CallSettings): Promise<Tool[]> {
     return collectPages(async (pageToken) => {
-      const res = await callUnary(this.raw.listTools, this.raw, { pageSize: 1000, pageToken }, undefined, s);
+      const res = await callUnary(this.raw.listTools, this.raw, { pageSize: 1000, pageToken }, this.token, s);
       return { items: res.tools, nextPageToken: res.nextPageToken };
     });
   }
@@ -70,7 +84,7 @@ export class KernelClient {
       this.raw.beginCall,
       this.raw,
       { toolId, argumentsJson, callId: opts.callId ?? "", runId: opts.runId ?? "" },
-      undefined,
+      this.token,
       opts,
     );
   }
@@ -90,13 +104,13 @@ export class KernelClient {
       this.raw.completeCall,
       this.raw,
       { callId, outcome: outcome === "succeeded" ? CallOutcome.CALL_OUTCOME_SUCCEEDED : CallOutcome.CALL_OUTCOME_FAILED, outcomeDetail: detail },
-      undefined,
+      this.token,
       s,
     );
   }
 
   listPendingCallsPage(toolId = "", pageToken = "", pageSize = 100, s?: CallSettings): Promise<ListPendingCallsResponse> {
-    return callUnary(this.raw.listPendingCalls, this.raw, { toolId, pageSize, pageToken }, undefined, s);
+    return callUnary(this.raw.listPendingCalls, this.raw, { toolId, pageSize, pageToken }, this.token, s);
   }
 
   /** Every pending call (of one tool, or all). */
@@ -110,18 +124,18 @@ export class KernelClient {
   /** Every call recovery marked indeterminate and nobody has settled yet (of one tool, or all). */
   listIndeterminateCalls(toolId = "", s?: CallSettings): Promise<Call[]> {
     return collectPages(async (pageToken) => {
-      const res = await callUnary(this.raw.listIndeterminateCalls, this.raw, { toolId, pageSize: 1000, pageToken }, undefined, s);
+      const res = await callUnary(this.raw.listIndeterminateCalls, this.raw, { toolId, pageSize: 1000, pageToken }, this.token, s);
       return { items: res.calls, nextPageToken: res.nextPageToken };
     });
   }
 
   resumeCall(callId: string, s?: CallSettings): Promise<ResumeCallResponse> {
-    return callUnary(this.raw.resumeCall, this.raw, { callId }, undefined, s);
+    return callUnary(this.raw.resumeCall, this.raw, { callId }, this.token, s);
   }
 
   /** The kernel's public JWKS (JSON text). */
   async signingKeys(s?: CallSettings): Promise<{ jwksJson: string; currentKeyId: string }> {
-    return callUnary(this.raw.getSigningKeys, this.raw, {}, undefined, s);
+    return callUnary(this.raw.getSigningKeys, this.raw, {}, this.token, s);
   }
 
   /** A handle for a call and capability (after begin or a RETRY resume). */
