@@ -128,11 +128,11 @@ export async function runMicro(seconds: number): Promise<MicroResult[]> {
     const key = "p3bQ8Vn1y8a3l1bZ0b1oQm7yq2b9t0Qm1r4m8y1w8Qk";
     out.push(
       await loopAsync("capability sign", seconds, 1, "CapabilityMinter.mint (jose SignJWT, Ed25519)", (i) =>
-        minter.mint({ toolId: "bench.write", effect: "idempotent", callId: `c-${i}`, attempt: 1, key }),
+        minter.mint({ principal: "bench-runtime", toolId: "bench.write", effect: "idempotent", callId: `c-${i}`, attempt: 1, key }),
       ),
     );
     const tokens = await Promise.all(
-      Array.from({ length: 1024 }, (_, i) => minter.mint({ toolId: "bench.write", effect: "idempotent", callId: `c-${i}`, attempt: 1, key })),
+      Array.from({ length: 1024 }, (_, i) => minter.mint({ principal: "bench-runtime", toolId: "bench.write", effect: "idempotent", callId: `c-${i}`, attempt: 1, key })),
     );
     const jwks = keys.publicJwks();
     const parsedKeys = parseJwks(JSON.stringify(jwks));

@@ -83,6 +83,8 @@ interface Scenario {
   expected: "OK" | "PERMISSION_DENIED";
   /** ghz: the method. */
   call?: string;
+  /** ghz: "baseline" sends to the bench-only baseline process; default the ledger. */
+  target?: "ledger" | "baseline";
   /** ghz: n requests (keys and capabilities), made just before they are sent. */
   items?: (n: number) => Promise<PoolItem[]>;
   /** node: one operation. */
@@ -136,7 +138,7 @@ class Bench {
     let elapsed = 0;
     let invocations = 0;
     if (sc.driver === "node") {
-      const sampler = new ProcSampler(this.stack.pids);
+      const sampler = new ProcSampler(this.sampled(sc));
       sampler.start();
       const r = await runClosedLoop(concurrency, seconds, sc.op!);
       addUsage(usage, sampler.stop());
@@ -148,13 +150,13 @@ class Bench {
         const est = this.rate.get(concurrency) ?? 2500;
         const n = Math.min(CHUNK, Math.max(300, Math.ceil(est * remaining * 1.3)));
         const items = await sc.items!(n);
-        const sampler = new ProcSampler(this.stack.pids);
+        const sampler = new ProcSampler(this.sampled(sc));
         sampler.start();
         const r = await runGhzChunk({
           bin: this.ghzBin,
           protoset: descriptorSetPath(),
           call: sc.call!,
-          address: this.stack.ledgerAddress,
+          address: sc.target === "baseline" ? this.stack.baselineAddress : this.stack.ledgerAddress,
           concurrency,
           maxSeconds: remaining,
           items,
@@ -171,6 +173,15 @@ class Bench {
     }
     for (const u of Object.values(usage)) u.cores = u.cpuSeconds / elapsed;
     return { seconds: elapsed, latencies, statuses, errorSamples, usage, invocations };
+  }
+
+  /**
+   * The processes sampled for a scenario, by report column: for the baseline the
+   * "ledger" column is the baseline process, the one serving those requests.
+   */
+  private sampled(sc: Scenario): Record<string, number> {
+    const { baseline, ledger, ...rest } = this.stack.pids;
+    return { ...rest, ledger: (sc.target === "baseline" ? baseline : ledger)! };
   }
 
   cleanup(): void {
@@ -261,7 +272,7 @@ async function main(): Promise<void> {
   process.on("SIGTERM", () => onSignal("SIGTERM"));
   log(`MongoDB backend: ${stack.mongo.backend}; kernel ${stack.kernelAddress}, ledger ${stack.ledgerAddress}; pids ${JSON.stringify(stack.pids)}`);
 
-  const kernel = new KernelClient(stack.kernelAddress, { ledgerAddress: stack.ledgerAddress });
+  const kernel = new KernelClient(stack.kernelAddress, { ledgerAddress: stack.ledgerAddress, token: stack.runtimeToken });
   const ledger = new LedgerClient(stack.ledgerAddress);
   const bench = new Bench(stack, ghz.bin);
   const runs: RunResult[] = [];
@@ -292,6 +303,7 @@ async function main(): Promise<void> {
         driver: "ghz",
         expected: "OK",
         call: BASELINE_CALL,
+        target: "baseline",
         items: async (n) => {
           const space = newKeySpace("base");
           return Array.from({ length: n }, (_, i) => ({ key: benchKey(space, i), token: filler[i % filler.length]!.token }));

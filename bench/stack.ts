@@ -2,8 +2,8 @@
  * The system under test, as real processes on free loopback ports: a MongoDB-protocol
  * server from the project's harness (startMongoServer: mongodb-memory-server or
  * FerretDB, it says which), then `keycap serve kernel` and `keycap serve ledger` as two
- * child processes (so each one's CPU and memory can be read), the ledger with the
- * benchmark baseline service turned on (KEYCAP_BENCH_BASELINE=1).
+ * child processes (so each one's CPU and memory can be read), and the benchmark baseline
+ * (bench/baseline-server.ts) as a third, bench-only process on the ledger's database.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import * as crypto from "node:crypto";
@@ -33,12 +33,17 @@ export interface Stack {
   mongo: MongoServerHandle;
   kernel: ServiceProc;
   ledger: ServiceProc;
+  /** The bench-only baseline process (no capability checks), on the ledger's database. */
+  baseline: ServiceProc;
   dataDir: string;
   kernelAddress: string;
   ledgerAddress: string;
+  baselineAddress: string;
+  /** The runtime principal's secret the bench presents to the kernel. */
+  runtimeToken: string;
   /** The kernel's signing key file (the bench mints capabilities with it, as the kernel does). */
   signingKeyFile: string;
-  /** PIDs to sample: ledger, kernel and, when found, the MongoDB-protocol server. */
+  /** PIDs to sample: ledger, kernel, baseline and, when found, the MongoDB-protocol server. */
   pids: Record<string, number>;
   stop(): Promise<void>;
 }
@@ -71,6 +76,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       KEYCAP_LEDGER_LISTEN: "127.0.0.1:0",
       KEYCAP_ADMIN_LISTEN: "127.0.0.1:0",
       KEYCAP_ADMIN_TOKEN: crypto.randomBytes(24).toString("base64url"),
+      KEYCAP_RUNTIME_TOKEN: `keycap_rt_${crypto.randomBytes(24).toString("base64url")}`,
       // "info" is needed for the "ready" line; nothing is logged per request at info.
       KEYCAP_LOG_LEVEL: "info",
       KEYCAP_SHUTDOWN_GRACE_MS: "3000",
@@ -82,20 +88,26 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     const kernel = await startService("kernel", { ...base, KEYCAP_MONGODB_DATABASE: `${database}_kernel` }, opts.readyTimeoutMs);
     started.push(kernel);
     const kernelAddress = need(kernel.endpoints, "kernel");
-    const ledgerEnv: Record<string, string> = { ...base, KEYCAP_KERNEL_ADDRESS: kernelAddress, KEYCAP_BENCH_BASELINE: "1" };
+    const ledgerEnv: Record<string, string> = { ...base, KEYCAP_KERNEL_ADDRESS: kernelAddress };
     const ledger = await startService("ledger", ledgerEnv, opts.readyTimeoutMs, opts.ledgerNodeFlags);
     started.push(ledger);
     const ledgerAddress = need(ledger.endpoints, "ledger");
-    const pids: Record<string, number> = { ledger: ledger.pid, kernel: kernel.pid };
+    const baseline = await startService("baseline", ledgerEnv, opts.readyTimeoutMs, opts.ledgerNodeFlags);
+    started.push(baseline);
+    const baselineAddress = need(baseline.endpoints, "baseline");
+    const pids: Record<string, number> = { ledger: ledger.pid, kernel: kernel.pid, baseline: baseline.pid };
     const db = findChildPids(process.pid, mongo.backend === "ferretdb" ? "keycap-ferretd" : "mongod")[0];
     if (db !== undefined) pids["db"] = db;
     return {
       mongo,
       kernel,
       ledger,
+      baseline,
       dataDir,
       kernelAddress,
       ledgerAddress,
+      baselineAddress,
+      runtimeToken: base["KEYCAP_RUNTIME_TOKEN"]!,
       signingKeyFile: path.join(dataDir, "signing-keys.json"),
       pids,
       stop: cleanup,
@@ -112,10 +124,13 @@ function need(endpoints: Record<string, string>, name: string): string {
   return v;
 }
 
-/** Starts `keycap serve <which>` and waits for its "ready" log line. */
-async function startService(which: "kernel" | "ledger", env: Record<string, string>, readyTimeoutMs = 60_000, nodeFlags: string[] = []): Promise<ServiceProc> {
-  const entry = path.join(projectRoot(), "dist/services/cli/src/main.js");
-  const child = spawn(process.execPath, [...nodeFlags, entry, "serve", which], { env, stdio: ["ignore", "pipe", "pipe"] });
+/** Starts `keycap serve <which>` (or the bench-only baseline process) and waits for its "ready" log line. */
+async function startService(which: "kernel" | "ledger" | "baseline", env: Record<string, string>, readyTimeoutMs = 60_000, nodeFlags: string[] = []): Promise<ServiceProc> {
+  const args =
+    which === "baseline"
+      ? [path.join(projectRoot(), "dist/bench/baseline-server.js")]
+      : [path.join(projectRoot(), "dist/services/cli/src/main.js"), "serve", which];
+  const child = spawn(process.execPath, [...nodeFlags, ...args], { env, stdio: ["ignore", "pipe", "pipe"] });
   let tail: string[] = [];
   const keep = (line: string): void => {
     tail.push(line);

@@ -249,7 +249,7 @@ describe("ledger: capability-enforced writes, key-only exactly-once, per-tool re
 
     it("expired (minted with the kernel's own key by a clock an hour behind): EXPIRED, tool id verified", async function () {
       const minter = await s.minter({ now: () => Date.now() - 3600_000 });
-      const { token } = await minter.mint({ toolId: forged("expired"), effect: "idempotent", callId: "c-exp", attempt: 1, key: "k" });
+      const { token } = await minter.mint({ principal: "test-runtime", toolId: forged("expired"), effect: "idempotent", callId: "c-exp", attempt: 1, key: "k" });
       const rec = await expectRefusedAndRecorded(() => s.ledgerCalls.write(token, { key: "k", payload: payload("x") }), {
         code: unauth,
         reason: "EXPIRED",
@@ -260,7 +260,7 @@ describe("ledger: capability-enforced writes, key-only exactly-once, per-tool re
 
     it("addressed to another audience: WRONG_AUDIENCE", async function () {
       const minter = await s.minter({ audience: "some-other-ledger" });
-      const { token } = await minter.mint({ toolId: forged("aud"), effect: "idempotent", callId: "c-aud", attempt: 1, key: "k" });
+      const { token } = await minter.mint({ principal: "test-runtime", toolId: forged("aud"), effect: "idempotent", callId: "c-aud", attempt: 1, key: "k" });
       const rec = await expectRefusedAndRecorded(() => s.ledgerCalls.write(token, { key: "k", payload: payload("x") }), {
         code: unauth,
         reason: "WRONG_AUDIENCE",

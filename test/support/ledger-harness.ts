@@ -31,7 +31,7 @@ import { CAPABILITY_TYP, type CapabilityClaims } from "../../services/common/src
 import { readErrorInfo } from "../../services/common/src/grpc-status";
 import { CapabilityMinter, type CapabilityMinterOptions } from "../../services/kernel/src/capability-minter";
 import { loadOrCreateSigningKeys, type SigningKeys } from "../../services/kernel/src/signing-keys";
-import { serviceEnv, startService, type ServiceProcess } from "./processes";
+import { serviceEnv, startService, TEST_RUNTIME_TOKEN, type ServiceProcess } from "./processes";
 
 const DEADLINE_MS = 15_000;
 
@@ -123,14 +123,17 @@ export class AdminCalls {
   }
 }
 
-/** The kernel as the agent runtime calls it. */
+/** The kernel as the agent runtime calls it (as the bootstrap runtime principal unless told otherwise). */
 export class KernelCalls {
   readonly client: KernelServiceClient;
-  constructor(address: string) {
+  constructor(address: string, private readonly bearer: string | undefined = TEST_RUNTIME_TOKEN) {
     this.client = new KernelServiceClient(address, credentials.createInsecure());
   }
+  private md(): Metadata {
+    return auth(this.bearer === undefined ? undefined : `Bearer ${this.bearer}`);
+  }
   registerTool(tool: DeepPartial<Tool>): Promise<RegisterToolResponse> {
-    return unary(this.client, "registerTool", RegisterToolRequest.fromPartial({ tool }));
+    return unary(this.client, "registerTool", RegisterToolRequest.fromPartial({ tool }), this.md());
   }
   /** Registers an Idempotent tool keyed on the given argument fields. */
   registerIdempotent(toolId: string, fields: string[]): Promise<RegisterToolResponse> {
@@ -143,7 +146,7 @@ export class KernelCalls {
     return this.registerTool({ toolId, effectClass: { kind: { $case: "unsafe", value: {} } } });
   }
   beginCall(toolId: string, args: unknown): Promise<BeginCallResponse> {
-    return unary(this.client, "beginCall", BeginCallRequest.fromPartial({ toolId, argumentsJson: JSON.stringify(args) }));
+    return unary(this.client, "beginCall", BeginCallRequest.fromPartial({ toolId, argumentsJson: JSON.stringify(args) }), this.md());
   }
   getSigningKeys(): Promise<GetSigningKeysResponse> {
     return unary(this.client, "getSigningKeys", {});
@@ -234,6 +237,7 @@ export function idempotentClaims(toolId: string, key: string, overrides: Partial
   return {
     iss: "keycap-kernel",
     aud: "keycap-ledger",
+    sub: "local-runtime",
     tool_id: toolId,
     effect: "idempotent",
     call_id: `call-${toolId}`,

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import * as crypto from "node:crypto";
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -33,6 +34,13 @@ export interface StartOptions {
   readyTimeoutMs?: number;
 }
 
+/**
+ * The runtime principal's secret every test's services bootstrap as "local-runtime"
+ * (KEYCAP_RUNTIME_TOKEN), and that the TypeScript client in the test process finds by its
+ * default lookup (the root hooks put it in process.env).
+ */
+export const TEST_RUNTIME_TOKEN = process.env["KEYCAP_RUNTIME_TOKEN"] ?? `keycap_rt_test_${crypto.randomBytes(18).toString("base64url")}`;
+
 /** A fresh environment for one test's services: own database, own data dir, free ports. */
 export function serviceEnv(overrides: Record<string, string> = {}): Record<string, string> {
   return {
@@ -44,6 +52,7 @@ export function serviceEnv(overrides: Record<string, string> = {}): Record<strin
     KEYCAP_ADMIN_LISTEN: "127.0.0.1:0",
     KEYCAP_LOG_LEVEL: "info",
     KEYCAP_SHUTDOWN_GRACE_MS: "5000",
+    KEYCAP_RUNTIME_TOKEN: TEST_RUNTIME_TOKEN,
     ...overrides,
   };
 }

@@ -1,4 +1,8 @@
 import { startTestMongo, stopTestMongo } from "./mongo";
+import { TEST_RUNTIME_TOKEN } from "./processes";
+
+// The clients in this process present the services' bootstrap runtime secret by default.
+process.env["KEYCAP_RUNTIME_TOKEN"] = TEST_RUNTIME_TOKEN;
 
 /**
  * One real MongoDB-protocol server for the whole run (never a mock): the

@@ -217,6 +217,7 @@ describe("capability", () => {
       return {
         iss: DEFAULT_ISSUER,
         aud: DEFAULT_AUDIENCE,
+        sub: "test-runtime",
         tool_id: "payments.charge",
         effect: "idempotent",
         call_id: "call-1",
@@ -232,7 +233,7 @@ describe("capability", () => {
     }
 
     it("round-trips every claim of an idempotent capability, with the signing kid", async () => {
-      const { token, claims, expiresAt } = await minter.mint({
+      const { token, claims, expiresAt } = await minter.mint({ principal: "test-runtime",
         toolId: "payments.charge",
         effect: "idempotent",
         callId: "call-1",
@@ -245,6 +246,7 @@ describe("capability", () => {
       expect(verified).to.include({
         iss: DEFAULT_ISSUER,
         aud: DEFAULT_AUDIENCE,
+        sub: "test-runtime",
         tool_id: "payments.charge",
         effect: "idempotent",
         call_id: "call-1",
@@ -259,16 +261,16 @@ describe("capability", () => {
     });
 
     it("round-trips queryable and unsafe capabilities", async () => {
-      const q = await minter.mint({ toolId: "t", effect: "queryable", callId: "c", attempt: 1, requestId: "req-9" });
+      const q = await minter.mint({ principal: "test-runtime", toolId: "t", effect: "queryable", callId: "c", attempt: 1, requestId: "req-9" });
       expect(await verifier.verify(bearer(q.token))).to.include({ effect: "queryable", request_id: "req-9" });
-      const u = await minter.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1, jti: "fixed-jti" });
+      const u = await minter.mint({ principal: "test-runtime", toolId: "t", effect: "unsafe", callId: "c", attempt: 1, jti: "fixed-jti" });
       const verified = await verifier.verify(bearer(u.token));
       expect(verified).to.include({ effect: "unsafe", jti: "fixed-jti" });
       expect(verified).to.not.have.property("key");
     });
 
     it("minting the same claims again yields the same token (Ed25519 is deterministic)", async () => {
-      const first = await minter.mint({ toolId: "t", effect: "idempotent", callId: "c", attempt: 1, key: "k" });
+      const first = await minter.mint({ principal: "test-runtime", toolId: "t", effect: "idempotent", callId: "c", attempt: 1, key: "k" });
       // Stored claims may come back in another member order (e.g. from MongoDB).
       const shuffled = Object.fromEntries(Object.entries(first.claims).reverse()) as unknown as CapabilityClaims;
       expect((await minter.mintWithClaims(shuffled)).token).to.equal(first.token);
@@ -277,7 +279,7 @@ describe("capability", () => {
     it("refuses to mint claims the ledger would refuse", async () => {
       let caught: unknown;
       try {
-        await minter.mint({ toolId: "t", effect: "idempotent", callId: "c", attempt: 1 });
+        await minter.mint({ principal: "test-runtime", toolId: "t", effect: "idempotent", callId: "c", attempt: 1 });
       } catch (err) {
         caught = err;
       }
@@ -337,7 +339,7 @@ describe("capability", () => {
     });
 
     it("refuses an expired capability, allowing 5 s of clock skew", async () => {
-      const { token } = await minter.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
+      const { token } = await minter.mint({ principal: "test-runtime", toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
       clock += 304_000;
       await verifier.verify(bearer(token));
       clock += 2_000;
@@ -347,16 +349,16 @@ describe("capability", () => {
     });
 
     it("refuses a capability issued in the future", async () => {
-      const { token } = await minter.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1, iat: T0 / 1000 + 60 });
+      const { token } = await minter.mint({ principal: "test-runtime", toolId: "t", effect: "unsafe", callId: "c", attempt: 1, iat: T0 / 1000 + 60 });
       await expectRefusal(verifier.verify(bearer(token)), "NOT_YET_VALID");
     });
 
     it("refuses a capability for another audience or from another issuer", async () => {
       const elsewhere = new CapabilityMinter(keys, { issuer: DEFAULT_ISSUER, audience: "some-other-ledger", now });
-      const a = await elsewhere.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
+      const a = await elsewhere.mint({ principal: "test-runtime", toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
       await expectRefusal(verifier.verify(bearer(a.token)), "WRONG_AUDIENCE");
       const impostor = new CapabilityMinter(keys, { issuer: "not-the-kernel", audience: DEFAULT_AUDIENCE, now });
-      const i = await impostor.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
+      const i = await impostor.mint({ principal: "test-runtime", toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
       await expectRefusal(verifier.verify(bearer(i.token)), "WRONG_ISSUER");
     });
 
@@ -393,7 +395,7 @@ describe("capability", () => {
     });
 
     it("refuses a tampered payload (tool id flipped, signature kept)", async () => {
-      const { token } = await minter.mint({ toolId: "reports.read", effect: "idempotent", callId: "c", attempt: 1, key: "k" });
+      const { token } = await minter.mint({ principal: "test-runtime", toolId: "reports.read", effect: "idempotent", callId: "c", attempt: 1, key: "k" });
       const [h, p, s] = token.split(".");
       const payload = JSON.parse(Buffer.from(p ?? "", "base64url").toString("utf8"));
       const tampered = `${h}.${b64json({ ...payload, tool_id: "payments.refund" })}.${s}`;
@@ -428,7 +430,7 @@ describe("capability", () => {
     }
 
     it("refuses base64url that is not the one canonical spelling, even under a good signature", async () => {
-      const { token } = await minter.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
+      const { token } = await minter.mint({ principal: "test-runtime", toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
       const [h = "", p = "", s = ""] = token.split(".");
       // An Ed25519 signature is 86 characters; the last one carries 4 spare bits.
       expect(s.length % 4).to.equal(2);
@@ -526,11 +528,11 @@ describe("capability", () => {
 
     it("still verifies a capability minted before a rotation, during the grace period", async () => {
       const path = join(dir, "k.json");
-      const before = await minter.mint({ toolId: "t", effect: "idempotent", callId: "c", attempt: 1, key: "k" });
+      const before = await minter.mint({ principal: "test-runtime", toolId: "t", effect: "idempotent", callId: "c", attempt: 1, key: "k" });
       const rotated = await rotateSigningKeys(path, { retiredGraceSeconds: GRACE, now });
       const ledger = new CapabilityVerifier(sourceFor(rotated), { now });
       expect((await ledger.verify(bearer(before.token))).kid).to.equal(keys.currentKid);
-      const after = await new CapabilityMinter(rotated, { now }).mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 2 });
+      const after = await new CapabilityMinter(rotated, { now }).mint({ principal: "test-runtime", toolId: "t", effect: "unsafe", callId: "c", attempt: 2 });
       expect((await ledger.verify(bearer(after.token))).kid).to.equal(rotated.currentKid);
 
       // Past the grace period the kernel stops publishing the old key.
@@ -568,7 +570,7 @@ describe("capability", () => {
         },
       );
       const verifier = new CapabilityVerifier(source, { now });
-      const known = await minter.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
+      const known = await minter.mint({ principal: "test-runtime", toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
       await verifier.verify(bearer(known.token));
       await verifier.verify(bearer(known.token));
       expect(fetches).to.equal(1);
@@ -592,7 +594,7 @@ describe("capability", () => {
       // A key rotated in moments after the last fetch is learned, not refused.
       published = await rotateSigningKeys(join(dir, "k.json"), { retiredGraceSeconds: GRACE, now });
       clock += 100;
-      const fresh = await new CapabilityMinter(published, { now }).mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 2 });
+      const fresh = await new CapabilityMinter(published, { now }).mint({ principal: "test-runtime", toolId: "t", effect: "unsafe", callId: "c", attempt: 2 });
       expect((await verifier.verify(bearer(fresh.token))).kid).to.equal(published.currentKid);
       expect(fetches).to.equal(5);
       await verifier.verify(bearer(known.token)); // the retired key is still published
@@ -608,7 +610,7 @@ describe("capability", () => {
         },
         { now, sleep: async (ms) => void (clock += ms) },
       );
-      const { token } = await minter.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
+      const { token } = await minter.mint({ principal: "test-runtime", toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
       const verifier = new CapabilityVerifier(source, { now });
       const refusal = await expectRefusal(verifier.verify(bearer(token)), "SIGNING_KEYS_UNAVAILABLE");
       expect(refusal.unverified.toolId).to.equal("t");
@@ -627,7 +629,7 @@ describe("capability", () => {
         { now },
       );
       const verifier = new CapabilityVerifier(source, { now });
-      const { token } = await minter.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
+      const { token } = await minter.mint({ principal: "test-runtime", toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
       await verifier.verify(bearer(token));
       up = false;
       clock += 10_000;
@@ -637,7 +639,7 @@ describe("capability", () => {
     it("refuses a JWKS response that holds a private key", async () => {
       const file = JSON.parse(await readFile(join(dir, "k.json"), "utf8"));
       const source = new RemoteJwksSource(async () => JSON.stringify({ keys: [file.current] }), { now });
-      const { token } = await minter.mint({ toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
+      const { token } = await minter.mint({ principal: "test-runtime", toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
       const refusal = await expectRefusal(new CapabilityVerifier(source, { now }).verify(bearer(token)), "SIGNING_KEYS_UNAVAILABLE");
       expect(refusal.message).to.include("private key material");
       expect(refusal.message).to.not.include(file.current.d);
@@ -647,7 +649,7 @@ describe("capability", () => {
       const path = join(dir, "jwks.json");
       await writeFile(path, JSON.stringify(keys.publicJwks()));
       const verifier = new CapabilityVerifier(await FileJwksSource.load(path), { now });
-      const { token } = await minter.mint({ toolId: "t", effect: "queryable", callId: "c", attempt: 1, requestId: "r" });
+      const { token } = await minter.mint({ principal: "test-runtime", toolId: "t", effect: "queryable", callId: "c", attempt: 1, requestId: "r" });
       expect(await verifier.verify(bearer(token))).to.include({ request_id: "r" });
     });
 

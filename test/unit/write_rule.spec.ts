@@ -1,6 +1,6 @@
 import { expect } from "chai";
 import { decideLookup, decideWrite, type GrantClaims, type WriteDecision } from "../../services/ledger/src/domain/write-rule";
-import { ipOfPeer, PeerRateLimiter } from "../../services/ledger/src/rejection-audit";
+import { ipOfPeer, PeerRateLimiter } from "../../services/common/src/rejection-audit";
 
 const LIMIT = 1024;
 const idem: GrantClaims = { tool_id: "pay", effect: "idempotent", jti: "j1", key: "K" };

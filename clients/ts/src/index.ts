@@ -8,6 +8,7 @@ export { KernelClient, type BeginOptions, type KernelClientOptions } from "./ker
 export { CapabilityHandle } from "./capability-handle";
 export { LedgerClient } from "./ledger-client";
 export { AdminClient, type RejectionFilter } from "./admin-client";
+export { AccessClient, type AccessClientOptions, type RoleName } from "./access-client";
 export { KeycapClientError } from "./errors";
 export { channelCredentials, ClientConfigError, defaultDataDir, runtimeTokenFromEnv, tlsCredentials, tlsFromEnv, type TlsOptions } from "./credentials";
 export type { CallSettings } from "./rpc";

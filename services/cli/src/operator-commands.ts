@@ -6,9 +6,10 @@ import { EffectKind, effectKindToJSON } from "../../../gen/ts/keycap/effect/v1/e
 import type { Entry } from "../../../gen/ts/keycap/ledger/v1/ledger";
 import type { Rejection } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
 import { KernelClient, Runtime, type RuntimeTool } from "../../../clients/ts/src";
-import { explain, kernelAddress, ledgerAddress, OperatorError, withAdmin, type OperatorOptions } from "./operator-context";
+import { addAccessCommands } from "./access-commands";
+import { adminToken, explain, kernelAddress, ledgerAddress, OperatorError, runtimeToken, tlsOptions, withAdmin, withTlsOptions, type OperatorOptions } from "./operator-context";
 
-function print(opts: OperatorOptions, json: unknown, table: () => string): void {
+export function print(opts: OperatorOptions, json: unknown, table: () => string): void {
   process.stdout.write(opts.json ? JSON.stringify(json, jsonReplacer, 2) + "\n" : table() + "\n");
 }
 
@@ -31,9 +32,9 @@ function short(s: string, n = 16): string {
 
 function rejectionsTable(rows: Rejection[]): string {
   if (rows.length === 0) return "no rejections";
-  const t = new Table({ head: ["time", "tool", "verified", "reason", "code", "attempted key", "bound key", "call", "peer", "count"] });
+  const t = new Table({ head: ["time", "service", "principal", "tool", "verified", "reason", "code", "attempted key", "bound key", "call", "peer", "count"] });
   for (const r of rows) {
-    t.push([time(r.rejectedAt), r.toolId || "(unknown)", r.toolIdVerified ? "yes" : "no", r.reason, r.code, short(r.attemptedKey || r.attemptedRequestId), short(r.capabilityKey || r.capabilityRequestId), short(r.callId), r.peer, String(r.count)]);
+    t.push([time(r.rejectedAt), r.service || "ledger", r.principal || "", r.toolId || "(unknown)", r.toolIdVerified ? "yes" : "no", r.reason, r.code, short(r.attemptedKey || r.attemptedRequestId), short(r.capabilityKey || r.capabilityRequestId), short(r.callId), r.peer, String(r.count)]);
   }
   return t.toString();
 }
@@ -61,18 +62,26 @@ function parseTime(value: string): Date {
 /** Adds the operator commands (ledger inspection and recovery) to the program. */
 export function addOperatorCommands(program: Command): void {
   const common = (c: Command): Command =>
-    c
+    withTlsOptions(c)
       .option("--admin <host:port>", "ledger admin address (env KEYCAP_ADMIN_ADDRESS, default 127.0.0.1:50053)")
       .option("--token-file <path>", "admin credential file (default: KEYCAP_ADMIN_TOKEN, else $KEYCAP_DATA_DIR/admin-token)")
       .option("--json", "print JSON instead of a table");
+  // Kernel commands an operator runs: the admin credential is the built-in operator "admin".
+  const kernelOperator = (c: Command): Command =>
+    withTlsOptions(c)
+      .option("--kernel <host:port>", "kernel address (env KEYCAP_KERNEL_ADDRESS, default 127.0.0.1:50051)")
+      .option("--token-file <path>", "operator credential file (default: KEYCAP_ADMIN_TOKEN, else $KEYCAP_DATA_DIR/admin-token)")
+      .option("--json", "print JSON instead of a table");
 
-  common(program.command("rejections").description("refused ledger writes, newest first"))
+  common(program.command("rejections").description("refused kernel and ledger calls, newest first"))
+    .option("--service <service>", "kernel | ledger | all", "all")
     .option("--tool <id>", "only refusals attributed to this tool id")
     .option("--reason <REASON>", "only this reason, e.g. KEY_MISMATCH")
     .option("--since <time>", "ISO time or a duration ago (15m, 2h, 1d)")
     .option("--limit <n>", "at most this many", "100")
-    .action(async (o: OperatorOptions & { tool?: string; reason?: string; since?: string; limit: string }) => {
-      const filter = { ...(o.tool ? { toolId: o.tool } : {}), ...(o.reason ? { reason: o.reason } : {}), ...(o.since ? { since: parseTime(o.since) } : {}) };
+    .action(async (o: OperatorOptions & { service: string; tool?: string; reason?: string; since?: string; limit: string }) => {
+      if (!["kernel", "ledger", "all"].includes(o.service)) throw new OperatorError(`--service: expected kernel, ledger or all, got ${JSON.stringify(o.service)}`);
+      const filter = { ...(o.service !== "all" ? { service: o.service } : {}), ...(o.tool ? { toolId: o.tool } : {}), ...(o.reason ? { reason: o.reason } : {}), ...(o.since ? { since: parseTime(o.since) } : {}) };
       const rows = await withAdmin(o, async (a) => (await a.listRejectionsPage(filter, "", Number(o.limit))).rejections);
       print(o, rows, () => rejectionsTable(rows));
     });
@@ -106,17 +115,14 @@ export function addOperatorCommands(program: Command): void {
       });
     });
 
-  program
-    .command("calls")
-    .description("calls left for recovery (pending) or for an operator (indeterminate)")
+  kernelOperator(program.command("calls").description("calls left for recovery (pending) or for an operator (indeterminate)"))
     .option("--state <state>", "pending | indeterminate", "pending")
     .option("--tool <id>", "only calls of this tool")
-    .option("--kernel <host:port>", "kernel address (env KEYCAP_KERNEL_ADDRESS, default 127.0.0.1:50051)")
-    .option("--json", "print JSON instead of a table")
     .action(async (o: OperatorOptions & { state: string; tool?: string }) => {
       if (o.state !== "pending" && o.state !== "indeterminate") throw new OperatorError(`--state: expected pending or indeterminate, got ${JSON.stringify(o.state)}`);
       const address = kernelAddress(o);
-      const kernel = new KernelClient(address);
+      const tls = tlsOptions(o);
+      const kernel = new KernelClient(address, { token: adminToken(o), ...(tls ? { tls } : {}) });
       try {
         const calls = o.state === "pending" ? await kernel.listPendingCalls(o.tool ?? "") : await kernel.listIndeterminateCalls(o.tool ?? "");
         print(o, calls, () => {
@@ -132,18 +138,15 @@ export function addOperatorCommands(program: Command): void {
       }
     });
 
-  program
-    .command("complete")
-    .description("settle a call by hand (e.g. an indeterminate Unsafe call, once you know what happened)")
+  kernelOperator(program.command("complete").description("settle a call by hand (e.g. an indeterminate Unsafe call, once you know what happened)"))
     .argument("<callId>", "the call")
     .requiredOption("--outcome <outcome>", "succeeded | failed")
     .option("--detail <text>", "why (recorded with the call)", "")
-    .option("--kernel <host:port>", "kernel address (env KEYCAP_KERNEL_ADDRESS, default 127.0.0.1:50051)")
-    .option("--json", "print JSON instead of a line")
     .action(async (callId: string, o: OperatorOptions & { outcome: string; detail: string }) => {
       if (o.outcome !== "succeeded" && o.outcome !== "failed") throw new OperatorError(`--outcome: expected succeeded or failed, got ${JSON.stringify(o.outcome)}`);
       const address = kernelAddress(o);
-      const kernel = new KernelClient(address);
+      const tls = tlsOptions(o);
+      const kernel = new KernelClient(address, { token: adminToken(o), ...(tls ? { tls } : {}) });
       try {
         const res = await kernel.completeCall(callId, o.outcome, o.detail);
         print(o, res, () => (res.alreadyCompleted ? `call ${callId} was already completed as ${o.outcome}` : `call ${callId} completed as ${o.outcome}`));
@@ -154,19 +157,20 @@ export function addOperatorCommands(program: Command): void {
       }
     });
 
-  program
-    .command("recover")
-    .description("resume calls a crash left pending, each by its effect class")
+  withTlsOptions(program.command("recover"))
+    .description("resume calls a crash left pending, each by its effect class (as a runtime principal: its credential by the clients' default lookup)")
+    .option("--runtime-token-file <path>", "runtime principal's secret (default: KEYCAP_RUNTIME_TOKEN, KEYCAP_RUNTIME_TOKEN_FILE, $KEYCAP_DATA_DIR/runtime-token)")
     .option("--tool <id...>", "only calls of these tools")
     .option("--dry-run", "show what would be done, do nothing")
     .option("--handlers <module>", "a JS module exporting `tools: RuntimeTool[]` (the tools' code, to re-run Idempotent/Queryable calls)")
     .option("--kernel <host:port>", "kernel address (env KEYCAP_KERNEL_ADDRESS, default 127.0.0.1:50051)")
     .option("--ledger <host:port>", "ledger address (env KEYCAP_LEDGER_ADDRESS, default 127.0.0.1:50052)")
     .option("--json", "print JSON instead of a table")
-    .action(async (o: OperatorOptions & { tool?: string[]; dryRun?: boolean; handlers?: string }) => {
+    .action(async (o: OperatorOptions & { tool?: string[]; dryRun?: boolean; handlers?: string; runtimeTokenFile?: string }) => {
       const tools = o.handlers ? await loadHandlers(o.handlers) : [];
       const address = kernelAddress(o);
-      const kernel = new KernelClient(address, { ledgerAddress: ledgerAddress(o) });
+      const tls = tlsOptions(o);
+      const kernel = new KernelClient(address, { ledgerAddress: ledgerAddress(o), token: runtimeToken(o), ...(tls ? { tls } : {}) });
       try {
         const runtime = new Runtime(kernel, tools);
         const steps = await runtime.recover({ ...(o.tool ? { toolIds: o.tool } : {}), dryRun: o.dryRun === true, includeUnknownTools: true });
@@ -183,6 +187,8 @@ export function addOperatorCommands(program: Command): void {
         kernel.close();
       }
     });
+
+  addAccessCommands(program, kernelOperator, print);
 }
 
 async function loadHandlers(modulePath: string): Promise<RuntimeTool[]> {

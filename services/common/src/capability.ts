@@ -41,6 +41,8 @@ export interface CapabilityClaims {
   iss: string;
   /** Audience: the ledger. Always a single string, never an array. */
   aud: string;
+  /** The principal (agent runtime) that began the call (DESIGN §9). */
+  sub: string;
   /** The registered tool the capability was minted for. */
   tool_id: string;
   /** The tool's declared effect class. */
@@ -65,6 +67,7 @@ export interface CapabilityClaims {
 export const REQUIRED_CLAIMS: readonly string[] = [
   "iss",
   "aud",
+  "sub",
   "tool_id",
   "effect",
   "call_id",
@@ -95,7 +98,7 @@ export function findClaimProblem(value: Record<string, unknown>): ClaimProblem |
       return { kind: "missing", claim, detail: `capability claim "${claim}" is missing` };
     }
   }
-  for (const claim of ["iss", "aud", "tool_id", "call_id", "jti"]) {
+  for (const claim of ["iss", "aud", "sub", "tool_id", "call_id", "jti"]) {
     if (!isNonEmptyString(value[claim])) {
       return { kind: "invalid", claim, detail: `capability claim "${claim}" must be a non-empty string` };
     }

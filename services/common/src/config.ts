@@ -1,5 +1,6 @@
 import * as path from "node:path";
 import type { LogLevel } from "./logger";
+import { loadTlsSettings, type TlsSettings } from "./tls-config";
 
 /**
  * A configuration value that cannot be used. Its message is one line that names
@@ -71,6 +72,16 @@ export interface KeycapConfig {
   retiredKeyGraceSeconds: number;
   adminToken: string | undefined;
   adminTokenFile: string;
+  /** Secret of the bootstrap runtime principal "local-runtime" (KEYCAP_RUNTIME_TOKEN); else its file. */
+  runtimeToken: string | undefined;
+  /** Where the bootstrap runtime secret is kept (generated at the kernel's first start). */
+  runtimeTokenFile: string;
+  /** KEYCAP_BOOTSTRAP_RUNTIME=0 turns the bootstrap runtime principal off. */
+  bootstrapRuntime: boolean;
+  /** How long a kernel replica trusts what it read about a principal or grant (ms): revocation delay. */
+  principalCacheMs: number;
+  /** TLS of the listeners and of peer connections. */
+  tls: TlsSettings;
   /** Where the ledger fetches the kernel's JWKS (GetSigningKeys). */
   kernelAddress: HostPort;
   /** A static JWKS file for the ledger instead of kernelAddress. */
@@ -122,6 +133,13 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
   }
 
   const jwksFile = str(env, "KEYCAP_JWKS_FILE");
+  const ledgerAddress = hostPort(env, "KEYCAP_LEDGER_ADDRESS", str(env, "KEYCAP_LEDGER_LISTEN") ?? "127.0.0.1:50052");
+  const bootstrap = str(env, "KEYCAP_BOOTSTRAP_RUNTIME") ?? "1";
+  if (bootstrap !== "0" && bootstrap !== "1") throw new ConfigError("KEYCAP_BOOTSTRAP_RUNTIME", `expected 0 or 1, got ${JSON.stringify(bootstrap)}`);
+  const runtimeToken = str(env, "KEYCAP_RUNTIME_TOKEN");
+  if (runtimeToken !== undefined && !/^[A-Za-z0-9\-._~+/]{16,}=*$/.test(runtimeToken)) {
+    throw new ConfigError("KEYCAP_RUNTIME_TOKEN", "must be at least 16 characters of printable ASCII without spaces");
+  }
   return {
     kernelListen,
     ledgerListen,
@@ -136,7 +154,12 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
     adminTokenFile: path.resolve(str(env, "KEYCAP_ADMIN_TOKEN_FILE") ?? path.join(dataDir, "admin-token")),
     kernelAddress: hostPort(env, "KEYCAP_KERNEL_ADDRESS", str(env, "KEYCAP_KERNEL_LISTEN") ?? "127.0.0.1:50051"),
     jwksFile: jwksFile === undefined ? undefined : path.resolve(jwksFile),
-    ledgerAddress: hostPort(env, "KEYCAP_LEDGER_ADDRESS", str(env, "KEYCAP_LEDGER_LISTEN") ?? "127.0.0.1:50052"),
+    ledgerAddress,
+    runtimeToken,
+    runtimeTokenFile: path.resolve(str(env, "KEYCAP_RUNTIME_TOKEN_FILE") ?? path.join(dataDir, "runtime-token")),
+    bootstrapRuntime: bootstrap === "1",
+    principalCacheMs: int(env, "KEYCAP_PRINCIPAL_CACHE_MS", 2000, 0, 60000),
+    tls: loadTlsSettings(env, { kernelListen, ledgerListen, adminListen, ledgerAddress }),
     issuer: str(env, "KEYCAP_ISSUER") ?? "keycap-kernel",
     audience: str(env, "KEYCAP_AUDIENCE") ?? "keycap-ledger",
     capabilityTtlSeconds,

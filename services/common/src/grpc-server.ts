@@ -1,5 +1,5 @@
 import * as fs from "node:fs";
-import { Server, ServerCredentials, type ServiceDefinition, type UntypedServiceImplementation } from "@grpc/grpc-js";
+import { Server, type ServiceDefinition, type UntypedServiceImplementation } from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { ReflectionService } from "@grpc/reflection";
 import { HealthImplementation } from "grpc-health-check";
@@ -7,6 +7,8 @@ import { FileDescriptorProto, FileDescriptorSet } from "protobufjs/ext/descripto
 import { formatHostPort, type HostPort } from "./config";
 import type { Logger } from "./logger";
 import { descriptorSetPath } from "./repo-paths";
+import { ReloadableServerCredentials, serverCredentials } from "./tls";
+import type { ListenerTls } from "./tls-config";
 
 /** One gRPC service to serve on a listener. */
 export interface ServiceBinding {
@@ -24,6 +26,8 @@ export interface ListenerOptions {
   logger: Logger;
   /** Largest request accepted by the transport (bytes). */
   maxReceiveBytes?: number;
+  /** TLS of this listener; undefined serves plaintext (configuration allows that on loopback only). */
+  tls?: ListenerTls | undefined;
 }
 
 /** A listener that is serving. */
@@ -36,6 +40,10 @@ export interface RunningListener {
    * cancels whatever is left (grpc-js tryShutdown has no deadline of its own).
    */
   shutdown(graceMs: number): Promise<void>;
+  /** Re-reads the TLS certificate files (SIGHUP); a no-op in plaintext. @throws ConfigError, keeping the old certificate. */
+  reloadTls(): void;
+  /** "tls" or "plaintext", for the start banner. */
+  transport: "tls" | "plaintext";
 }
 
 let descriptorCache: protoLoader.PackageDefinition | undefined;
@@ -77,17 +85,29 @@ export async function startListener(opts: ListenerOptions): Promise<RunningListe
   health.addToServer(server);
   new ReflectionService(descriptors(), { services: [...opts.services.map((s) => s.name), "grpc.health.v1.Health"] }).addToServer(server);
 
+  const creds = serverCredentials(opts.tls);
   const port = await new Promise<number>((resolve, reject) => {
-    server.bindAsync(formatHostPort(opts.address), ServerCredentials.createInsecure(), (err, p) =>
+    server.bindAsync(formatHostPort(opts.address), creds, (err, p) =>
       err ? reject(err) : resolve(p),
     );
   });
   const address = { host: opts.address.host, port };
-  opts.logger.info({ listener: opts.name, address: formatHostPort(address), services: opts.services.map((s) => s.name) }, "listening");
+  const transport = opts.tls ? "tls" : "plaintext";
+  opts.logger.info(
+    { listener: opts.name, address: formatHostPort(address), transport, clientAuth: opts.tls?.clientAuth ?? "none", services: opts.services.map((s) => s.name) },
+    "listening",
+  );
 
   return {
     name: opts.name,
     address,
+    transport,
+    reloadTls: () => {
+      if (creds instanceof ReloadableServerCredentials) {
+        creds.reload();
+        opts.logger.info({ listener: opts.name }, "TLS certificate reloaded");
+      }
+    },
     shutdown: async (graceMs) => {
       for (const name of Object.keys(statuses)) health.setStatus(name, "NOT_SERVING");
       await new Promise<void>((resolve) => {

@@ -63,6 +63,11 @@ export interface UnaryHandlerOptions {
    * records its refusals in MongoDB instead.
    */
   logRefusals?: boolean;
+  /**
+   * Called with every refusal before it is answered (awaited), e.g. to store it. It must
+   * not throw; a failure to record is the hook's to log.
+   */
+  onRefusal?: (err: KeycapError, peer: string) => Promise<void>;
 }
 
 /**
@@ -79,8 +84,9 @@ export function unaryHandler<Req, Res>(
   return (call, callback) => {
     handler(call.request, call).then(
       (response) => callback(null, response),
-      (err: unknown) => {
+      async (err: unknown) => {
         if (err instanceof KeycapError) {
+          if (opts.onRefusal) await opts.onRefusal(err, call.getPeer());
           if (opts.logRefusals) {
             logger.info(
               { method, code: status[err.code], reason: err.reason, metadata: err.metadata, peer: call.getPeer(), refusal: err.message },

@@ -55,6 +55,7 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
   };
   process.on("SIGTERM", () => void stopAll("SIGTERM"));
   process.on("SIGINT", () => void stopAll("SIGINT"));
+  // SIGHUP: signing keys (kernel) and every listener's TLS certificate are read again.
   process.on("SIGHUP", () => {
     for (const s of running) {
       s.reload?.().catch((err: unknown) => logger.error({ service: s.name, err: String(err) }, "reload failed; still running with what was loaded before"));
@@ -78,15 +79,18 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
     await mongo?.stop();
     failStart(err);
   }
-  const endpoints = running.flatMap((s) => s.listeners.map((l) => ({ listener: l.name, address: formatHostPort(l.address) })));
+  const endpoints = running.flatMap((s) => s.listeners.map((l) => ({ listener: l.name, address: formatHostPort(l.address), transport: l.transport })));
   logger.info({ endpoints, mongoBackend: mongo.backend, dataDir: config.dataDir }, "ready");
   {
     process.stderr.write(
       `\nkeycap is running (MongoDB: ${mongo.backend})\n` +
-        endpoints.map((e) => `  ${e.listener.padEnd(7)} ${e.address}\n`).join("") +
+        endpoints.map((e) => `  ${e.listener.padEnd(7)} ${e.address} (${e.transport})\n`).join("") +
         `  data    ${config.dataDir}\n` +
         (running.some((s) => s.name === "ledger")
           ? `  admin credential: ${config.adminToken ? "KEYCAP_ADMIN_TOKEN" : config.adminTokenFile}\n`
+          : "") +
+        (running.some((s) => s.name === "kernel") && config.bootstrapRuntime
+          ? `  runtime credential (principal local-runtime): ${config.runtimeToken ? "KEYCAP_RUNTIME_TOKEN" : config.runtimeTokenFile}\n`
           : "") +
         `Press Ctrl-C to stop.\n\n`,
     );

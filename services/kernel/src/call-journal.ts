@@ -154,11 +154,17 @@ export class CallJournal {
    * The completion is one insert keyed by the call id, so of concurrent
    * completions exactly one outcome wins.
    */
-  async complete(callId: string, outcome: CallOutcomeName, detail: string): Promise<{ call: CallRecord; alreadyCompleted: boolean }> {
+  async complete(
+    callId: string,
+    outcome: CallOutcomeName,
+    detail: string,
+    mayComplete: (call: CallRecord) => Promise<void> = async () => undefined,
+  ): Promise<{ call: CallRecord; alreadyCompleted: boolean }> {
     // The call must exist before a completion can be recorded for its id: its
     // pending copy proves it (inserted only after the journal), else the journal.
     const call = (await this.pending.findOne({ _id: callId })) ?? (await this.calls.findOne({ _id: callId }));
     if (!call) throw notFound(callId);
+    await mayComplete(call);
     const completion: CompletionDoc = { _id: callId, outcome, outcome_detail: detail, completed_at: new Date() };
     try {
       const res = await this.completions.insertOne(completion, MAJORITY);
@@ -217,7 +223,7 @@ export class CallJournal {
    * between the completion and the removal, and removed now). `next` is set
    * whenever more may follow.
    */
-  async listPending(toolId: string, after: JournalCursor | undefined, limit: number): Promise<PendingPage> {
+  async listPending(toolId: string | readonly string[], after: JournalCursor | undefined, limit: number): Promise<PendingPage> {
     const { page, completed, next } = await this.pageOf(this.pending, {}, toolId, after, limit);
     for (const id of completed) await this.unmarkPending(id);
     return { calls: page.filter((c) => !completed.has(c._id) && c.state === "pending"), ...next };
@@ -227,7 +233,7 @@ export class CallJournal {
    * Calls recovery marked indeterminate and nobody has completed since, oldest first.
    * An operator's query: it reads the journal (a scan on FerretDB), never on the hot path.
    */
-  async listIndeterminate(toolId: string, after: JournalCursor | undefined, limit: number): Promise<PendingPage> {
+  async listIndeterminate(toolId: string | readonly string[], after: JournalCursor | undefined, limit: number): Promise<PendingPage> {
     const { page, completed, next } = await this.pageOf(this.calls, { state: "indeterminate" }, toolId, after, limit);
     return { calls: page.filter((c) => !completed.has(c._id)), ...next };
   }
@@ -236,12 +242,14 @@ export class CallJournal {
   private async pageOf(
     coll: Collection<CallRecord>,
     base: Filter<CallRecord>,
-    toolId: string,
+    toolId: string | readonly string[],
     after: JournalCursor | undefined,
     limit: number,
   ): Promise<{ page: CallRecord[]; completed: Set<string>; next: Pick<PendingPage, "next"> }> {
     const filter: Filter<CallRecord> = { ...base };
-    if (toolId) filter.tool_id = toolId;
+    // A list: the tools a runtime may see (possibly none).
+    if (typeof toolId !== "string") filter.tool_id = { $in: [...toolId] };
+    else if (toolId) filter.tool_id = toolId;
     if (after) filter.$or = afterKeyset<CallRecord>("created_at", new Date(after.createdAt), after.id, "oldest-first");
     const found = await coll.find(filter).sort({ created_at: 1, _id: 1 }).limit(limit + 1).toArray();
     const page = found.slice(0, limit);

@@ -37,6 +37,8 @@ export interface CapabilityMinterOptions {
 
 /** What to grant. Camel case here; the wire claims are snake case. */
 export interface MintInput {
+  /** The principal that began the call (`sub`). */
+  principal: string;
   toolId: string;
   effect: EffectName;
   callId: string;
@@ -98,6 +100,7 @@ export class CapabilityMinter {
     const claims: CapabilityClaims = {
       iss: this.issuer,
       aud: this.audience,
+      sub: input.principal,
       tool_id: input.toolId,
       effect: input.effect,
       call_id: input.callId,
@@ -136,6 +139,7 @@ function canonicalOrder(c: CapabilityClaims): CapabilityClaims {
   const out: CapabilityClaims = {
     iss: c.iss,
     aud: c.aud,
+    sub: c.sub,
     tool_id: c.tool_id,
     effect: c.effect,
     call_id: c.call_id,

@@ -27,13 +27,15 @@ import {
 import type { CapabilityClaims } from "../../common/src/capability";
 import { effectKindOf } from "../../common/src/effect-kind";
 import { invalidArgument, KeycapError } from "../../common/src/errors";
-import { unaryHandler } from "../../common/src/grpc-status";
 import type { Logger } from "../../common/src/logger";
 import { decodePageToken, encodePageToken, pageSize } from "../../common/src/paging";
 import type { CallJournal, CallOutcomeName, CallRecord, JournalCursor, PendingPage } from "./call-journal";
 import type { CapabilityMinter, MintedCapability } from "./capability-minter";
 import { deriveKey, readRequestId } from "./domain/key-derivation";
 import { parseArguments, type JsonLimits, type ParsedArguments } from "./domain/strict-json";
+import type { AccessPolicy } from "./access-policy";
+import type { Caller } from "./caller-auth";
+import { kernelHandler, type KernelEdge } from "./kernel-handlers";
 import type { LedgerLookup } from "./ledger-lookup";
 import type { SigningKeys } from "./signing-keys";
 import { checkToolId, definitionFromProto, toolToProto, type CompiledTool } from "./tool-definition";
@@ -47,6 +49,7 @@ export interface KernelDeps {
   ledger: LedgerLookup;
   limits: JsonLimits;
   logger: Logger;
+  access: AccessPolicy;
 }
 
 const CALL_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -70,10 +73,11 @@ export class Kernel {
     this.d.minter = minter;
   }
 
-  async registerTool(req: RegisterToolRequest): Promise<RegisterToolResponse> {
+  async registerTool(req: RegisterToolRequest, caller: Caller): Promise<RegisterToolResponse> {
+    this.d.access.requireRuntime(caller, "RegisterTool");
     const compiled = definitionFromProto(req.tool);
-    const { tool, alreadyRegistered } = await this.d.registry.register(compiled);
-    if (!alreadyRegistered) this.d.logger.info({ tool_id: tool.definition.toolId, effect: tool.definition.effect.kind }, "tool registered");
+    const { tool, alreadyRegistered } = await this.d.registry.register(compiled, caller.name, (existing) => this.d.access.requireRegistrable(caller, existing));
+    if (!alreadyRegistered) this.d.logger.info({ tool_id: tool.definition.toolId, effect: tool.definition.effect.kind, owner: caller.name }, "tool registered");
     return { tool: toolToProto(tool), alreadyRegistered };
   }
 
@@ -94,7 +98,8 @@ export class Kernel {
     };
   }
 
-  async beginCall(req: BeginCallRequest): Promise<BeginCallResponse> {
+  async beginCall(req: BeginCallRequest, caller: Caller): Promise<BeginCallResponse> {
+    this.d.access.requireRuntime(caller, "BeginCall");
     checkToolId(req.toolId, "tool_id");
     if (req.callId !== "" && !CALL_ID.test(req.callId)) {
       throw invalidArgument("INVALID_CALL_ID", `call_id must be 1-128 characters of [A-Za-z0-9._:-], got ${JSON.stringify(req.callId)}`, { field: "call_id" });
@@ -103,6 +108,7 @@ export class Kernel {
       throw invalidArgument("INVALID_RUN_ID", `run_id must be at most ${MAX_RUN_ID} characters`, { field: "run_id" });
     }
     const tool = await this.d.registry.require(req.toolId);
+    await this.d.access.requireTool(caller, tool, "begin calls of", { operatorsToo: false, ...(req.callId ? { callId: req.callId } : {}) });
     // Everything that can refuse the call happens before anything is journaled.
     const args = parseArguments(req.argumentsJson, this.d.limits);
     tool.schema?.validate(args.value);
@@ -110,6 +116,7 @@ export class Kernel {
 
     const callId = req.callId || randomUUID();
     const minted = await this.d.minter.mint({
+      principal: caller.name,
       toolId: tool.definition.toolId,
       effect: tool.definition.effect.kind,
       callId,
@@ -130,6 +137,7 @@ export class Kernel {
       capability: minted.claims,
       created_at: now,
       updated_at: now,
+      principal: caller.name,
     };
     const { call, existing } = await this.d.journal.begin(record);
     // A repeated BeginCall returns the same call and, because Ed25519 is
@@ -139,32 +147,42 @@ export class Kernel {
     return { call: callToProto(call), capability: capability.token, capabilityExpiresAt: capability.expiresAt, existingCall: existing };
   }
 
-  async completeCall(req: CompleteCallRequest): Promise<CompleteCallResponse> {
+  async completeCall(req: CompleteCallRequest, caller: Caller): Promise<CompleteCallResponse> {
     const outcome = outcomeName(req.outcome);
     if (req.outcomeDetail.length > MAX_OUTCOME_DETAIL) {
       throw invalidArgument("OUTCOME_DETAIL_TOO_LONG", `outcome_detail must be at most ${MAX_OUTCOME_DETAIL} characters`, { field: "outcome_detail" });
     }
     requireCallId(req.callId);
-    const { call, alreadyCompleted } = await this.d.journal.complete(req.callId, outcome, req.outcomeDetail);
+    const { call, alreadyCompleted } = await this.d.journal.complete(req.callId, outcome, req.outcomeDetail, async (c) => {
+      const tool = await this.d.registry.require(c.tool_id);
+      await this.d.access.requireTool(caller, tool, "complete calls of", { operatorsToo: true, callId: c._id });
+    });
     return { call: callToProto(call), alreadyCompleted };
   }
 
-  listPendingCalls(req: ListPendingCallsRequest): Promise<ListPendingCallsResponse> {
-    return this.listCalls(req, (toolId, after, limit) => this.d.journal.listPending(toolId, after, limit));
+  listPendingCalls(req: ListPendingCallsRequest, caller: Caller): Promise<ListPendingCallsResponse> {
+    return this.listCalls(req, caller, (toolId, after, limit) => this.d.journal.listPending(toolId, after, limit));
   }
 
-  listIndeterminateCalls(req: ListIndeterminateCallsRequest): Promise<ListIndeterminateCallsResponse> {
-    return this.listCalls(req, (toolId, after, limit) => this.d.journal.listIndeterminate(toolId, after, limit));
+  listIndeterminateCalls(req: ListIndeterminateCallsRequest, caller: Caller): Promise<ListIndeterminateCallsResponse> {
+    return this.listCalls(req, caller, (toolId, after, limit) => this.d.journal.listIndeterminate(toolId, after, limit));
   }
 
   /** One page of a journal listing, with the page token scheme both listings share. */
   private async listCalls(
     req: { toolId: string; pageSize: number; pageToken: string },
-    list: (toolId: string, after: JournalCursor | undefined, limit: number) => Promise<PendingPage>,
+    caller: Caller,
+    list: (toolId: string | readonly string[], after: JournalCursor | undefined, limit: number) => Promise<PendingPage>,
   ): Promise<{ calls: Call[]; nextPageToken: string }> {
-    if (req.toolId) checkToolId(req.toolId, "tool_id");
+    let tools: string | readonly string[] = req.toolId;
+    if (req.toolId) {
+      checkToolId(req.toolId, "tool_id");
+      await this.d.access.requireTool(caller, await this.d.registry.require(req.toolId), "list calls of", { operatorsToo: true });
+    } else {
+      tools = (await this.d.access.visibleTools(caller)) ?? "";
+    }
     const cursor = decodePageToken(req.pageToken, ["t", "i"] as const);
-    const page = await list(req.toolId, cursor ? { createdAt: Number(cursor.t), id: String(cursor.i) } : undefined, pageSize(req.pageSize));
+    const page = await list(tools, cursor ? { createdAt: Number(cursor.t), id: String(cursor.i) } : undefined, pageSize(req.pageSize));
     return {
       calls: page.calls.map(callToProto),
       nextPageToken: page.next ? encodePageToken({ t: page.next.createdAt, i: page.next.id }) : "",
@@ -178,9 +196,11 @@ export class Kernel {
    * Queryable: the ledger is asked; done → completed, else retry. Unsafe:
    * refused, and the call is marked indeterminate for an operator.
    */
-  async resumeCall(req: ResumeCallRequest): Promise<ResumeCallResponse> {
+  async resumeCall(req: ResumeCallRequest, caller: Caller): Promise<ResumeCallResponse> {
+    this.d.access.requireRuntime(caller, "ResumeCall");
     requireCallId(req.callId);
     const call = await this.d.journal.require(req.callId);
+    await this.d.access.requireTool(caller, await this.d.registry.require(call.tool_id), "resume calls of", { operatorsToo: false, callId: call._id });
     if (call.state === "completed") {
       return { call: callToProto(call), action: ResumeAction.RESUME_ACTION_ALREADY_COMPLETED, capability: "", capabilityExpiresAt: undefined };
     }
@@ -206,7 +226,7 @@ export class Kernel {
       }
       case "queryable": {
         const requestId = call.request_id ?? "";
-        const probe = await this.d.minter.mint({ toolId: call.tool_id, effect: "queryable", callId: call._id, attempt: call.attempt, requestId });
+        const probe = await this.d.minter.mint({ principal: call.principal ?? caller.name, toolId: call.tool_id, effect: "queryable", callId: call._id, attempt: call.attempt, requestId });
         const { found, entryId } = await this.d.ledger.lookup(requestId, probe.token);
         if (found) {
           const { call: done } = await this.d.journal.complete(call._id, "succeeded", `recovery: the ledger holds request ${requestId} (entry ${entryId})`);
@@ -247,7 +267,9 @@ export class Kernel {
   }
 
   private async retry(call: CallRecord, tool: CompiledTool, identity: { key?: string; requestId?: string }): Promise<ResumeCallResponse> {
+    // The capability names the principal that began the call, whoever resumes it.
     const minted: MintedCapability = await this.d.minter.mint({
+      principal: call.principal ?? call.capability.sub ?? "unknown",
       toolId: call.tool_id,
       effect: tool.definition.effect.kind,
       callId: call._id,
@@ -290,20 +312,20 @@ export function callToProto(c: CallRecord): Call {
   };
 }
 
-/** The gRPC binding of the kernel. */
-export function kernelServiceImpl(kernel: Kernel, logger: Logger): KernelServiceServer {
-  // Every kernel refusal leaves a structured record in the log (the kernel keeps no audit collection).
-  const handle = <Req, Res>(method: string, fn: (r: Req) => Promise<Res>) => unaryHandler(logger, method, fn, { logRefusals: true });
+/** The gRPC binding of the kernel: every RPC but GetSigningKeys authenticates its caller (kernel-handlers). */
+export function kernelServiceImpl(kernel: Kernel, edge: KernelEdge): KernelServiceServer {
+  const handle = <Req, Res>(method: string, fn: (r: Req, c: Caller) => Promise<Res>) => kernelHandler(edge, method, fn);
   return {
-    registerTool: handle("RegisterTool", (r: RegisterToolRequest) => kernel.registerTool(r)),
+    registerTool: handle("RegisterTool", (r: RegisterToolRequest, c) => kernel.registerTool(r, c)),
     getTool: handle("GetTool", (r: GetToolRequest) => kernel.getTool(r)),
     listTools: handle("ListTools", (r: ListToolsRequest) => kernel.listTools(r)),
-    beginCall: handle("BeginCall", (r: BeginCallRequest) => kernel.beginCall(r)),
-    completeCall: handle("CompleteCall", (r: CompleteCallRequest) => kernel.completeCall(r)),
-    listPendingCalls: handle("ListPendingCalls", (r: ListPendingCallsRequest) => kernel.listPendingCalls(r)),
-    resumeCall: handle("ResumeCall", (r: ResumeCallRequest) => kernel.resumeCall(r)),
-    listIndeterminateCalls: handle("ListIndeterminateCalls", (r: ListIndeterminateCallsRequest) => kernel.listIndeterminateCalls(r)),
-    getSigningKeys: handle("GetSigningKeys", async () => kernel.getSigningKeys()),
+    beginCall: handle("BeginCall", (r: BeginCallRequest, c) => kernel.beginCall(r, c)),
+    completeCall: handle("CompleteCall", (r: CompleteCallRequest, c) => kernel.completeCall(r, c)),
+    listPendingCalls: handle("ListPendingCalls", (r: ListPendingCallsRequest, c) => kernel.listPendingCalls(r, c)),
+    resumeCall: handle("ResumeCall", (r: ResumeCallRequest, c) => kernel.resumeCall(r, c)),
+    listIndeterminateCalls: handle("ListIndeterminateCalls", (r: ListIndeterminateCallsRequest, c) => kernel.listIndeterminateCalls(r, c)),
+    // The JWKS is public (kernel.proto): its authenticity comes from the channel, not the caller.
+    getSigningKeys: kernelHandler(edge, "GetSigningKeys", async () => kernel.getSigningKeys(), { anonymous: true }),
   };
 }
 

@@ -1,4 +1,4 @@
-import { credentials, Metadata, status, type ServiceError } from "@grpc/grpc-js";
+import { credentials, Metadata, status, type ChannelCredentials, type ServiceError } from "@grpc/grpc-js";
 import { LedgerServiceClient } from "../../../gen/ts/keycap/ledger/v1/ledger";
 import { formatHostPort, type HostPort } from "../../common/src/config";
 import { KeycapError } from "../../common/src/errors";
@@ -16,13 +16,18 @@ export class GrpcLedgerLookup implements LedgerLookup {
   private client: LedgerServiceClient | undefined;
   private clientAddress = "";
 
-  constructor(private readonly address: () => HostPort, private readonly timeoutMs = 5000) {}
+  constructor(
+    private readonly address: () => HostPort,
+    /** TLS pinned to the ledger's CA outside loopback (services/common/src/tls.ts). */
+    private readonly channelCredentials: () => ChannelCredentials = () => credentials.createInsecure(),
+    private readonly timeoutMs = 5000,
+  ) {}
 
   async lookup(requestId: string, capability: string): Promise<{ found: boolean; entryId: string }> {
     const address = formatHostPort(this.address());
     if (!this.client || this.clientAddress !== address) {
       this.client?.close();
-      this.client = new LedgerServiceClient(address, credentials.createInsecure());
+      this.client = new LedgerServiceClient(address, this.channelCredentials());
       this.clientAddress = address;
     }
     const client = this.client;

@@ -1,18 +1,33 @@
+import { AccessServiceService } from "../../../gen/ts/keycap/kernel/v1/access";
 import { KernelServiceService } from "../../../gen/ts/keycap/kernel/v1/kernel";
+import { loadAdminCredential } from "../../common/src/admin-credential";
 import { ConfigError } from "../../common/src/config";
 import { startListener } from "../../common/src/grpc-server";
 import { connectMongo } from "../../common/src/mongo";
+import { RejectionAudit } from "../../common/src/rejection-audit";
 import { runServices, type RunningService, type ServiceDeps } from "../../common/src/service-runner";
+import { peerChannelCredentials } from "../../common/src/tls";
+import { AccessPolicy } from "./access-policy";
+import { Access, accessServiceImpl } from "./access-service";
+import { bootstrapRuntime } from "./bootstrap-runtime";
 import { CallJournal } from "./call-journal";
+import { CallerAuthenticator } from "./caller-auth";
 import { CapabilityMinter } from "./capability-minter";
+import { GrantStore } from "./grant-store";
 import { Kernel, kernelServiceImpl } from "./kernel-service";
 import { GrpcLedgerLookup } from "./ledger-lookup";
+import { PrincipalStore } from "./principal-store";
 import { loadOrCreateSigningKeys, SigningKeyFileError, type SigningKeys } from "./signing-keys";
 import { ToolRegistry } from "./tool-registry";
 
 export const KERNEL_SERVICE_NAME = "keycap.kernel.v1.KernelService";
+export const ACCESS_SERVICE_NAME = "keycap.kernel.v1.AccessService";
 
-/** Starts the kernel: signing keys, MongoDB, indexes (awaited), then the gRPC listener. */
+/**
+ * Starts the kernel: signing keys and admin credential, MongoDB and its indexes
+ * (awaited), the local runtime principal, then the gRPC listener with KernelService
+ * and AccessService, every call authenticated (DESIGN §9).
+ */
 export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
   const { config } = deps;
   const logger = deps.logger.child({ component: "kernel" });
@@ -31,25 +46,47 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
     return { keys, minter };
   };
   const { keys, minter } = await loadKeys();
+  const admin = await loadAdminCredential(config, logger);
 
   const mongo = await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs);
-  const ledger = new GrpcLedgerLookup(() => config.ledgerAddress);
+  const ledger = new GrpcLedgerLookup(() => config.ledgerAddress, () => peerChannelCredentials(config.tls));
+  let audit: RejectionAudit | undefined;
+  const release = async (): Promise<void> => {
+    ledger.close();
+    await audit?.close();
+    await mongo.close();
+  };
   try {
+    const cache = { cacheMs: config.principalCacheMs };
+    const principals = await PrincipalStore.open(mongo.db, cache);
+    const grants = await GrantStore.open(mongo.db, cache);
+    const registry = await ToolRegistry.open(mongo.db);
+    audit = await RejectionAudit.open(mongo.db, { service: "kernel", unauthenticatedPerMinute: config.unauthenticatedAuditPerMinute, logger });
+    if (config.bootstrapRuntime) await bootstrapRuntime(principals, { token: config.runtimeToken, file: config.runtimeTokenFile, logger });
+
+    const policy = new AccessPolicy(registry, grants);
+    const edge = { auth: new CallerAuthenticator(principals, admin, config.tls.certPrincipals), audit, logger };
     const kernel = new Kernel({
-      registry: await ToolRegistry.open(mongo.db),
+      registry,
       journal: await CallJournal.open(mongo.db, logger),
       minter,
       keys,
       ledger,
       limits: { maxBytes: config.maxArgumentsBytes, maxDepth: config.maxArgumentsDepth },
       logger,
+      access: policy,
     });
+    const access = new Access({ principals, grants, registry, policy, logger });
     const listener = await startListener({
       name: "kernel",
       address: config.kernelListen,
       logger,
+      tls: config.tls.kernel,
       maxReceiveBytes: config.maxArgumentsBytes + 64 * 1024,
-      services: [{ name: KERNEL_SERVICE_NAME, definition: KernelServiceService, implementation: kernelServiceImpl(kernel, logger) }],
+      services: [
+        { name: KERNEL_SERVICE_NAME, definition: KernelServiceService, implementation: kernelServiceImpl(kernel, edge) },
+        { name: ACCESS_SERVICE_NAME, definition: AccessServiceService, implementation: accessServiceImpl(access, edge) },
+      ],
     });
     return {
       name: "kernel",
@@ -57,16 +94,15 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
       reload: async () => {
         const fresh = await loadKeys();
         kernel.useSigningKeys(fresh.keys, fresh.minter);
+        listener.reloadTls();
       },
       stop: async (graceMs) => {
         await listener.shutdown(graceMs);
-        ledger.close();
-        await mongo.close();
+        await release();
       },
     };
   } catch (err) {
-    ledger.close();
-    await mongo.close();
+    await release();
     throw err;
   }
 }

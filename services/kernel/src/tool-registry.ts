@@ -9,6 +9,8 @@ interface ToolDoc {
   definition: ToolDefinition;
   fingerprint: string;
   registered_at: Date;
+  /** The principal that registered it; absent on tools registered before principals existed. */
+  owner?: string;
 }
 
 /** Result of a registration. */
@@ -32,26 +34,37 @@ export class ToolRegistry {
   static async open(db: Db): Promise<ToolRegistry> {
     const tools = db.collection<ToolDoc>("tools");
     await tools.createIndex({ registered_at: 1 });
+    await tools.createIndex({ owner: 1 });
     return new ToolRegistry(tools);
   }
 
-  /** Registers (insert first, never find-then-insert); the same definition again is a no-op. */
-  async register(tool: CompiledTool): Promise<Registration> {
+  /**
+   * Registers `tool` as owned by `owner` (insert first, never find-then-insert); the same
+   * definition again is a no-op. When the id exists, `mayUse(existing)` decides first
+   * whether this owner may touch it at all (it throws when not), so a principal that may
+   * not use a tool learns nothing about its definition. A tool registered before
+   * principals existed is adopted by the first principal that registers it again.
+   */
+  async register(tool: CompiledTool, owner: string, mayUse: (existing: CompiledTool) => Promise<void>): Promise<Registration> {
     const doc: ToolDoc = {
       _id: tool.definition.toolId,
       definition: tool.definition,
       fingerprint: tool.fingerprint,
       registered_at: tool.registeredAt,
+      owner,
     };
     try {
       await this.tools.insertOne(doc, { writeConcern: { w: "majority" } });
-      this.cache.set(doc._id, tool);
-      return { tool, alreadyRegistered: false };
+      const owned = { ...tool, owner };
+      this.cache.set(doc._id, owned);
+      return { tool: owned, alreadyRegistered: false };
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;
     }
-    const existing = await this.get(tool.definition.toolId);
+    let existing = await this.get(tool.definition.toolId);
     if (!existing) throw new KeycapError(status.ABORTED, "CONCURRENT_REGISTRATION", "the tool changed during registration; retry");
+    if (existing.owner === undefined) existing = await this.adopt(existing, owner);
+    await mayUse(existing);
     if (existing.fingerprint !== tool.fingerprint) {
       throw new KeycapError(
         status.ALREADY_EXISTS,
@@ -70,9 +83,22 @@ export class ToolRegistry {
     if (cached) return cached;
     const doc = await this.tools.findOne({ _id: toolId });
     if (!doc) return undefined;
-    const compiled = compileStored(doc.definition, doc.registered_at);
+    const compiled = { ...compileStored(doc.definition, doc.registered_at), ...(doc.owner !== undefined ? { owner: doc.owner } : {}) };
     this.cache.set(toolId, compiled);
     return compiled;
+  }
+
+  /** The ids of the tools `owner` registered. */
+  async ownedBy(owner: string): Promise<string[]> {
+    return (await this.tools.find({ owner }, { projection: { _id: 1 } }).toArray()).map((d) => d._id);
+  }
+
+  private async adopt(tool: CompiledTool, owner: string): Promise<CompiledTool> {
+    await this.tools.updateOne({ _id: tool.definition.toolId, owner: { $exists: false } }, { $set: { owner } }, { writeConcern: { w: "majority" } });
+    this.cache.delete(tool.definition.toolId);
+    const after = await this.get(tool.definition.toolId);
+    if (!after) throw new KeycapError(status.ABORTED, "CONCURRENT_REGISTRATION", "the tool changed during registration; retry");
+    return after;
   }
 
   /** The tool, or NOT_FOUND. */
@@ -91,6 +117,6 @@ export class ToolRegistry {
       .sort({ _id: 1 })
       .limit(limit)
       .toArray();
-    return docs.map((d) => this.cache.get(d._id) ?? compileStored(d.definition, d.registered_at));
+    return docs.map((d) => this.cache.get(d._id) ?? { ...compileStored(d.definition, d.registered_at), ...(d.owner !== undefined ? { owner: d.owner } : {}) });
   }
 }

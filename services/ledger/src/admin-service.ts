@@ -18,12 +18,12 @@ import { invalidArgument, KeycapError } from "../../common/src/errors";
 import { unaryHandler } from "../../common/src/grpc-status";
 import type { Logger } from "../../common/src/logger";
 import { decodePageToken, encodePageToken, pageSize } from "../../common/src/paging";
-import type { AdminCredential } from "./admin-credential";
+import type { AdminCredential } from "../../common/src/admin-credential";
 import { idempotentEffectId } from "./domain/write-rule";
 import type { EntryStore } from "./entry-store";
 import { effectKindOf } from "../../common/src/effect-kind";
 import { entryToProto } from "./ledger-service";
-import type { RejectionAudit, RejectionDoc } from "./rejection-audit";
+import type { RejectionAudit, RejectionDoc } from "../../common/src/rejection-audit";
 
 /** The admin API's behaviour, independent of transport and of authentication. */
 export class LedgerAdmin {
@@ -64,7 +64,7 @@ export class LedgerAdmin {
     }
     const cursor = decodePageToken(req.pageToken, ["t", "id"] as const);
     const docs = await this.audit.list(
-      { toolId: req.toolId, reason: req.reason, since: req.since, until: req.until },
+      { service: req.service, toolId: req.toolId, reason: req.reason, since: req.since, until: req.until },
       cursor ? { rejectedAt: new Date(Number(cursor.t)), id: String(cursor.id) } : undefined,
       limit + 1,
     );

@@ -303,7 +303,7 @@ const BASE64URL_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz
 // verifier has always used, so a token missing several is refused naming the same one).
 // findClaimProblem then checks the contract's full list, so a claim added there is not
 // missed if it is forgotten here.
-const PRESENCE_ORDER = ["iss", "aud", "iat", "exp", "jti", "attempt", "call_id", "effect", "tool_id"] as const;
+const PRESENCE_ORDER = ["iss", "aud", "iat", "exp", "jti", "attempt", "call_id", "effect", "tool_id", "sub"] as const;
 
 /** Every reason but SIGNING_KEYS_UNAVAILABLE (which is UNAVAILABLE, not UNAUTHENTICATED). */
 type UnauthenticatedReason = Exclude<CapabilityRefusalReason, "SIGNING_KEYS_UNAVAILABLE">;
@@ -447,6 +447,7 @@ export class CapabilityVerifier {
     const verified: VerifiedCapability = {
       iss: claims.iss,
       aud: claims.aud,
+      sub: claims.sub,
       tool_id: claims.tool_id,
       effect: claims.effect,
       call_id: claims.call_id,

@@ -3,7 +3,7 @@
  * RemoteJwksSource. The address is read at every fetch, so a ledger can start before the
  * kernel, and a kernel started in the same process on port 0 is found once it is bound.
  */
-import { credentials, Metadata, type ServiceError } from "@grpc/grpc-js";
+import { credentials, Metadata, type ChannelCredentials, type ServiceError } from "@grpc/grpc-js";
 import { KernelServiceClient } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { formatHostPort, type HostPort } from "../../common/src/config";
 
@@ -13,6 +13,8 @@ export class KernelJwksFetcher {
 
   constructor(
     private readonly address: () => HostPort,
+    /** TLS with the kernel's CA pinned, so only the real kernel can hand out keys (DESIGN §9). */
+    private readonly channelCredentials: () => ChannelCredentials = () => credentials.createInsecure(),
     private readonly timeoutMs = 3000,
   ) {}
 
@@ -21,7 +23,7 @@ export class KernelJwksFetcher {
     const address = formatHostPort(this.address());
     if (!this.client || this.clientAddress !== address) {
       this.client?.close();
-      this.client = new KernelServiceClient(address, credentials.createInsecure());
+      this.client = new KernelServiceClient(address, this.channelCredentials());
       this.clientAddress = address;
     }
     const client = this.client;

@@ -19,7 +19,7 @@ import type { Logger } from "../../common/src/logger";
 import { CapabilityRefusal, type CapabilityVerifier, type VerifiedCapability } from "./capability-verifier";
 import { CAPABILITY_REUSED, decideLookup, decideWrite, type RuleRefusal } from "./domain/write-rule";
 import { payloadBuffer, type DuplicateCounts, type EntryDoc, type EntryStore } from "./entry-store";
-import type { RejectionAudit } from "./rejection-audit";
+import type { RejectionAudit } from "../../common/src/rejection-audit";
 
 export interface LedgerDeps {
   verifier: CapabilityVerifier;
@@ -74,6 +74,7 @@ export class Ledger {
       payload_sha256: payloadSha256,
       recorded_at: new Date(),
       payload_mismatch: false,
+      principal: cap.sub,
     };
     // A known entry cannot be claimed again; skipping the doomed insert keeps a
     // retry storm cheaper than the original traffic. Unknown: the unique insert decides.
@@ -146,6 +147,7 @@ export class Ledger {
       code: codeName(code),
       toolId: cap.tool_id,
       toolIdVerified: true,
+      principal: cap.sub,
       ...attempted,
       capabilityKey: cap.key,
       capabilityRequestId: cap.request_id,

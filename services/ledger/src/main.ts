@@ -1,19 +1,19 @@
-import * as path from "node:path";
 import { LedgerServiceService } from "../../../gen/ts/keycap/ledger/v1/ledger";
 import { LedgerAdminServiceService } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
 import { ConfigError } from "../../common/src/config";
 import { startListener, type RunningListener } from "../../common/src/grpc-server";
 import type { Logger } from "../../common/src/logger";
 import { connectMongo } from "../../common/src/mongo";
+import { peerChannelCredentials } from "../../common/src/tls";
+import { isLoopback } from "../../common/src/tls-config";
+import { RejectionAudit } from "../../common/src/rejection-audit";
 import { runServices, type RunningService, type ServiceDeps } from "../../common/src/service-runner";
-import { AdminCredential } from "./admin-credential";
+import { loadAdminCredential } from "../../common/src/admin-credential";
 import { adminServiceImpl, LedgerAdmin } from "./admin-service";
-import { benchBaselineBinding, benchBaselineEnabled } from "./bench-baseline";
 import { CapabilityVerifier, FileJwksSource, JwksError, RemoteJwksSource, type PublicKeySource } from "./capability-verifier";
 import { EntryStore } from "./entry-store";
 import { KernelJwksFetcher } from "./kernel-jwks-fetch";
 import { Ledger, ledgerServiceImpl } from "./ledger-service";
-import { RejectionAudit } from "./rejection-audit";
 
 export const LEDGER_SERVICE_NAME = "keycap.ledger.v1.LedgerService";
 export const LEDGER_ADMIN_SERVICE_NAME = "keycap.ledger.v1.LedgerAdminService";
@@ -31,14 +31,16 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
   const { config } = deps;
   const logger = deps.logger.child({ component: "ledger" });
 
-  const credential = await AdminCredential.resolve(config.adminToken, config.adminTokenFile, path.join(config.dataDir, "admin-token"));
-  if (credential.source.kind === "generated") {
-    logger.info({ path: credential.source.path }, "admin credential generated; present its contents as authorization: Bearer <token>");
-  } else {
-    logger.info({ source: credential.source.kind, ...(credential.source.kind === "file" ? { path: credential.source.path } : {}) }, "admin credential loaded");
-  }
+  const credential = await loadAdminCredential(config, logger);
 
-  const fetcher = config.jwksFile === undefined ? new KernelJwksFetcher(() => config.kernelAddress) : undefined;
+  if (config.jwksFile === undefined && config.tls.peerCaFile === undefined && !isLoopback(config.kernelAddress.host)) {
+    // Whoever answers on that address would choose the keys the ledger trusts; no override.
+    throw new ConfigError(
+      "KEYCAP_KERNEL_ADDRESS",
+      `${config.kernelAddress.host} is not loopback: set KEYCAP_TLS_CA_FILE (the kernel's CA, pinned) or KEYCAP_JWKS_FILE so the ledger learns the kernel's keys from an authenticated source`,
+    );
+  }
+  const fetcher = config.jwksFile === undefined ? new KernelJwksFetcher(() => config.kernelAddress, () => peerChannelCredentials(config.tls)) : undefined;
   const keySource = await openKeySource(config.jwksFile, fetcher, logger);
 
   const mongo = await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs);
@@ -55,7 +57,7 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
 
   try {
     const entries = await EntryStore.open(mongo.db);
-    audit = await RejectionAudit.open(mongo.db, { unauthenticatedPerMinute: config.unauthenticatedAuditPerMinute, logger });
+    audit = await RejectionAudit.open(mongo.db, { service: "ledger", unauthenticatedPerMinute: config.unauthenticatedAuditPerMinute, logger });
     const prune = (): void => {
       entries.pruneSpentCapabilities().then(
         (n) => n > 0 && logger.debug({ removed: n }, "forgot expired spent capability ids"),
@@ -86,13 +88,12 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
         name: "ledger",
         address: config.ledgerListen,
         logger,
+        tls: config.tls.ledger,
         // Room above the payload limit, so an oversized payload reaches the ledger and is
         // refused (and recorded) as PAYLOAD_TOO_LARGE rather than cut off by the transport.
         maxReceiveBytes: 2 * config.maxPayloadBytes + 64 * 1024,
         services: [
           { name: LEDGER_SERVICE_NAME, definition: LedgerServiceService, implementation: ledgerServiceImpl(ledger, logger) },
-          // Benchmarks only (bench/README.md): an unauthenticated plain insert to measure against.
-          ...(benchBaselineEnabled() ? [benchBaselineBinding(entries, config.maxPayloadBytes, logger)] : []),
         ],
       }),
     );
@@ -101,6 +102,7 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
         name: "admin",
         address: config.adminListen,
         logger,
+        tls: config.tls.admin,
         services: [
           {
             name: LEDGER_ADMIN_SERVICE_NAME,
@@ -115,7 +117,14 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
     throw err;
   }
 
-  return { name: "ledger", listeners: [...listeners], stop: release };
+  return {
+    name: "ledger",
+    listeners: [...listeners],
+    reload: async () => {
+      for (const l of listeners) l.reloadTls();
+    },
+    stop: release,
+  };
 }
 
 /**

@@ -1,7 +1,8 @@
 /**
- * The refusal audit (DESIGN §4): every refused ledger call is written to the `rejections`
- * collection before the refusal is returned, attributed to a tool id and saying whether
- * that tool id came from a verified capability.
+ * The refusal audit (DESIGN §4, §9): every refused ledger or kernel call is written to the
+ * `rejections` collection before the refusal is returned, attributed to a tool id (saying
+ * whether that tool id came from a verified capability) and, when known, a principal.
+ * Each service opens it under its own name ("ledger", "kernel"), stamped on its records.
  *
  * Unverified callers cannot flood the store: their records are rate-limited per peer IP
  * with a token bucket of `perMinute` records per minute. Past the limit, refusals are
@@ -13,9 +14,9 @@
  * Nothing here ever sees the raw capability.
  */
 import { ObjectId, type Collection, type Db, type Filter } from "mongodb";
-import { isDuplicateKey } from "../../common/src/mongo";
-import { afterKeyset } from "../../common/src/paging";
-import type { Logger } from "../../common/src/logger";
+import { isDuplicateKey } from "./mongo";
+import { afterKeyset } from "./paging";
+import type { Logger } from "./logger";
 
 /** Reason of a summary record standing for rate-limited unauthenticated refusals. */
 export const RATE_LIMITED_REFUSALS = "RATE_LIMITED_REFUSALS";
@@ -31,6 +32,11 @@ export interface RejectionInput {
   code: string;
   toolId?: string;
   toolIdVerified: boolean;
+  /**
+   * Whether the caller was authenticated (a verified capability or principal): those
+   * refusals are always stored one by one. Default: toolIdVerified.
+   */
+  authenticated?: boolean;
   attemptedKey?: string;
   capabilityKey?: string;
   attemptedRequestId?: string;
@@ -43,11 +49,13 @@ export interface RejectionInput {
   /** The caller's address as gRPC reports it ("ip:port"). */
   peer: string;
   message: string;
+  /** The principal: the kernel's authenticated caller, or the verified capability's `sub`. */
+  principal?: string;
 }
 
 /** One record, as stored. */
 export interface RejectionDoc {
-  /** Time-ordered hex id for individual records; `rl:<ip>:<minute>` for summaries. */
+  /** Time-ordered hex id for individual records; `["rl",service,ip,minute]` (JSON) for summaries. */
   _id: string;
   tool_id: string;
   tool_id_verified: boolean;
@@ -67,7 +75,7 @@ export interface RejectionDoc {
   rejected_at: Date;
   count: number;
   /** Which service refused: "ledger" or "kernel"; absent on records from before kernel refusals were stored (ledger). */
-  service?: string;
+  service?: string | null;
   /** The principal, when known (kernel: the authenticated caller; ledger: the capability's sub). */
   principal?: string;
   /** Summaries only: the last refusal counted, and counts by underlying reason. */
@@ -77,6 +85,8 @@ export interface RejectionDoc {
 
 /** Filters of ListRejections. */
 export interface RejectionQuery {
+  /** "" for every service. */
+  service?: string;
   toolId: string;
   reason: string;
   since: Date | undefined;
@@ -97,6 +107,8 @@ export interface RejectionTotals {
 }
 
 export interface RejectionAuditOptions {
+  /** The service whose refusals these are ("ledger", "kernel"). Default "ledger". */
+  service?: string;
   /** Individual unauthenticated records per peer IP per minute. */
   unauthenticatedPerMinute: number;
   logger: Logger;
@@ -125,6 +137,7 @@ export class RejectionAudit {
   private flushing: Promise<void> | undefined;
   private readonly now: () => number;
   private readonly logger: Logger;
+  private readonly service: string;
 
   private constructor(
     private readonly coll: Collection<RejectionDoc>,
@@ -132,6 +145,7 @@ export class RejectionAudit {
   ) {
     this.now = opts.now ?? Date.now;
     this.logger = opts.logger;
+    this.service = opts.service ?? "ledger";
     this.limiter = new PeerRateLimiter(opts.unauthenticatedPerMinute, this.now);
     this.timer = setInterval(() => void this.flush(), opts.flushIntervalMs ?? 1000);
     this.timer.unref();
@@ -153,12 +167,14 @@ export class RejectionAudit {
    */
   async record(input: RejectionInput): Promise<void> {
     const peerIp = ipOfPeer(input.peer);
-    if (!input.toolIdVerified && !this.limiter.take(peerIp)) {
+    if (!(input.authenticated ?? input.toolIdVerified) && !this.limiter.take(peerIp)) {
       this.accumulate(peerIp, input.reason);
       return;
     }
     const doc: RejectionDoc = {
       _id: new ObjectId().toHexString(),
+      service: this.service,
+      principal: clip(input.principal),
       tool_id: clip(input.toolId),
       tool_id_verified: input.toolIdVerified,
       reason: input.reason,
@@ -203,6 +219,8 @@ export class RejectionAudit {
 
   async list(q: RejectionQuery, cursor: RejectionCursor | undefined, limit: number): Promise<RejectionDoc[]> {
     const filter: Filter<RejectionDoc> = {};
+    // Records from before kernel refusals were stored carry no service: they are the ledger's.
+    if (q.service) filter.service = q.service === "ledger" ? { $in: ["ledger", null] } : q.service;
     if (q.toolId !== "") filter.tool_id = q.toolId;
     if (q.reason !== "") filter.reason = q.reason;
     if (q.since || q.until) {
@@ -261,11 +279,14 @@ export class RejectionAudit {
    * between two replicas' first upserts surfaces as 11000 and is retried as an update.
    */
   private async upsertSummary(p: PendingSummary): Promise<void> {
-    const id = `rl:${p.ip}:${new Date(p.minute * 60_000).toISOString()}`;
+    // JSON keeps the parts apart whatever they contain (an IPv6 peer has colons).
+    const id = JSON.stringify(["rl", this.service, p.ip, new Date(p.minute * 60_000).toISOString()]);
     const inc: Record<string, number> = { count: p.count };
     for (const [reason, n] of Object.entries(p.reasons)) inc[`reasons.${reason}`] = n;
     const limit = this.opts.unauthenticatedPerMinute;
     const onInsert: Omit<RejectionDoc, "_id" | "count" | "reasons" | "last_rejected_at"> = {
+      service: this.service,
+      principal: "",
       tool_id: "",
       tool_id_verified: false,
       reason: RATE_LIMITED_REFUSALS,

@@ -1,15 +1,17 @@
 /**
- * The admin credential: a bearer secret operators present to LedgerAdminService.
+ * The admin credential: a bearer secret operators present to LedgerAdminService and, as
+ * the built-in operator principal "admin", to the kernel (DESIGN §9).
  *
  * Source, first match wins: KEYCAP_ADMIN_TOKEN; else the file KEYCAP_ADMIN_TOKEN_FILE
  * (which must exist when set explicitly); else `$KEYCAP_DATA_DIR/admin-token`, generated
  * on first start (32 random bytes, base64url, mode 0600). Only the path is ever logged.
  */
+import { join } from "node:path";
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { open } from "node:fs/promises";
-import { parseBearer } from "../../common/src/capability";
-import { ConfigError } from "../../common/src/config";
-import { SecretFileWriteError, writeSecretFile } from "../../common/src/secret-file";
+import { parseBearer } from "./capability";
+import { ConfigError } from "./config";
+import { SecretFileWriteError, writeSecretFile } from "./secret-file";
 
 /** Where the credential came from, for the start log. */
 export type AdminCredentialSource = { kind: "env" } | { kind: "file"; path: string } | { kind: "generated"; path: string };
@@ -57,6 +59,11 @@ export class AdminCredential {
   /** Builds a credential from a known secret (tests, embedding). */
   static fromSecret(secret: string): AdminCredential {
     return new AdminCredential(secret, { kind: "env" });
+  }
+
+  /** Whether a presented bearer token is the admin credential (constant time). */
+  matches(token: string): boolean {
+    return timingSafeEqual(sha256(token), this.digest);
   }
 
   /**
@@ -116,4 +123,21 @@ async function createTokenFile(path: string): Promise<string | undefined> {
     if (err instanceof SecretFileWriteError) throw new ConfigError("KEYCAP_ADMIN_TOKEN_FILE", err.message);
     throw err;
   }
+}
+
+/**
+ * The admin credential as both services use it: resolved from the configuration, and
+ * where it came from logged (the path when it was just generated, never the secret).
+ */
+export async function loadAdminCredential(
+  config: { adminToken: string | undefined; adminTokenFile: string; dataDir: string },
+  logger: { info(obj: object, msg: string): void },
+): Promise<AdminCredential> {
+  const credential = await AdminCredential.resolve(config.adminToken, config.adminTokenFile, join(config.dataDir, "admin-token"));
+  if (credential.source.kind === "generated") {
+    logger.info({ path: credential.source.path }, "admin credential generated; present its contents as authorization: Bearer <token>");
+  } else {
+    logger.info({ source: credential.source.kind, ...(credential.source.kind === "file" ? { path: credential.source.path } : {}) }, "admin credential loaded");
+  }
+  return credential;
 }

@@ -5,33 +5,28 @@
  * key the client chooses and no capability, no verification, no audit. What a user would
  * write instead of keycap; the enforced Write is measured against it.
  *
- * Registered on the ledger listener only when KEYCAP_BENCH_BASELINE=1; never enable it in
- * a deployment: it writes without any authorisation.
+ * A process of its own (`node dist/bench/baseline-server.js`, started by bench/stack.ts),
+ * through the same listener machinery and MongoDB settings as the ledger. Nothing in
+ * `keycap serve` can start it: it writes without any authorisation (DESIGN §9).
  */
 import { createHash } from "node:crypto";
 import { status, type ServerUnaryCall } from "@grpc/grpc-js";
-import { BaselineServiceService, type BaselineServiceServer, type WriteRequest, type WriteResponse } from "../../../gen/ts/keycap/bench/v1/baseline";
-import { KeycapError } from "../../common/src/errors";
-import type { ServiceBinding } from "../../common/src/grpc-server";
-import { unaryHandler } from "../../common/src/grpc-status";
-import type { Logger } from "../../common/src/logger";
-import { idempotentEffectId } from "./domain/write-rule";
-import type { EntryDoc, EntryStore } from "./entry-store";
-import { entryToProto, newEntryId } from "./ledger-service";
+import { BaselineServiceService, type BaselineServiceServer, type WriteRequest, type WriteResponse } from "../gen/ts/keycap/bench/v1/baseline";
+import { KeycapError } from "../services/common/src/errors";
+import { startListener, type ServiceBinding } from "../services/common/src/grpc-server";
+import { unaryHandler } from "../services/common/src/grpc-status";
+import type { Logger } from "../services/common/src/logger";
+import { connectMongo } from "../services/common/src/mongo";
+import { runServices, type RunningService, type ServiceDeps } from "../services/common/src/service-runner";
+import { idempotentEffectId } from "../services/ledger/src/domain/write-rule";
+import { EntryStore, type EntryDoc } from "../services/ledger/src/entry-store";
+import { entryToProto, newEntryId } from "../services/ledger/src/ledger-service";
 
 /** Fully-qualified name of the baseline service. */
 export const BENCH_BASELINE_SERVICE_NAME = "keycap.bench.v1.BaselineService";
 
-/** The environment variable that turns the baseline on ("1"). */
-export const BENCH_BASELINE_ENV = "KEYCAP_BENCH_BASELINE";
-
 /** Tool id recorded on baseline entries, so they are never mistaken for a tool's. */
 export const BASELINE_TOOL_ID = "keycap.bench.baseline";
-
-/** True when the environment asks for the baseline service. */
-export function benchBaselineEnabled(env: NodeJS.ProcessEnv = process.env): boolean {
-  return env[BENCH_BASELINE_ENV] === "1";
-}
 
 /** The baseline's behaviour: one unique insert, as {@link Ledger.write} does after its checks. */
 export class BaselineWriter {
@@ -70,7 +65,7 @@ export class BaselineWriter {
   }
 }
 
-/** The baseline as a binding for the ledger listener. */
+/** The baseline as a service binding. */
 export function benchBaselineBinding(entries: EntryStore, maxPayloadBytes: number, logger: Logger): ServiceBinding {
   const writer = new BaselineWriter(entries, maxPayloadBytes);
   const implementation: BaselineServiceServer = {
@@ -78,3 +73,33 @@ export function benchBaselineBinding(entries: EntryStore, maxPayloadBytes: numbe
   };
   return { name: BENCH_BASELINE_SERVICE_NAME, definition: BaselineServiceService, implementation };
 }
+
+/** Starts the baseline on KEYCAP_LEDGER_LISTEN with the ledger's MongoDB settings and receive limit. */
+export async function startBaseline(deps: ServiceDeps): Promise<RunningService> {
+  const { config } = deps;
+  const logger = deps.logger.child({ component: "baseline" });
+  const mongo = await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs);
+  try {
+    const entries = await EntryStore.open(mongo.db);
+    const listener = await startListener({
+      name: "baseline",
+      address: config.ledgerListen,
+      logger,
+      maxReceiveBytes: 2 * config.maxPayloadBytes + 64 * 1024,
+      services: [benchBaselineBinding(entries, config.maxPayloadBytes, logger)],
+    });
+    return {
+      name: "baseline",
+      listeners: [listener],
+      stop: async (graceMs) => {
+        await listener.shutdown(graceMs);
+        await mongo.close();
+      },
+    };
+  } catch (err) {
+    await mongo.close();
+    throw err;
+  }
+}
+
+if (require.main === module) void runServices("baseline", [startBaseline]);
