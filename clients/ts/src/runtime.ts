@@ -105,6 +105,8 @@ export class Runtime {
     } catch (err) {
       const e = KeycapClientError.from(err);
       if (e.reason === "UNSAFE_NOT_RESUMABLE") return { ...step, result: "indeterminate", detail: "Unsafe: not retried; marked indeterminate for an operator" };
+      // Listed by a pass that raced (or a crash that interrupted) its marking: already an operator's.
+      if (e.reason === "CALL_INDETERMINATE") return { ...step, result: "indeterminate", detail: "already indeterminate: waiting for an operator" };
       return { ...step, result: "failed", detail: `${e.codeName} ${e.reason}: ${e.message}` };
     }
   }

@@ -4,6 +4,7 @@ import type { CapabilityClaims, EffectName } from "../../common/src/capability";
 import { KeycapError } from "../../common/src/errors";
 import { isDuplicateKey } from "../../common/src/mongo";
 import { afterKeyset } from "../../common/src/paging";
+import { faultPoint } from "../../common/src/fault-points";
 import type { Logger } from "../../common/src/logger";
 
 export type CallStateName = "pending" | "completed" | "indeterminate";
@@ -99,27 +100,31 @@ export class CallJournal {
   }
 
   /**
-   * Journals a new call, then inserts its pending copy, both (write concern
-   * majority) before the caller may answer. When the call id exists: the same tool, run and arguments return
-   * the existing call (existing = true); anything else is refused, never
-   * overwritten.
+   * Journals a new call, both writes (write concern majority) before the caller may
+   * answer: first its pending copy, then the journal document. That order makes a crash
+   * between the two leave a listed copy, which listPending and require() heal into the
+   * journal; the reverse order left a journaled call no listing could find.
+   * When the call id exists: the same tool, run and arguments return the existing call
+   * (existing = true); anything else is refused, never overwritten.
    */
   async begin(record: CallRecord): Promise<{ call: CallRecord; existing: boolean }> {
-    let inserted = false;
+    const copyInserted = await this.insertPendingCopy(record);
+    faultPoint("journal.begin.after-pending-copy");
     try {
       const res = await this.calls.insertOne(record, MAJORITY);
       if (!res.acknowledged) throw new KeycapError(status.UNAVAILABLE, "JOURNAL_WRITE_UNACKNOWLEDGED", "the call journal did not acknowledge the write; retry");
-      inserted = true;
+      // A copy was already there: left by an earlier BeginCall of this id that crashed
+      // before its journal write; the journal now says what the call is.
+      if (!copyInserted) await this.pending.replaceOne({ _id: record._id }, record, MAJORITY);
+      return { call: record, existing: false };
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;
-    }
-    if (inserted) {
-      await this.markPending(record);
-      return { call: record, existing: false };
     }
     const existing = await this.get(record._id);
     if (!existing) throw new KeycapError(status.ABORTED, "CONCURRENT_BEGIN", "the call changed during BeginCall; retry");
     if (existing.tool_id !== record.tool_id || existing.run_id !== record.run_id || existing.arguments_json !== record.arguments_json) {
+      // Take back the copy this BeginCall inserted (only it has this created_at).
+      if (copyInserted) await this.pending.deleteOne({ _id: record._id, created_at: record.created_at }, MAJORITY);
       throw new KeycapError(
         status.ALREADY_EXISTS,
         "CALL_ID_CONFLICT",
@@ -127,9 +132,12 @@ export class CallJournal {
         { call_id: record._id },
       );
     }
-    // The first BeginCall may have died between the journal insert and the
-    // pending copy; this one hands the capability out, so the call must be listed.
-    if (existing.state === "pending") await this.markPending(existing);
+    if (existing.state !== "pending") {
+      if (copyInserted) await this.unmarkPending(record._id);
+    } else if (copyInserted) {
+      // The existing call had lost its copy (journaled before this write order): list it again, as it is.
+      await this.pending.replaceOne({ _id: record._id }, existing, MAJORITY);
+    }
     return { call: existing, existing: true };
   }
 
@@ -140,10 +148,17 @@ export class CallJournal {
     return completion ? withCompletion(call, completion) : call;
   }
 
-  /** The call, or NOT_FOUND. A finished call's pending copy left by a crash is removed on the way. */
+  /**
+   * The call, or NOT_FOUND. A finished call's pending copy left by a crash is removed on
+   * the way; a copy whose journal write a crash prevented is healed into the journal.
+   */
   async require(callId: string): Promise<CallRecord> {
-    const call = await this.get(callId);
-    if (!call) throw notFound(callId);
+    let call = await this.get(callId);
+    if (!call) {
+      const copy = await this.pending.findOne({ _id: callId });
+      if (!copy) throw notFound(callId);
+      call = await this.heal(copy);
+    }
     if (call.state !== "pending") await this.unmarkPending(callId);
     return call;
   }
@@ -160,8 +175,8 @@ export class CallJournal {
     detail: string,
     mayComplete: (call: CallRecord) => Promise<void> = async () => undefined,
   ): Promise<{ call: CallRecord; alreadyCompleted: boolean }> {
-    // The call must exist before a completion can be recorded for its id: its
-    // pending copy proves it (inserted only after the journal), else the journal.
+    // The call must exist before a completion can be recorded for its id: its pending
+    // copy (small, cheap to read) or its journal document proves it.
     const call = (await this.pending.findOne({ _id: callId })) ?? (await this.calls.findOne({ _id: callId }));
     if (!call) throw notFound(callId);
     await mayComplete(call);
@@ -208,6 +223,8 @@ export class CallJournal {
       { $set: { state: "indeterminate", updated_at: now, last_resume_refusal: { reason, message, at: now } } },
       MAJORITY,
     );
+    faultPoint("journal.indeterminate.after-mark");
+    // A crash here leaves the copy; listPending skips and removes it (the journal decides).
     await this.unmarkPending(callId);
   }
 
@@ -218,15 +235,28 @@ export class CallJournal {
   }
 
   /**
-   * Pending calls oldest first, after the cursor: a page of at most `limit`
-   * pending copies, less those whose completion exists (left by a crash
-   * between the completion and the removal, and removed now). `next` is set
-   * whenever more may follow.
+   * Pending calls oldest first, after the cursor: a page of at most `limit` pending
+   * copies, each checked against the journal, which decides. A copy whose call has a
+   * completion or is indeterminate (a crash between the journal write and the copy's
+   * removal) is removed and skipped; a copy with no journal document (a crash inside
+   * BeginCall) is healed into the journal and listed. `next` is set whenever more may
+   * follow. One extra journal read per page: a recovery path, never the hot path.
    */
   async listPending(toolId: string | readonly string[], after: JournalCursor | undefined, limit: number): Promise<PendingPage> {
     const { page, completed, next } = await this.pageOf(this.pending, {}, toolId, after, limit);
-    for (const id of completed) await this.unmarkPending(id);
-    return { calls: page.filter((c) => !completed.has(c._id) && c.state === "pending"), ...next };
+    const ids = page.filter((c) => !completed.has(c._id)).map((c) => c._id);
+    const journaled = new Map(ids.length ? (await this.calls.find({ _id: { $in: ids } }).toArray()).map((c) => [c._id, c]) : []);
+    const calls: CallRecord[] = [];
+    for (const copy of page) {
+      if (completed.has(copy._id)) {
+        await this.unmarkPending(copy._id);
+        continue;
+      }
+      const call = journaled.get(copy._id) ?? (await this.heal(copy));
+      if (call.state === "pending") calls.push(call);
+      else await this.unmarkPending(copy._id);
+    }
+    return { calls, ...next };
   }
 
   /**
@@ -259,13 +289,34 @@ export class CallJournal {
     return { page, completed, next: found.length > limit && last ? { next: { createdAt: last.created_at.getTime(), id: last._id } } : {} };
   }
 
-  /** Inserts the call's pending copy; one already there is fine. */
-  private async markPending(call: CallRecord): Promise<void> {
+  /** Inserts the call's pending copy. @returns false when one was already there. */
+  private async insertPendingCopy(call: CallRecord): Promise<boolean> {
     try {
-      await this.pending.insertOne({ ...call }, MAJORITY);
+      const res = await this.pending.insertOne({ ...call }, MAJORITY);
+      if (!res.acknowledged) throw new KeycapError(status.UNAVAILABLE, "JOURNAL_WRITE_UNACKNOWLEDGED", "the call journal did not acknowledge the write; retry");
+      return true;
+    } catch (err) {
+      if (!isDuplicateKey(err)) throw err;
+      return false;
+    }
+  }
+
+  /**
+   * Journals a pending copy whose BeginCall crashed before its journal write. Its
+   * capability may never have been handed out, but the copy is all that is known:
+   * recovery treats it like any pending call. A concurrent BeginCall of the same call
+   * writes the same document, so whichever lands first, they agree.
+   */
+  private async heal(copy: CallRecord): Promise<CallRecord> {
+    try {
+      await this.calls.insertOne({ ...copy }, MAJORITY);
+      this.logger.warn({ call_id: copy._id, tool_id: copy.tool_id }, "journaled a call whose BeginCall crashed between its two writes");
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;
     }
+    const call = await this.get(copy._id);
+    if (!call) throw new KeycapError(status.ABORTED, "CONCURRENT_BEGIN", `call ${copy._id} changed while it was being recovered; list it again`, { call_id: copy._id });
+    return call;
   }
 
   /**

@@ -1,0 +1,83 @@
+/**
+ * Issue 15: crashes between the journal's writes leave nothing invisible to recovery.
+ * The kernel is a real process, SIGKILLed by itself at a fault point
+ * (KEYCAP_TEST_FAULT_POINTS), then restarted on the same database.
+ */
+import { expect } from "chai";
+import { once } from "node:events";
+import { defineTool, KernelClient } from "../clients/ts/src";
+import { refusal } from "./support/refusal";
+import { runCli, serviceEnv, startService, type ServiceProcess } from "./support/processes";
+
+async function killedAtFault(proc: ServiceProcess): Promise<void> {
+  if (proc.child.exitCode === null && proc.child.signalCode === null) await once(proc.child, "exit");
+  expect(proc.child.signalCode).to.equal("SIGKILL");
+}
+
+describe("journal: crash between writes (issue 15)", function () {
+  this.timeout(120_000);
+
+  it("a kernel killed inside BeginCall, between its two journal writes, leaves a call recovery lists and resumes", async function () {
+    const env = serviceEnv();
+    const tool = defineTool({ id: "crash.charge", effect: { kind: "idempotent", key: { fields: ["/order"] } } });
+    let kernel = await startService("kernel", env);
+    let client = new KernelClient(kernel.endpoints.kernel!);
+    await client.registerTool(tool);
+    client.close();
+    await kernel.stop();
+
+    kernel = await startService("kernel", env, { env: { KEYCAP_TEST_FAULT_POINTS: "journal.begin.after-pending-copy" } });
+    client = new KernelClient(kernel.endpoints.kernel!);
+    const e = await refusal(client.beginCall(tool.id, JSON.stringify({ order: "O-1" }), { callId: "crash-begin-1" }));
+    expect(e.codeName).to.equal("UNAVAILABLE");
+    client.close();
+    await killedAtFault(kernel);
+
+    kernel = await startService("kernel", env);
+    client = new KernelClient(kernel.endpoints.kernel!);
+    try {
+      const pending = await client.listPendingCalls(tool.id);
+      expect(pending.map((c) => c.callId)).to.deep.equal(["crash-begin-1"]);
+      const resumed = await client.resumeCall("crash-begin-1");
+      expect(resumed.capability).to.not.equal("");
+      expect(resumed.call?.attempt).to.equal(2);
+      // The retry of the same BeginCall finds the same call, not a conflict.
+      const again = await client.beginCall(tool.id, JSON.stringify({ order: "O-1" }), { callId: "crash-begin-1" });
+      expect(again.existingCall).to.equal(true);
+      expect(again.call?.key).to.equal(resumed.call?.key);
+    } finally {
+      client.close();
+      await kernel.stop();
+    }
+  });
+
+  it("a crash between marking an Unsafe call indeterminate and unlisting it: the next `keycap recover` succeeds and the call waits for an operator", async function () {
+    const env = serviceEnv();
+    const tool = defineTool({ id: "crash.transfer", effect: { kind: "unsafe" } });
+    let kernel = await startService("kernel", env);
+    const client = new KernelClient(kernel.endpoints.kernel!);
+    await client.registerTool(tool);
+    await client.beginCall(tool.id, JSON.stringify({ amount: 5 }), { callId: "crash-unsafe-1" });
+    client.close();
+    await kernel.stop();
+
+    kernel = await startService("kernel", env, { env: { KEYCAP_TEST_FAULT_POINTS: "journal.indeterminate.after-mark" } });
+    const first = await runCli(["recover", "--kernel", kernel.endpoints.kernel!, "--json"], env);
+    expect(first.code).to.not.equal(0); // the kernel died under it
+    await killedAtFault(kernel);
+
+    kernel = await startService("kernel", env);
+    try {
+      const second = await runCli(["recover", "--kernel", kernel.endpoints.kernel!, "--json"], env);
+      expect(second.code, second.stdout + second.stderr).to.equal(0);
+      const steps = JSON.parse(second.stdout) as { callId: string; result: string }[];
+      expect(steps.filter((s) => s.result === "failed")).to.deep.equal([]);
+      const pending = await runCli(["calls", "--state", "pending", "--kernel", kernel.endpoints.kernel!, "--json"], env);
+      expect((JSON.parse(pending.stdout) as { callId: string }[]).map((c) => c.callId)).to.not.include("crash-unsafe-1");
+      const waiting = await runCli(["calls", "--state", "indeterminate", "--kernel", kernel.endpoints.kernel!, "--json"], env);
+      expect((JSON.parse(waiting.stdout) as { callId: string }[]).map((c) => c.callId)).to.include("crash-unsafe-1");
+    } finally {
+      await kernel.stop();
+    }
+  });
+});
