@@ -80,4 +80,26 @@ describe("journal: crash between writes (issue 15)", function () {
       await kernel.stop();
     }
   });
+
+  it("a BeginCall repeated after the capability's lifetime gets the same capability renewed, not an expired one", async function () {
+    const env = serviceEnv({ KEYCAP_CAPABILITY_TTL_SECONDS: "5" });
+    const kernel = await startService("kernel", env);
+    const client = new KernelClient(kernel.endpoints.kernel!);
+    try {
+      const tool = defineTool({ id: "late.transfer", effect: { kind: "unsafe" } });
+      await client.registerTool(tool);
+      const first = await client.beginCall(tool.id, "{}", { callId: "late-1" });
+      const soon = await client.beginCall(tool.id, "{}", { callId: "late-1" });
+      expect(soon.capability).to.equal(first.capability); // same token while it has time left
+      await new Promise((r) => setTimeout(r, 5500));
+      const late = await client.beginCall(tool.id, "{}", { callId: "late-1" });
+      expect(late.existingCall).to.equal(true);
+      expect(late.capabilityExpiresAt!.getTime()).to.be.greaterThan(Date.now());
+      const jti = (t: string): unknown => (JSON.parse(Buffer.from(t.split(".")[1]!, "base64url").toString()) as { jti: unknown }).jti;
+      expect(jti(late.capability)).to.equal(jti(first.capability));
+    } finally {
+      client.close();
+      await kernel.stop();
+    }
+  });
 });

@@ -115,6 +115,19 @@ export class CapabilityMinter {
   }
 
   /**
+   * The claims of a repeated BeginCall: unchanged (so the same token) while more than half
+   * their lifetime is left; else the same claims, same `jti`, with a fresh `iat`/`exp`.
+   * The `jti` (Unsafe: the effect id; Queryable: the spent id) keeps it the one
+   * capability of that attempt, so renewal never grants a second effect, and a runtime
+   * that begins again after a pause gets a capability the ledger still accepts.
+   */
+  renewed(claims: CapabilityClaims): CapabilityClaims {
+    const now = Math.floor(this.now() / 1000);
+    if (claims.exp - now > this.lifetimeSeconds / 2) return claims;
+    return { ...claims, iat: now, exp: now + this.lifetimeSeconds };
+  }
+
+  /**
    * Re-signs stored claims unchanged (same `jti`, `iat`, `exp`), with the current key.
    * With the same key this returns the identical token (see the module comment). The
    * caller decides whether expired claims should be re-signed; this does not check time.

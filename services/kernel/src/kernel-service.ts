@@ -140,10 +140,11 @@ export class Kernel {
       principal: caller.name,
     };
     const { call, existing } = await this.d.journal.begin(record);
-    // A repeated BeginCall returns the same call and, because Ed25519 is
-    // deterministic, the same capability (same jti): an Unsafe call cannot gain
-    // a second single-use capability by beginning again.
-    const capability = existing ? await this.d.minter.mintWithClaims(call.capability) : minted;
+    // A repeated BeginCall returns the same call and the same capability (same jti;
+    // Ed25519 is deterministic, so the same token while it has time left, renewed once
+    // it has not): an Unsafe call cannot gain a second single-use capability by
+    // beginning again, and a late retry never gets an already-expired one.
+    const capability = existing ? await this.d.minter.mintWithClaims(this.d.minter.renewed(call.capability)) : minted;
     return { call: callToProto(call), capability: capability.token, capabilityExpiresAt: capability.expiresAt, existingCall: existing };
   }
 

@@ -16,7 +16,7 @@ import type { EffectName } from "../../common/src/capability";
 
 /** One effect, as stored. */
 export interface EntryDoc {
-  /** The effect id (idem:<key>, req:<tool>:<request id>, cap:<jti>). */
+  /** The effect id (idem:<key>, req:["<tool>","<request id>"] (older: req:<tool>:<request id>), cap:<jti>). */
   _id: string;
   /** Opaque id given to clients. */
   entry_id: string;
@@ -107,6 +107,8 @@ export class EntryStore {
     private readonly entries: Collection<EntryDoc>,
     private readonly uses: Collection<CapabilityUseDoc>,
     private readonly duplicates: Collection<DuplicateDoc>,
+    /** Queryable entries under the old `req:<tool>:<request>` ids exist (checked once at open). */
+    readonly hasLegacyQueryable: boolean,
   ) {}
 
   /** Opens the collections and creates their indexes; a failure stops the start. */
@@ -121,7 +123,9 @@ export class EntryStore {
     await entries.createIndex({ tool_id: 1, recorded_at: -1, _id: -1 }, { name: "tool_newest_first" });
     await uses.createIndex({ expires_at: 1 }, { name: "expires_at" });
     await duplicates.createIndex({ effect_id: 1 }, { name: "effect_id" });
-    return new EntryStore(entries, uses, duplicates);
+    // New ids are `req:[`; a tool id never starts with "[", so this finds only old ones.
+    const legacy = await entries.findOne({ effect: "queryable", _id: { $regex: /^req:[^[]/ } }, { projection: { _id: 1 } });
+    return new EntryStore(entries, uses, duplicates, legacy !== null);
   }
 
   /**

@@ -2,6 +2,7 @@
  * LedgerService: Write and LookupRequest, enforcing the capability (one verification
  * function) and the write rule, recording every refusal before it is returned.
  */
+import { faultPoint } from "../../common/src/fault-points";
 import { createHash, randomUUID } from "node:crypto";
 import { status, type Metadata, type ServerUnaryCall } from "@grpc/grpc-js";
 import type {
@@ -17,7 +18,7 @@ import { effectKindOf } from "../../common/src/effect-kind";
 import { unaryHandler } from "../../common/src/grpc-status";
 import type { Logger } from "../../common/src/logger";
 import { CapabilityRefusal, type CapabilityVerifier, type VerifiedCapability } from "./capability-verifier";
-import { CAPABILITY_REUSED, decideLookup, decideWrite, type RuleRefusal } from "./domain/write-rule";
+import { CAPABILITY_REUSED, decideLookup, decideWrite, legacyQueryableEffectId, type RuleRefusal } from "./domain/write-rule";
 import { payloadBuffer, type DuplicateCounts, type EntryDoc, type EntryStore } from "./entry-store";
 import type { RejectionAudit } from "../../common/src/rejection-audit";
 
@@ -51,12 +52,16 @@ export class Ledger {
     if (!decision.ok) throw await this.refuseGrant("Write", ctx, cap, decision.refusal, attempted);
     const grant = decision.grant;
 
+    // Queryable: the capability is spent before the effect is claimed. Spent already: a
+    // replay, refused below when its effect exists; when it does not, a crash came
+    // between this capability's spend and its insert, and this same write may finish
+    // (the request id is bound, so it can only ever be that one effect: ADR 0004).
+    let spentBefore = false;
     if (grant.spendCapability) {
-      // Spent before the effect is claimed: a replayed capability never reaches the effect.
       const expiresAt = new Date((cap.exp + this.d.clockToleranceSeconds + 1) * 1000);
-      if (!(await this.d.entries.spendCapability(cap.jti, cap.tool_id, expiresAt))) {
-        throw await this.refuseGrant("Write", ctx, cap, CAPABILITY_REUSED, attempted);
-      }
+      spentBefore = !(await this.d.entries.spendCapability(cap.jti, cap.tool_id, expiresAt));
+      if (spentBefore && this.d.entries.knownToExist(grant.effectId)) throw await this.refuseGrant("Write", ctx, cap, CAPABILITY_REUSED, attempted);
+      faultPoint("ledger.write.after-spend");
     }
 
     const payloadSha256 = createHash("sha256").update(req.payload).digest("hex");
@@ -76,14 +81,16 @@ export class Ledger {
       payload_mismatch: false,
       principal: cap.sub,
     };
+    // An effect an older ledger recorded under the ambiguous queryable id is that effect.
+    const legacy = grant.effect === "queryable" ? await this.legacyQueryable(cap.tool_id, grant.requestId) : null;
     // A known entry cannot be claimed again; skipping the doomed insert keeps a
     // retry storm cheaper than the original traffic. Unknown: the unique insert decides.
-    if (!this.d.entries.knownToExist(grant.effectId) && (await this.d.entries.insert(doc))) {
+    if (!legacy && !this.d.entries.knownToExist(grant.effectId) && (await this.d.entries.insert(doc))) {
       return { entry: entryToProto(doc), duplicate: false, payloadMismatch: false };
     }
-    if (grant.duplicateIsReuse) throw await this.refuseGrant("Write", ctx, cap, CAPABILITY_REUSED, attempted);
+    if (grant.duplicateIsReuse || spentBefore) throw await this.refuseGrant("Write", ctx, cap, CAPABILITY_REUSED, attempted);
 
-    const { entry, payloadMismatch } = await this.d.entries.recordDuplicate(grant.effectId, {
+    const { entry, payloadMismatch } = await this.d.entries.recordDuplicate(legacy?._id ?? grant.effectId, {
       toolId: cap.tool_id,
       callId: cap.call_id,
       attempt: cap.attempt,
@@ -104,8 +111,16 @@ export class Ledger {
     const cap = await this.verify("LookupRequest", ctx, attempted);
     const decision = decideLookup(cap, req.requestId);
     if (!decision.ok) throw await this.refuseGrant("LookupRequest", ctx, cap, decision.refusal, attempted);
-    const entry = await this.d.entries.findByEffectId(decision.effectId);
+    const entry = (await this.d.entries.findByEffectId(decision.effectId)) ?? (await this.legacyQueryable(cap.tool_id, req.requestId));
     return entry ? { found: true, entry: entryToProto(entry) } : { found: false, entry: undefined };
+  }
+
+  /** The entry an older ledger wrote for this request, when the database has any such. */
+  private async legacyQueryable(toolId: string, requestId: string): Promise<EntryDoc | null> {
+    if (!this.d.entries.hasLegacyQueryable) return null;
+    const old = await this.d.entries.findByEffectId(legacyQueryableEffectId(toolId, requestId));
+    // The old id was ambiguous: only an entry of this very tool and request is this effect.
+    return old && old.tool_id === toolId && old.request_id === requestId ? old : null;
   }
 
   /** Verifies the capability, recording a refusal before rethrowing it. */

@@ -8,7 +8,7 @@
  * | effect     | write must carry | accepted when                   | effect claimed under          |
  * | ---------- | ---------------- | ------------------------------- | ----------------------------- |
  * | idempotent | `key`            | key == capability key           | `idem:<key>`                  |
- * | queryable  | `request_id`     | request id == capability's      | `req:<tool>:<request id>`, after the capability id is spent |
+ * | queryable  | `request_id`     | request id == capability's      | `req:["<tool>","<request id>"]`, after the capability id is spent |
  * | unsafe     | neither          | valid capability                | `cap:<capability id>` (so a second use collides) |
  */
 import type { CapabilityClaims, EffectName } from "../../../common/src/capability";
@@ -73,8 +73,20 @@ export function idempotentEffectId(key: string): string {
   return `idem:${key}`;
 }
 
-/** The entry `_id` of a queryable effect: request ids are scoped by tool. */
+/**
+ * The entry `_id` of a queryable effect: request ids are scoped by tool, the pair
+ * encoded unambiguously (a JSON array: tool ids may contain ":", so `req:<tool>:<request>`
+ * let tool `X.bank` with request `transfer:R1` take tool `X.bank:transfer`'s request `R1`).
+ */
 export function queryableEffectId(toolId: string, requestId: string): string {
+  return `req:${JSON.stringify([toolId, requestId])}`;
+}
+
+/**
+ * The ambiguous id older ledgers wrote. Only read (EntryStore.hasLegacyQueryable), so an
+ * effect recorded before the change is still found as the effect it was.
+ */
+export function legacyQueryableEffectId(toolId: string, requestId: string): string {
   return `req:${toolId}:${requestId}`;
 }
 
