@@ -3,6 +3,7 @@ import { Status } from "../../../gen/ts/google/rpc/status";
 import { ErrorInfo } from "../../../gen/ts/google/rpc/error_details";
 import { ERROR_DOMAIN, KeycapError } from "./errors";
 import type { Logger } from "./logger";
+import { isDatabaseUnavailable } from "./mongo";
 
 const ERROR_INFO_TYPE_URL = "type.googleapis.com/google.rpc.ErrorInfo";
 const STATUS_DETAILS_KEY = "grpc-status-details-bin";
@@ -94,6 +95,14 @@ export function unaryHandler<Req, Res>(
             );
           }
           callback(toServiceError(err), null);
+          return;
+        }
+        if (isDatabaseUnavailable(err)) {
+          // keycap's own unavailability, not the caller's fault: not a refusal record (the
+          // store is what is down), one warning, and a code that says "retry".
+          const cause = err instanceof Error ? err.message.split("\n")[0] : String(err);
+          logger.warn({ method, err: cause }, "database unavailable");
+          callback(toServiceError(new KeycapError(status.UNAVAILABLE, "DATABASE_UNAVAILABLE", `the database is unavailable (${cause}); retry`)), null);
           return;
         }
         logger.error({ method, err }, "unexpected error in handler");

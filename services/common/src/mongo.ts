@@ -1,4 +1,15 @@
-import { MongoClient, MongoServerError, type Db } from "mongodb";
+import {
+  MongoClient,
+  MongoError,
+  MongoNetworkError,
+  MongoNotConnectedError,
+  MongoServerClosedError,
+  MongoServerError,
+  MongoServerSelectionError,
+  MongoTopologyClosedError,
+  MongoWriteConcernError,
+  type Db,
+} from "mongodb";
 import { ConfigError } from "./config";
 
 /** An open MongoDB connection for one service. */
@@ -42,4 +53,30 @@ export async function connectMongo(uri: string, database: string, timeoutMs: num
  */
 export function isDuplicateKey(err: unknown): boolean {
   return err instanceof MongoServerError ? err.code === 11000 : (err as { code?: unknown } | null)?.code === 11000;
+}
+
+/**
+ * Whether a MongoDB failure is the database being unreachable or not answering in time
+ * (network, server selection, a closed pool or topology, a write-concern timeout, or any
+ * error the driver labels retryable), as opposed to a bug or a refused operation. Every
+ * keycap write is keyed by `_id`, so retrying after one of these is safe: the caller is
+ * told UNAVAILABLE, with the cause, never INTERNAL.
+ */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  if (
+    err instanceof MongoNetworkError ||
+    err instanceof MongoServerSelectionError ||
+    err instanceof MongoNotConnectedError ||
+    err instanceof MongoTopologyClosedError ||
+    err instanceof MongoServerClosedError
+  ) {
+    return true;
+  }
+  if (err instanceof MongoWriteConcernError) return true;
+  if (err instanceof MongoError) {
+    if (err.hasErrorLabel("RetryableWriteError") || err.hasErrorLabel("ResetPool") || err.hasErrorLabel("PoolRequestedRetry")) return true;
+    // Pool cleared after a network error (not exported as a class in driver 7).
+    if (err.name === "MongoPoolClearedError" || err.name === "MongoWaitQueueTimeoutError") return true;
+  }
+  return false;
 }
