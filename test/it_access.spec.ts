@@ -276,6 +276,19 @@ describe("access: who may mint a capability (issue 10)", function () {
     });
   });
 
+  it("refuses forged page tokens on the listings, with a reason", async function () {
+    const forged = Buffer.from(JSON.stringify({ t: 1e300, id: "x" })).toString("base64url");
+    const forgedCalls = Buffer.from(JSON.stringify({ t: "x", i: "y" })).toString("base64url");
+    for (const p of [
+      () => admin.listRejectionsPage({}, forged),
+      () => admin.listEntriesPage("", forged),
+      () => runtime.listPendingCallsPage("", forgedCalls),
+    ]) {
+      const e = await refusal(p());
+      expect([e.codeName, e.reason]).to.deep.equal(["INVALID_ARGUMENT", "INVALID_PAGE_TOKEN"]);
+    }
+  });
+
   it("offers no way to start the baseline service from keycap serve", async function () {
     const r = await runCli(["serve", "baseline"], serviceEnv());
     expect(r.code).to.not.equal(0);

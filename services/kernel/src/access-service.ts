@@ -73,8 +73,8 @@ export class Access {
   async listPrincipals(req: ListPrincipalsRequest, caller: Caller): Promise<ListPrincipalsResponse> {
     this.d.policy.requireOperator(caller, "ListPrincipals");
     const limit = pageSize(req.pageSize);
-    const cursor = decodePageToken(req.pageToken, ["after"] as const);
-    const docs = await this.d.principals.list(cursor ? String(cursor.after) : "", limit + 1);
+    const cursor = decodePageToken(req.pageToken, { after: "id" });
+    const docs = await this.d.principals.list(cursor ? cursor.after : "", limit + 1);
     const page = docs.slice(0, limit);
     const last = page[page.length - 1];
     return { principals: page.map(principalToProto), nextPageToken: docs.length > limit && last ? encodePageToken({ after: last._id }) : "" };
@@ -114,8 +114,8 @@ export class Access {
     if (req.toolId) checkToolId(req.toolId, "tool_id");
     if (req.principal) checkPrincipalName(req.principal, "principal");
     const limit = pageSize(req.pageSize);
-    const cursor = decodePageToken(req.pageToken, ["t", "p"] as const);
-    const docs = await this.d.grants.list({ toolId: req.toolId, principal: req.principal }, cursor ? { toolId: String(cursor.t), principal: String(cursor.p) } : undefined, limit + 1);
+    const cursor = decodePageToken(req.pageToken, { t: "id", p: "id" });
+    const docs = await this.d.grants.list({ toolId: req.toolId, principal: req.principal }, cursor ? { toolId: cursor.t, principal: cursor.p } : undefined, limit + 1);
     const page = docs.slice(0, limit);
     const last = page[page.length - 1];
     return { grants: page.map(grantToProto), nextPageToken: docs.length > limit && last ? encodePageToken({ t: last.tool_id, p: last.principal }) : "" };

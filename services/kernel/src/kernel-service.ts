@@ -88,8 +88,8 @@ export class Kernel {
 
   async listTools(req: ListToolsRequest): Promise<ListToolsResponse> {
     const limit = pageSize(req.pageSize);
-    const cursor = decodePageToken(req.pageToken, ["after"] as const);
-    const tools = await this.d.registry.list(cursor ? String(cursor.after) : "", limit + 1);
+    const cursor = decodePageToken(req.pageToken, { after: "id" });
+    const tools = await this.d.registry.list(cursor ? cursor.after : "", limit + 1);
     const page = tools.slice(0, limit);
     const last = page[page.length - 1];
     return {
@@ -182,8 +182,8 @@ export class Kernel {
     } else {
       tools = (await this.d.access.visibleTools(caller)) ?? "";
     }
-    const cursor = decodePageToken(req.pageToken, ["t", "i"] as const);
-    const page = await list(tools, cursor ? { createdAt: Number(cursor.t), id: String(cursor.i) } : undefined, pageSize(req.pageSize));
+    const cursor = decodePageToken(req.pageToken, { t: "time", i: "id" });
+    const page = await list(tools, cursor ? { createdAt: cursor.t, id: cursor.i } : undefined, pageSize(req.pageSize));
     return {
       calls: page.calls.map(callToProto),
       nextPageToken: page.next ? encodePageToken({ t: page.next.createdAt, i: page.next.id }) : "",

@@ -34,8 +34,8 @@ export class LedgerAdmin {
 
   async listEntries(req: ListEntriesRequest): Promise<ListEntriesResponse> {
     const limit = pageSize(req.pageSize);
-    const cursor = decodePageToken(req.pageToken, ["t", "id"] as const);
-    const docs = await this.entries.list(req.toolId, cursor ? { recordedAt: new Date(Number(cursor.t)), id: String(cursor.id) } : undefined, limit + 1);
+    const cursor = decodePageToken(req.pageToken, { t: "time", id: "id" });
+    const docs = await this.entries.list(req.toolId, cursor ? { recordedAt: new Date(cursor.t), id: cursor.id } : undefined, limit + 1);
     const page = docs.slice(0, limit);
     const last = page[page.length - 1];
     const counts = await this.entries.countsFor(page.map((d) => d._id));
@@ -62,10 +62,10 @@ export class LedgerAdmin {
     if (req.since && req.until && req.since.getTime() >= req.until.getTime()) {
       throw invalidArgument("INVALID_TIME_RANGE", "since must be before until", { field: "since" });
     }
-    const cursor = decodePageToken(req.pageToken, ["t", "id"] as const);
+    const cursor = decodePageToken(req.pageToken, { t: "time", id: "id" });
     const docs = await this.audit.list(
       { service: req.service, toolId: req.toolId, reason: req.reason, since: req.since, until: req.until },
-      cursor ? { rejectedAt: new Date(Number(cursor.t)), id: String(cursor.id) } : undefined,
+      cursor ? { rejectedAt: new Date(cursor.t), id: cursor.id } : undefined,
       limit + 1,
     );
     const page = docs.slice(0, limit);
