@@ -7,7 +7,8 @@ import { MongoClient } from "mongodb";
 import { once } from "node:events";
 import { status } from "@grpc/grpc-js";
 import { queryableEffectId } from "../services/ledger/src/domain/write-rule";
-import { LedgerCalls, refusalOf, startLedgerStack, type LedgerStack } from "./support/ledger-harness";
+import { AdminCalls, LedgerCalls, refusalOf, startLedgerStack, type LedgerStack } from "./support/ledger-harness";
+import { freePort } from "./support/ports";
 import { testMongoUri } from "./support/mongo";
 import { startService } from "./support/processes";
 
@@ -88,6 +89,36 @@ describe("ledger: Queryable effects across crashes and tools (issue 15)", functi
     } finally {
       calls.close();
       await upgraded.stop();
+    }
+  });
+
+  it("counts refusals caused by keycap's own unavailability into one summary instead of storing each against the tool", async function () {
+    const env = { ...s.ledger.env, KEYCAP_KERNEL_ADDRESS: `127.0.0.1:${await freePort()}` }; // no kernel there
+    const alone = await startService("ledger", env);
+    const calls = new LedgerCalls(alone.endpoints.ledger!);
+    const admin = new AdminCalls(alone.endpoints.admin!, `Bearer ${s.adminToken}`);
+    try {
+      const tool = "unavailable.tool";
+      for (let i = 0; i < 3; i++) {
+        const token = await queryableCapability(tool, `U-${i}`, `c-u${i}`);
+        const r = await refusalOf(calls.write(token, { requestId: `U-${i}`, payload: Buffer.from("u") }));
+        expect([r.code, r.reason]).to.deep.equal([status.UNAVAILABLE, "SIGNING_KEYS_UNAVAILABLE"]);
+      }
+      const deadline = Date.now() + 10_000;
+      // Summaries are written about once a second (and a minute boundary may split them).
+      let summaries: { count: number; code: string }[] = [];
+      const total = (): number => summaries.reduce((n, r) => n + r.count, 0);
+      while (total() < 3 && Date.now() < deadline) {
+        summaries = (await admin.listRejections({ reason: "UNAVAILABLE_REFUSALS" })).rejections;
+        if (total() < 3) await new Promise((r) => setTimeout(r, 200));
+      }
+      expect(total()).to.equal(3);
+      expect(summaries.every((r) => r.code === "UNAVAILABLE")).to.equal(true);
+      expect((await admin.listRejections({ toolId: tool })).rejections).to.have.length(0);
+    } finally {
+      calls.close();
+      admin.close();
+      await alone.stop();
     }
   });
 });

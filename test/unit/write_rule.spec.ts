@@ -45,7 +45,7 @@ describe("write rule (DESIGN §4, pure)", () => {
       const d = decideWrite(query, ask("", "R"), LIMIT);
       expect(d.ok && d.grant).to.deep.equal({
         effect: "queryable",
-        effectId: "req:ship:R",
+        effectId: `req:${JSON.stringify(["ship", "R"])}`,
         key: "",
         requestId: "R",
         spendCapability: true,
@@ -72,7 +72,7 @@ describe("write rule (DESIGN §4, pure)", () => {
 
   describe("lookup", () => {
     it("answers only a queryable capability for that very request id", () => {
-      expect(decideLookup(query, "R")).to.deep.equal({ ok: true, effectId: "req:ship:R" });
+      expect(decideLookup(query, "R")).to.deep.equal({ ok: true, effectId: `req:${JSON.stringify(["ship", "R"])}` });
       const reasons = [decideLookup(query, "S"), decideLookup(query, ""), decideLookup(idem, "R")].map((d) => (d.ok ? "ok" : d.refusal.reason));
       expect(reasons).to.deep.equal(["REQUEST_ID_MISMATCH", "REQUEST_ID_MISSING", "EFFECT_CLASS_MISMATCH"]);
     });

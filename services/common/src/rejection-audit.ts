@@ -21,6 +21,16 @@ import type { Logger } from "./logger";
 /** Reason of a summary record standing for rate-limited unauthenticated refusals. */
 export const RATE_LIMITED_REFUSALS = "RATE_LIMITED_REFUSALS";
 
+/** Reason of a summary record counting calls refused because keycap itself was unavailable. */
+export const UNAVAILABLE_REFUSALS = "UNAVAILABLE_REFUSALS";
+
+/**
+ * Refusals caused by keycap's own unavailability, not by the caller: counted per peer and
+ * minute into one UNAVAILABLE_REFUSALS summary, never stored one by one as if the tool
+ * had misbehaved (an outage would otherwise bury the real refusals).
+ */
+const AVAILABILITY_REASONS: ReadonlySet<string> = new Set(["SIGNING_KEYS_UNAVAILABLE", "LEDGER_UNAVAILABLE", "DATABASE_UNAVAILABLE"]);
+
 // Longest string copied from a request into a record: a hostile caller controls these.
 const MAX_FIELD = 256;
 
@@ -119,6 +129,7 @@ export interface RejectionAuditOptions {
 }
 
 interface PendingSummary {
+  kind: "rate-limited" | "unavailable";
   ip: string;
   minute: number;
   first: number;
@@ -167,8 +178,12 @@ export class RejectionAudit {
    */
   async record(input: RejectionInput): Promise<void> {
     const peerIp = ipOfPeer(input.peer);
+    if (AVAILABILITY_REASONS.has(input.reason)) {
+      this.accumulate("unavailable", peerIp, input.reason);
+      return;
+    }
     if (!(input.authenticated ?? input.toolIdVerified) && !this.limiter.take(peerIp)) {
-      this.accumulate(peerIp, input.reason);
+      this.accumulate("rate-limited", peerIp, input.reason);
       return;
     }
     const doc: RejectionDoc = {
@@ -246,13 +261,13 @@ export class RejectionAudit {
     return out;
   }
 
-  private accumulate(ip: string, reason: string): void {
+  private accumulate(kind: PendingSummary["kind"], ip: string, reason: string): void {
     const t = this.now();
     const minute = Math.floor(t / 60_000);
-    const id = `${ip}|${minute}`;
+    const id = JSON.stringify([kind, ip, minute]);
     let p = this.pending.get(id);
     if (!p) {
-      p = { ip, minute, first: t, last: t, count: 0, reasons: {} };
+      p = { kind, ip, minute, first: t, last: t, count: 0, reasons: {} };
       this.pending.set(id, p);
     }
     p.count += 1;
@@ -280,7 +295,8 @@ export class RejectionAudit {
    */
   private async upsertSummary(p: PendingSummary): Promise<void> {
     // JSON keeps the parts apart whatever they contain (an IPv6 peer has colons).
-    const id = JSON.stringify(["rl", this.service, p.ip, new Date(p.minute * 60_000).toISOString()]);
+    const unavailable = p.kind === "unavailable";
+    const id = JSON.stringify([unavailable ? "ua" : "rl", this.service, p.ip, new Date(p.minute * 60_000).toISOString()]);
     const inc: Record<string, number> = { count: p.count };
     for (const [reason, n] of Object.entries(p.reasons)) inc[`reasons.${reason}`] = n;
     const limit = this.opts.unauthenticatedPerMinute;
@@ -289,8 +305,8 @@ export class RejectionAudit {
       principal: "",
       tool_id: "",
       tool_id_verified: false,
-      reason: RATE_LIMITED_REFUSALS,
-      code: "UNAUTHENTICATED",
+      reason: unavailable ? UNAVAILABLE_REFUSALS : RATE_LIMITED_REFUSALS,
+      code: unavailable ? "UNAVAILABLE" : "UNAUTHENTICATED",
       method: "",
       attempted_key: "",
       capability_key: "",
@@ -301,7 +317,9 @@ export class RejectionAudit {
       key_id: "",
       effect: "",
       peer: clip(p.ip),
-      message: `unauthenticated refusals from ${clip(p.ip, 64)} beyond ${limit} per minute, summarised (count = how many; reasons in the record)`,
+      message: unavailable
+        ? `calls from ${clip(p.ip, 64)} refused because keycap could not serve them (count = how many; reasons in the record); not the caller's fault`
+        : `unauthenticated refusals from ${clip(p.ip, 64)} beyond ${limit} per minute, summarised (count = how many; reasons in the record)`,
       rejected_at: new Date(p.first),
     };
     const update = { $inc: inc, $setOnInsert: onInsert, $max: { last_rejected_at: new Date(p.last) } };
