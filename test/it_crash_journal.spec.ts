@@ -28,7 +28,7 @@ describe("journal: crash between writes (issue 15)", function () {
 
     kernel = await startService("kernel", env, { env: { KEYCAP_TEST_FAULT_POINTS: "journal.begin.after-pending-copy" } });
     client = new KernelClient(kernel.endpoints.kernel!);
-    const e = await refusal(client.beginCall(tool.id, JSON.stringify({ order: "O-1" }), { callId: "crash-begin-1" }));
+    const e = await refusal(client.beginCall(tool.id, JSON.stringify({ order: "O-1" }), { callId: "crash-begin-1", retry: false }));
     expect(e.codeName).to.equal("UNAVAILABLE");
     client.close();
     await killedAtFault(kernel);

@@ -35,11 +35,12 @@ describe("database down (issue 15)", function () {
       const h = await kernel.begin(tool.id, { id: 1 });
       const next = await kernel.beginCall(tool.id, JSON.stringify({ id: 2 }));
       await mongo.stop();
+      // retry: false shows the service's own answer (the client would retry it until its deadline).
       for (const call of [
-        () => kernel.beginCall(tool.id, JSON.stringify({ id: 3 }), { timeoutMs: 15_000 }),
-        () => h.complete("succeeded", "", { timeoutMs: 15_000 }),
-        () => ledger.writeWithCapability(next.capability, { key: next.call!.key, payload: Buffer.from("x") }, { timeoutMs: 15_000 }),
-        () => admin.stats({ timeoutMs: 15_000 }),
+        () => kernel.beginCall(tool.id, JSON.stringify({ id: 3 }), { timeoutMs: 15_000, retry: false }),
+        () => h.complete("succeeded", "", { timeoutMs: 15_000, retry: false }),
+        () => ledger.writeWithCapability(next.capability, { key: next.call!.key, payload: Buffer.from("x") }, { timeoutMs: 15_000, retry: false }),
+        () => admin.stats({ timeoutMs: 15_000, retry: false }),
       ]) {
         const e = await refusal(call());
         expect([e.codeName, e.reason], e.message).to.deep.equal(["UNAVAILABLE", "DATABASE_UNAVAILABLE"]);

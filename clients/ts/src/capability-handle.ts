@@ -49,7 +49,10 @@ export class CapabilityHandle {
   write(payload: Uint8Array | string, s?: CallSettings): Promise<WriteResponse> {
     if (!this.ledger) throw new Error("KernelClient was created without ledgerAddress; handles cannot write");
     const body = typeof payload === "string" ? Buffer.from(payload, "utf8") : Buffer.from(payload);
-    return this.ledger.writeWithCapability(this.#capability, { key: this.call.key, requestId: this.call.requestId, payload: body }, s);
+    // A single-use capability's write is not retried blindly: if the first try took
+    // effect and only its answer was lost, a retry would be refused CAPABILITY_REUSED.
+    const singleUse = this.call.effectKind !== EffectKind.EFFECT_KIND_IDEMPOTENT;
+    return this.ledger.writeWithCapability(this.#capability, { key: this.call.key, requestId: this.call.requestId, payload: body }, singleUse ? { retry: false, ...s } : s);
   }
 
   /** Queryable: asks the ledger whether this call's request already took effect. */

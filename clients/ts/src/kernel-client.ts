@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import type { ChannelCredentials } from "@grpc/grpc-js";
 import {
   CallOutcome,
@@ -34,7 +35,7 @@ export interface KernelClientOptions {
 
 /** Options of {@link KernelClient.begin}. */
 export interface BeginOptions extends CallSettings {
-  /** Caller-chosen call id: beginning it again with the same arguments returns the same call. */
+  /** Call id (default: a fresh UUID chosen by this client): beginning it again with the same arguments returns the same call. */
   callId?: string;
   /** The agent run this call belongs to (enters the key when the tool's derivation names run_id). */
   runId?: string;
@@ -83,7 +84,9 @@ export class KernelClient {
     return callUnary(
       this.raw.beginCall,
       this.raw,
-      { toolId, argumentsJson, callId: opts.callId ?? "", runId: opts.runId ?? "" },
+      // The call id is chosen here when not given, so a BeginCall retried after a lost
+      // answer finds its call instead of beginning a second one.
+      { toolId, argumentsJson, callId: opts.callId || randomUUID(), runId: opts.runId ?? "" },
       this.token,
       opts,
     );

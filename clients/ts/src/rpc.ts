@@ -1,4 +1,4 @@
-import { Metadata, type CallOptions, type ClientUnaryCall, type ServiceError } from "@grpc/grpc-js";
+import { Metadata, status, type CallOptions, type ClientUnaryCall, type ServiceError } from "@grpc/grpc-js";
 import { KeycapClientError } from "./errors";
 
 /** A grpc-js unary method in its (request, metadata, options, callback) form. */
@@ -10,30 +10,78 @@ type UnaryMethod<Req, Res> = (
 ) => ClientUnaryCall;
 
 export interface CallSettings {
-  /** Deadline for the call, in milliseconds from now. Default 10000. */
+  /** Deadline for the call, retries included, in milliseconds from now. Default 10000. */
   timeoutMs?: number;
-  /** Cancels the call. */
+  /** Cancels the call (one already aborted is never sent). */
   signal?: AbortSignal;
+  /**
+   * Retry UNAVAILABLE answers with backoff until the deadline. Default true; the client
+   * turns it off where a lost answer would make a retry ambiguous (a single-use
+   * capability's write).
+   */
+  retry?: boolean;
 }
 
-/** Calls a unary method as a promise, with a deadline and an AbortSignal; errors become KeycapClientError. */
-export function callUnary<Req, Res>(
+const FIRST_BACKOFF_MS = 100;
+const MAX_BACKOFF_MS = 2000;
+
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(done, ms);
+    function done(): void {
+      clearTimeout(t);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
+
+function cancelled(): KeycapClientError {
+  return new KeycapClientError(status.CANCELLED, "CANCELLED", "the call was cancelled by its AbortSignal before it completed", {});
+}
+
+/**
+ * Calls a unary method as a promise; errors become KeycapClientError. The call waits for
+ * the channel to be ready (a service restarting within the deadline is waited for, not
+ * failed fast: nothing is sent until it is up), and an UNAVAILABLE answer, the code
+ * keycap uses for "retry", is retried with capped exponential backoff and jitter within
+ * the same deadline, unless `settings.retry` is false.
+ */
+export async function callUnary<Req, Res>(
   method: UnaryMethod<Req, Res>,
   self: object,
   request: Req,
   bearer: string | undefined,
   settings: CallSettings = {},
 ): Promise<Res> {
-  const md = new Metadata();
+  const deadline = Date.now() + (settings.timeoutMs ?? 10_000);
+  // grpc-js takes wait-for-ready as a metadata option, not a call option.
+  const md = new Metadata({ waitForReady: true });
   if (bearer !== undefined) md.set("authorization", `Bearer ${bearer}`);
+  for (let attempt = 0; ; attempt++) {
+    if (settings.signal?.aborted) throw cancelled();
+    try {
+      return await callOnce(method, self, request, md, deadline, settings.signal);
+    } catch (err) {
+      const e = KeycapClientError.from(err);
+      if (e.code !== status.UNAVAILABLE || settings.retry === false) throw e;
+      const backoff = Math.min(MAX_BACKOFF_MS, FIRST_BACKOFF_MS * 2 ** attempt) * (0.5 + Math.random() / 2);
+      if (Date.now() + backoff >= deadline) throw e;
+      await sleep(backoff, settings.signal);
+    }
+  }
+}
+
+function callOnce<Req, Res>(method: UnaryMethod<Req, Res>, self: object, request: Req, md: Metadata, deadline: number, signal: AbortSignal | undefined): Promise<Res> {
   return new Promise<Res>((resolve, reject) => {
-    const call = method.call(self, request, md, { deadline: Date.now() + (settings.timeoutMs ?? 10_000) }, (err, res) => {
-      settings.signal?.removeEventListener("abort", onAbort);
+    const call = method.call(self, request, md, { deadline }, (err, res) => {
+      signal?.removeEventListener("abort", onAbort);
       if (err) reject(KeycapClientError.from(err));
       else resolve(res);
     });
     const onAbort = (): void => call.cancel();
-    settings.signal?.addEventListener("abort", onAbort, { once: true });
+    signal?.addEventListener("abort", onAbort, { once: true });
   });
 }
 
