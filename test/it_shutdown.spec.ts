@@ -45,4 +45,13 @@ describe("graceful shutdown: SIGTERM lets in-flight calls finish, then exits 0",
       await again.stop("SIGKILL");
     }
   });
+
+  it("a SIGTERM delivered twice at once (to a process group) still drains and exits 0", async function () {
+    const proc = await startService("kernel", serviceEnv());
+    const exited = new Promise<number | null>((resolve) => proc.child.once("exit", (code) => resolve(code)));
+    proc.child.kill("SIGTERM");
+    proc.child.kill("SIGTERM");
+    expect(await exited).to.equal(0);
+    expect(proc.output()).to.not.contain("second signal");
+  });
 });

@@ -4,6 +4,9 @@ import { startMongoServer, type MongoServerHandle } from "./embedded-mongo";
 import { createLogger, type Logger } from "./logger";
 import type { RunningListener } from "./grpc-server";
 
+/** Signals this close after the first one are the same stop request delivered twice. */
+const DUPLICATE_SIGNAL_MS = 1000;
+
 /** A started service: its listeners and how to stop it. */
 export interface RunningService {
   name: string;
@@ -41,12 +44,17 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
   const running: RunningService[] = [];
   let stopping = false;
 
+  let firstSignalAt = 0;
   const stopAll = async (signal: string): Promise<void> => {
     if (stopping) {
+      // A signal sent to the process group (make run, a supervisor) arrives more than
+      // once within moments: that is one request to stop, not an operator insisting.
+      if (Date.now() - firstSignalAt < DUPLICATE_SIGNAL_MS) return;
       logger.warn({ signal }, "second signal; exiting now");
       process.exit(1);
     }
     stopping = true;
+    firstSignalAt = Date.now();
     logger.info({ signal, graceMs: config.shutdownGraceMs }, "shutting down");
     await Promise.all(running.map((s) => s.stop(config.shutdownGraceMs)));
     await mongo?.stop();
