@@ -63,4 +63,37 @@ describe("TypeScript client through restarts (issue 15)", function () {
       await kernel.stop();
     }
   });
+
+  it("a ledger started before its kernel says why it refuses, and learns the keys as soon as the kernel answers", async function () {
+    const kernelPort = await freePort();
+    const env = serviceEnv({ KEYCAP_KERNEL_LISTEN: `127.0.0.1:${kernelPort}` });
+    const ledger = await startService("ledger", env);
+    let kernel: Awaited<ReturnType<typeof startService>> | undefined;
+    try {
+      // A capability the kernel will sign: its key file is created by the kernel's first start,
+      // so begin through a short-lived kernel on another port first.
+      const early = await startService("kernel", { ...env, KEYCAP_KERNEL_LISTEN: "127.0.0.1:0" });
+      const c0 = new KernelClient(early.endpoints.kernel!, { ledgerAddress: ledger.endpoints.ledger! });
+      const tool = defineTool({ id: "late.kernel", effect: { kind: "idempotent", key: { fields: ["/n"] } } });
+      await c0.registerTool(tool);
+      const h = await c0.begin(tool.id, { n: 1 });
+      await early.stop(); // c0 stays open: its ledger channel is what h writes through
+
+      const e = await refusal(h.write("x", { retry: false }));
+      expect([e.codeName, e.reason]).to.deep.equal(["UNAVAILABLE", "SIGNING_KEYS_UNAVAILABLE"]);
+      expect(e.message).to.not.match(/fetch failed$/);
+      expect(e.message).to.match(/GetSigningKeys at 127\.0\.0\.1:\d+/);
+      expect(ledger.output()).to.contain("cannot fetch the kernel's signing keys");
+
+      kernel = await startService("kernel", env);
+      const up = Date.now();
+      const written = await h.write("x", { timeoutMs: 20_000 });
+      expect(written.duplicate).to.equal(false);
+      expect(Date.now() - up, "keys learned soon after the kernel is up").to.be.below(5000);
+      c0.close();
+    } finally {
+      await kernel?.stop();
+      await ledger.stop();
+    }
+  });
 });

@@ -148,6 +148,8 @@ export interface RemoteJwksSourceOptions {
   now?: () => number;
   /** Waits `ms` milliseconds (tests pass one that moves their clock). Default a timer. */
   sleep?: (ms: number) => Promise<void>;
+  /** Told why a fetch failed (the ledger logs it). */
+  onFetchError?: (cause: string) => void;
 }
 
 /**
@@ -168,6 +170,7 @@ export class RemoteJwksSource implements PublicKeySource {
   private readonly cooldownMs: number;
   private readonly now: () => number;
   private readonly sleep: (ms: number) => Promise<void>;
+  private readonly onFetchError: ((cause: string) => void) | undefined;
 
   /**
    * @param fetchJwksJson returns the JWKS as JSON text (e.g. from GetSigningKeys).
@@ -177,6 +180,7 @@ export class RemoteJwksSource implements PublicKeySource {
     opts: RemoteJwksSourceOptions = {},
   ) {
     this.cooldownMs = opts.refetchCooldownMs ?? 1000;
+    this.onFetchError = opts.onFetchError;
     this.now = opts.now ?? Date.now;
     this.sleep = opts.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)));
     if (!Number.isFinite(this.cooldownMs) || this.cooldownMs < 0) throw new RangeError("refetchCooldownMs must be >= 0");
@@ -222,7 +226,9 @@ export class RemoteJwksSource implements PublicKeySource {
     } catch (err) {
       // Keep the keys we had: the kernel being briefly unreachable must not stop the
       // ledger from verifying capabilities signed with keys it already knows.
-      this.lastFetchError = err instanceof JwksError ? err.message : "fetch failed";
+      // The cause, not a bare "fetch failed": it is what the refused caller and the log need.
+      this.lastFetchError = err instanceof Error ? (err.message.split("\n")[0] ?? "fetch failed") : String(err);
+      this.onFetchError?.(this.lastFetchError);
     }
   }
 }

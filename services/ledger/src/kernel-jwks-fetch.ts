@@ -23,7 +23,12 @@ export class KernelJwksFetcher {
     const address = formatHostPort(this.address());
     if (!this.client || this.clientAddress !== address) {
       this.client?.close();
-      this.client = new KernelServiceClient(address, this.channelCredentials());
+      // Reconnect quickly: the default backoff (up to 2 min) kept a ledger started before its
+      // kernel refusing writes long after the kernel was up.
+      this.client = new KernelServiceClient(address, this.channelCredentials(), {
+        "grpc.initial_reconnect_backoff_ms": 200,
+        "grpc.max_reconnect_backoff_ms": 1000,
+      });
       this.clientAddress = address;
     }
     const client = this.client;

@@ -144,7 +144,15 @@ async function openKeySource(jwksFile: string | undefined, fetcher: KernelJwksFe
     }
   }
   if (!fetcher) throw new Error("no key source configured");
-  const source = new RemoteJwksSource(() => fetcher.fetch());
+  let lastLogged = 0;
+  const source = new RemoteJwksSource(() => fetcher.fetch(), {
+    // One line per 10 s at most: an outage must be visible without flooding the log.
+    onFetchError: (cause) => {
+      if (Date.now() - lastLogged < 10_000) return;
+      lastLogged = Date.now();
+      logger.warn({ cause }, "cannot fetch the kernel's signing keys; writes with unknown key ids are answered UNAVAILABLE until it answers");
+    },
+  });
   source.getKey("").then(
     () => logger.info({}, "kernel signing keys fetched"),
     () => logger.warn({}, "kernel signing keys not reachable yet; will fetch again when a capability arrives"),
