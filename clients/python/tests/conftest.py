@@ -14,6 +14,7 @@ import subprocess
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,21 +29,34 @@ READY_TIMEOUT_S = float(os.environ.get("KEYCAP_E2E_READY_TIMEOUT_S", "600"))
 
 
 @dataclass(frozen=True)
+class StackTls:
+    ca_file: str
+    client_cert_file: str
+    client_key_file: str
+    client_principal: str
+    unmapped_client_cert_file: str
+    unmapped_client_key_file: str
+    other_ca_file: str
+
+
+@dataclass(frozen=True)
 class Stack:
     kernel: str
     ledger: str
     admin: str
     admin_token: str
+    runtime_token: str
     mongo_backend: str
+    tls: StackTls | None = None
 
 
-@pytest.fixture(scope="session")
-def stack() -> Iterator[Stack]:
+@contextmanager
+def _run_stack(extra_env: dict[str, str]) -> Iterator[Stack]:
     if not STACK_SCRIPT.exists():
         pytest.fail(f"{STACK_SCRIPT.relative_to(REPO_ROOT)} is missing: run `make build` (or `npx tsc -p .`) first")
     # The stack reports readiness from the services' "ready" log line, an info
     # record: an inherited KEYCAP_LOG_LEVEL=warn must not hide it.
-    env = {**os.environ, "KEYCAP_LOG_LEVEL": "info"}
+    env = {**os.environ, "KEYCAP_LOG_LEVEL": "info", **extra_env}
     proc = subprocess.Popen(
         ["node", str(STACK_SCRIPT)],
         cwd=REPO_ROOT,
@@ -76,12 +90,15 @@ def stack() -> Iterator[Stack]:
                 continue
             if isinstance(rec, dict) and "kernel" in rec:
                 ready = rec
+        tls = ready.get("tls")
         yield Stack(
             kernel=ready["kernel"],
             ledger=ready["ledger"],
             admin=ready["admin"],
             admin_token=ready["admin_token"],
+            runtime_token=ready["runtime_token"],
             mongo_backend=ready["mongo_backend"],
+            tls=StackTls(**tls) if isinstance(tls, dict) else None,
         )
     finally:
         proc.stdin.close()  # the stack stops everything when its stdin closes
@@ -90,6 +107,23 @@ def stack() -> Iterator[Stack]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    with _run_stack({}) as s:
+        # Clients made without a token (and the TypeScript runtime the tests spawn) find
+        # the runtime credential by the default lookup, as they would after `make run`.
+        os.environ["KEYCAP_RUNTIME_TOKEN"] = s.runtime_token
+        yield s
+
+
+@pytest.fixture(scope="session")
+def tls_stack() -> Iterator[Stack]:
+    """A second stack whose three listeners speak TLS (KEYCAP_E2E_TLS=1)."""
+    with _run_stack({"KEYCAP_E2E_TLS": "1"}) as s:
+        assert s.tls is not None, "the TLS stack reported no tls block"
+        yield s
 
 
 @pytest.fixture(scope="session")

@@ -4,19 +4,28 @@ Runtimes register tools and begin calls with :class:`KernelClient`; tools write
 through the :class:`CapabilityHandle` it returns, which always sends the
 kernel-derived key with the call's capability. :class:`LedgerClient` writes with
 an explicit capability (one handed over from another process); :class:`AdminClient`
-reads the ledger's entries and refusals. Every error is a :class:`KeycapError`
+reads the ledger's entries and refusals; :class:`AccessClient` manages principals and
+grants. Kernel calls carry the runtime credential (``KEYCAP_RUNTIME_TOKEN``, its file,
+or ``.keycap/runtime-token``); every client takes :class:`TlsOptions`. Every error is a :class:`KeycapError`
 carrying the gRPC code and the ``google.rpc.ErrorInfo`` reason.
 """
 
+from keycap_client.access_client import AccessClient
 from keycap_client.admin_client import AdminClient
 from keycap_client.capability_handle import CapabilityHandle
+from keycap_client.credentials import ClientConfigError, TlsOptions, runtime_token_from_env, tls_from_env
 from keycap_client.errors import ERROR_DOMAIN, KeycapError
 from keycap_client.kernel_client import KernelClient
 from keycap_client.ledger_client import LedgerClient
 from keycap_client.tool_definition import EffectSpec, Idempotent, KeyDerivation, Queryable, ToolDefinition, Unsafe
 
 __all__ = [
+    "AccessClient",
     "AdminClient",
+    "ClientConfigError",
+    "TlsOptions",
+    "runtime_token_from_env",
+    "tls_from_env",
     "CapabilityHandle",
     "ERROR_DOMAIN",
     "EffectSpec",

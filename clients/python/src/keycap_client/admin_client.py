@@ -9,6 +9,7 @@ import grpc
 from google.protobuf import timestamp_pb2
 
 from keycap_client._gen.keycap.ledger.v1 import ledger_admin_pb2, ledger_admin_pb2_grpc, ledger_pb2
+from keycap_client.credentials import TlsOptions, channel_credentials
 from keycap_client._rpc import DEFAULT_TIMEOUT_S, ChannelClient, call_unary, client_error, open_channel
 
 __all__ = ["AdminClient"]
@@ -34,9 +35,12 @@ class AdminClient(ChannelClient):
         address: str,
         token: str,
         *,
+        tls: TlsOptions | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
     ) -> None:
+        if credentials is None:
+            credentials = channel_credentials(tls)
         self.address = address
         self.timeout = timeout
         self.__token = token
@@ -44,7 +48,7 @@ class AdminClient(ChannelClient):
         self.raw = ledger_admin_pb2_grpc.LedgerAdminServiceStub(self._channel)  # type: ignore[no-untyped-call]
 
     def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
-        return call_unary(method, request, bearer=self.__token, timeout=timeout or self.timeout)
+        return call_unary(method, request, bearer=self.__token, timeout=self.timeout if timeout is None else timeout)
 
     def list_entries_page(
         self, tool_id: str = "", page_token: str = "", page_size: int = 100, *, timeout: float | None = None
@@ -85,6 +89,7 @@ class AdminClient(ChannelClient):
         reason: str = "",
         since: datetime | None = None,
         until: datetime | None = None,
+        service: str = "",
         page_token: str = "",
         page_size: int = 100,
         timeout: float | None = None,
@@ -96,6 +101,7 @@ class AdminClient(ChannelClient):
             until=_ts(until),
             page_size=page_size,
             page_token=page_token,
+            service=service,
         )
         res: ledger_admin_pb2.ListRejectionsResponse = self._call(self.raw.ListRejections, req, timeout)
         return res
@@ -107,14 +113,15 @@ class AdminClient(ChannelClient):
         reason: str = "",
         since: datetime | None = None,
         until: datetime | None = None,
+        service: str = "",
         timeout: float | None = None,
     ) -> list[ledger_admin_pb2.Rejection]:
-        """Every matching refusal, newest first."""
+        """Every matching refusal, newest first; ``service`` "kernel" or "ledger" narrows to one service's."""
         out: list[ledger_admin_pb2.Rejection] = []
         token = ""
         while True:
             res = self.list_rejections_page(
-                tool_id=tool_id, reason=reason, since=since, until=until, page_token=token, page_size=1000, timeout=timeout
+                tool_id=tool_id, reason=reason, since=since, until=until, service=service, page_token=token, page_size=1000, timeout=timeout
             )
             out.extend(res.rejections)
             token = res.next_page_token

@@ -13,6 +13,7 @@ from google.protobuf import timestamp_pb2
 from keycap_client._gen.keycap.kernel.v1 import kernel_pb2, kernel_pb2_grpc
 from keycap_client._rpc import DEFAULT_TIMEOUT_S, ChannelClient, call_unary, client_error, open_channel
 from keycap_client.capability_handle import CapabilityHandle
+from keycap_client.credentials import TlsOptions, channel_credentials, runtime_token_from_env
 from keycap_client.ledger_client import LedgerClient
 from keycap_client.tool_definition import ToolDefinition
 
@@ -28,8 +29,13 @@ class KernelClient(ChannelClient):
     """Registers tools, begins calls and hands out :class:`CapabilityHandle` s.
 
     ``ledger_address`` is where handles write; without it handles can only
-    ``complete``. ``credentials``: channel credentials (default insecure, for
-    loopback). ``timeout``: each call's deadline in seconds (default 10).
+    ``complete``. ``token``: the principal's bearer secret, sent on every kernel
+    call (default: the runtime credential by the standard lookup, see
+    :mod:`keycap_client.credentials`; ``""`` sends none, for a principal proven by
+    its TLS client certificate). ``tls``: CA and client certificate for the kernel
+    and ledger channels; ``credentials``: channel credentials overriding ``tls``
+    (default insecure, for loopback). ``timeout``: each call's deadline in seconds
+    (default 10).
     Every error is a :class:`~keycap_client.KeycapError`.
 
     Example::
@@ -45,11 +51,17 @@ class KernelClient(ChannelClient):
         address: str,
         *,
         ledger_address: str | None = None,
+        token: str | None = None,
+        tls: TlsOptions | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self.address = address
         self.timeout = timeout
+        resolved = runtime_token_from_env() if token is None else token
+        self.__token = resolved or None
+        if credentials is None:
+            credentials = channel_credentials(tls)
         self._channel = open_channel(address, credentials)
         self.raw = kernel_pb2_grpc.KernelServiceStub(self._channel)  # type: ignore[no-untyped-call]
         self._ledger = (
@@ -57,7 +69,7 @@ class KernelClient(ChannelClient):
         )
 
     def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
-        return call_unary(method, request, bearer=None, timeout=timeout or self.timeout)
+        return call_unary(method, request, bearer=self.__token, timeout=self.timeout if timeout is None else timeout)
 
     def register_tool(
         self, tool: ToolDefinition | kernel_pb2.Tool, *, timeout: float | None = None

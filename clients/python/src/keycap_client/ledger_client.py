@@ -6,6 +6,7 @@ from __future__ import annotations
 import grpc
 
 from keycap_client._gen.keycap.ledger.v1 import ledger_pb2, ledger_pb2_grpc
+from keycap_client.credentials import TlsOptions, channel_credentials
 from keycap_client._rpc import DEFAULT_TIMEOUT_S, ChannelClient, call_unary, open_channel
 
 __all__ = ["LedgerClient"]
@@ -24,9 +25,12 @@ class LedgerClient(ChannelClient):
         self,
         address: str,
         *,
+        tls: TlsOptions | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
     ) -> None:
+        if credentials is None:
+            credentials = channel_credentials(tls)
         self.address = address
         self.timeout = timeout
         self._channel = open_channel(address, credentials)
@@ -45,7 +49,7 @@ class LedgerClient(ChannelClient):
         body = payload.encode("utf-8") if isinstance(payload, str) else bytes(payload)
         req = ledger_pb2.WriteRequest(key=key, request_id=request_id, payload=body)
         res: ledger_pb2.WriteResponse = call_unary(
-            self.raw.Write, req, bearer=capability, timeout=timeout or self.timeout
+            self.raw.Write, req, bearer=capability, timeout=self.timeout if timeout is None else timeout
         )
         return res
 
@@ -57,6 +61,6 @@ class LedgerClient(ChannelClient):
             self.raw.LookupRequest,
             ledger_pb2.LookupRequestRequest(request_id=request_id),
             bearer=capability,
-            timeout=timeout or self.timeout,
+            timeout=self.timeout if timeout is None else timeout,
         )
         return res
