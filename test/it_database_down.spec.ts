@@ -6,6 +6,7 @@
 import { expect } from "chai";
 import { AdminClient, defineTool, KernelClient, LedgerClient } from "../clients/ts/src";
 import { startMongoServer, type MongoServerHandle } from "../services/common/src/embedded-mongo";
+import { readRetryDelayMs } from "../services/common/src/grpc-status";
 import { createLogger } from "../services/common/src/logger";
 import { refusal } from "./support/refusal";
 import { serviceEnv, startService, type ServiceProcess } from "./support/processes";
@@ -45,6 +46,7 @@ describe("database down (issue 15)", function () {
         const e = await refusal(call());
         expect([e.codeName, e.reason], e.message).to.deep.equal(["UNAVAILABLE", "DATABASE_UNAVAILABLE"]);
         expect(e.message).to.match(/retry/);
+        expect(readRetryDelayMs(e.cause), "google.rpc.RetryInfo").to.be.greaterThan(0);
       }
       expect(proc.output()).to.not.contain("unexpected error in handler");
     } finally {

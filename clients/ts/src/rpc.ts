@@ -1,4 +1,5 @@
 import { Metadata, status, type CallOptions, type ClientUnaryCall, type ServiceError } from "@grpc/grpc-js";
+import { readRetryDelayMs } from "../../../services/common/src/grpc-status";
 import { KeycapClientError } from "./errors";
 
 /** A grpc-js unary method in its (request, metadata, options, callback) form. */
@@ -66,7 +67,9 @@ export async function callUnary<Req, Res>(
     } catch (err) {
       const e = KeycapClientError.from(err);
       if (e.code !== status.UNAVAILABLE || settings.retry === false) throw e;
-      const backoff = Math.min(MAX_BACKOFF_MS, FIRST_BACKOFF_MS * 2 ** attempt) * (0.5 + Math.random() / 2);
+      // The service's google.rpc.RetryInfo, when it sent one, is the least wait.
+      const hinted = readRetryDelayMs(e.cause) ?? 0;
+      const backoff = Math.max(hinted, Math.min(MAX_BACKOFF_MS, FIRST_BACKOFF_MS * 2 ** attempt) * (0.5 + Math.random() / 2));
       if (Date.now() + backoff >= deadline) throw e;
       await sleep(backoff, settings.signal);
     }

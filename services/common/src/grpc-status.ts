@@ -1,18 +1,21 @@
 import { Metadata, status, type ServiceError, type sendUnaryData, type ServerUnaryCall } from "@grpc/grpc-js";
 import { Status } from "../../../gen/ts/google/rpc/status";
-import { ErrorInfo } from "../../../gen/ts/google/rpc/error_details";
+import { ErrorInfo, RetryInfo } from "../../../gen/ts/google/rpc/error_details";
 import { ERROR_DOMAIN, KeycapError } from "./errors";
 import type { Logger } from "./logger";
 import { isDatabaseUnavailable } from "./mongo";
 
 const ERROR_INFO_TYPE_URL = "type.googleapis.com/google.rpc.ErrorInfo";
+const RETRY_INFO_TYPE_URL = "type.googleapis.com/google.rpc.RetryInfo";
+/** What UNAVAILABLE answers recommend waiting before the retry they ask for. */
+const RETRY_DELAY = { seconds: 0, nanos: 500_000_000 };
 const STATUS_DETAILS_KEY = "grpc-status-details-bin";
 
 /**
  * The one place gRPC errors are built: a KeycapError becomes its code and
  * message plus a binary google.rpc.Status carrying an ErrorInfo in the
  * `grpc-status-details-bin` trailer, so clients in any language can branch on
- * the reason.
+ * the reason; UNAVAILABLE answers also carry a google.rpc.RetryInfo.
  */
 export function toServiceError(err: KeycapError): Partial<ServiceError> {
   const info = ErrorInfo.create({ reason: err.reason, domain: ERROR_DOMAIN, metadata: { ...err.metadata } });
@@ -20,7 +23,11 @@ export function toServiceError(err: KeycapError): Partial<ServiceError> {
     Status.create({
       code: err.code,
       message: err.message,
-      details: [{ typeUrl: ERROR_INFO_TYPE_URL, value: Buffer.from(ErrorInfo.encode(info).finish()) }],
+      details: [
+        { typeUrl: ERROR_INFO_TYPE_URL, value: Buffer.from(ErrorInfo.encode(info).finish()) },
+        // UNAVAILABLE is keycap's "retry": it says so in the standard detail too.
+        ...(err.code === status.UNAVAILABLE ? [{ typeUrl: RETRY_INFO_TYPE_URL, value: Buffer.from(RetryInfo.encode({ retryDelay: RETRY_DELAY }).finish()) }] : []),
+      ],
     }),
   ).finish();
   const metadata = new Metadata();
@@ -49,6 +56,25 @@ export function readErrorInfo(err: unknown): ErrorInfoData | undefined {
         const info = ErrorInfo.decode(any.value);
         return { reason: info.reason, domain: info.domain, metadata: { ...info.metadata } };
       }
+    }
+  } catch {
+    return undefined;
+  }
+  return undefined;
+}
+
+/** The retry delay an error's google.rpc.RetryInfo recommends, in milliseconds, if any. */
+export function readRetryDelayMs(err: unknown): number | undefined {
+  if (typeof err !== "object" || err === null || !("metadata" in err)) return undefined;
+  const md = (err as { metadata?: unknown }).metadata;
+  if (!(md instanceof Metadata)) return undefined;
+  const raw = md.get(STATUS_DETAILS_KEY)[0];
+  if (!(raw instanceof Buffer)) return undefined;
+  try {
+    for (const any of Status.decode(raw).details) {
+      if (any.typeUrl !== RETRY_INFO_TYPE_URL) continue;
+      const d = RetryInfo.decode(any.value).retryDelay;
+      return d ? d.seconds * 1000 + Math.floor(d.nanos / 1e6) : undefined;
     }
   } catch {
     return undefined;
