@@ -19,6 +19,8 @@ type RejectionFilter struct {
 	Since time.Time
 	// Until: only refusals before this time.
 	Until time.Time
+	// Service: only refusals of this service, "kernel" or "ledger".
+	Service string
 }
 
 // AdminClient is the operator client of keycap.ledger.v1.LedgerAdminService;
@@ -32,7 +34,7 @@ type AdminClient struct {
 }
 
 // NewAdminClient connects (lazily) to the admin listener at address with the
-// admin credential token.
+// admin credential token. Pass WithTLS when the listener serves TLS.
 func NewAdminClient(address, token string, opts ...Option) (*AdminClient, error) {
 	o := buildOptions(opts)
 	conn, err := dial(address, o)
@@ -84,9 +86,11 @@ func (c *AdminClient) ListEntries(ctx context.Context, toolID string) ([]*ledger
 	}
 }
 
-// ListRejections returns every refusal matching f, newest first.
+// ListRejections returns every refusal matching f, newest first: the ledger's
+// and the kernel's (Rejection.Service says which; Rejection.Principal is the
+// kernel's authenticated caller or the capability's subject).
 func (c *AdminClient) ListRejections(ctx context.Context, f RejectionFilter) ([]*ledgerv1.Rejection, error) {
-	req := &ledgerv1.ListRejectionsRequest{ToolId: f.ToolID, Reason: f.Reason, PageSize: 1000}
+	req := &ledgerv1.ListRejectionsRequest{ToolId: f.ToolID, Reason: f.Reason, Service: f.Service, PageSize: 1000}
 	if !f.Since.IsZero() {
 		req.Since = timestamppb.New(f.Since)
 	}

@@ -13,6 +13,14 @@
 //		// the ledger refused a write under a key the kernel did not derive
 //	}
 //
+// The kernel authenticates every caller. A KernelClient sends the runtime's
+// bearer secret: WithToken's, else by the default lookup (RuntimeTokenFromEnv:
+// KEYCAP_RUNTIME_TOKEN, the file KEYCAP_RUNTIME_TOKEN_FILE names, else
+// $KEYCAP_DATA_DIR/runtime-token, which `make run` creates). WithTLS (or
+// TLSFromEnv) speaks TLS to any listener, pinning a CA and presenting a client
+// certificate; with WithToken("") that certificate alone proves the principal.
+// AccessClient manages principals and grants and answers WhoAmI.
+//
 // A typical tool:
 //
 //	kernel, err := keycap.NewKernelClient("127.0.0.1:50051", keycap.WithLedger("127.0.0.1:50052"))

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,9 +37,36 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if code != 0 && os.Getenv("KEYCAP_E2E_LOGS") != "" {
 		fmt.Fprintf(os.Stderr, "--- e2e-stack stderr ---\n%s", s.Logs())
+		if tlsStackStarted != nil {
+			fmt.Fprintf(os.Stderr, "--- e2e-stack (TLS) stderr ---\n%s", tlsStackStarted.Logs())
+		}
 	}
 	s.Stop()
+	if tlsStackStarted != nil {
+		tlsStackStarted.Stop()
+	}
 	os.Exit(code)
+}
+
+// The TLS stack (KEYCAP_E2E_TLS=1), started by the first test that needs it.
+var (
+	tlsStackOnce    sync.Once
+	tlsStackStarted *e2estack.Stack
+	tlsStackErr     error
+)
+
+func tlsStack(t *testing.T) *e2estack.Stack {
+	t.Helper()
+	tlsStackOnce.Do(func() {
+		tlsStackStarted, tlsStackErr = e2estack.StartTLS(e2estack.StartTimeout())
+		if tlsStackErr == nil {
+			fmt.Fprintf(os.Stderr, "keycap e2e TLS stack: kernel %s ledger %s admin %s\n", tlsStackStarted.Kernel, tlsStackStarted.Ledger, tlsStackStarted.Admin)
+		}
+	})
+	if tlsStackErr != nil {
+		t.Fatalf("TLS stack: %v", tlsStackErr)
+	}
+	return tlsStackStarted
 }
 
 // clients for one test, closed at its end.
@@ -50,7 +78,7 @@ type clients struct {
 
 func newClients(t *testing.T) clients {
 	t.Helper()
-	k, err := keycap.NewKernelClient(stack.Kernel, keycap.WithLedger(stack.Ledger))
+	k, err := keycap.NewKernelClient(stack.Kernel, keycap.WithLedger(stack.Ledger), keycap.WithToken(stack.RuntimeToken))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,23 @@ const (
 	ReasonEffectClassMismatch = "EFFECT_CLASS_MISMATCH"
 	// The kernel: an Unsafe call cannot be resumed automatically.
 	ReasonUnsafeNotResumable = "UNSAFE_NOT_RESUMABLE"
+	// The kernel: no bearer secret and no TLS client certificate was presented.
+	ReasonPrincipalCredentialMissing = "PRINCIPAL_CREDENTIAL_MISSING"
+	// The kernel: the bearer secret belongs to no principal (or several
+	// authorization values were sent).
+	ReasonPrincipalCredentialInvalid = "PRINCIPAL_CREDENTIAL_INVALID"
+	// The kernel: the principal was revoked.
+	ReasonPrincipalRevoked = "PRINCIPAL_REVOKED"
+	// The kernel: the TLS client certificate maps to no principal.
+	ReasonCertificateNotMapped = "CERTIFICATE_NOT_MAPPED"
+	// The kernel: the runtime neither owns the tool nor was granted it.
+	ReasonToolNotGranted = "TOOL_NOT_GRANTED"
+	// The kernel: the tool is registered by another principal.
+	ReasonToolOwnedByOther = "TOOL_OWNED_BY_OTHER"
+	// The kernel: the RPC is for runtimes, and the caller is an operator.
+	ReasonRuntimeRequired = "RUNTIME_REQUIRED"
+	// The kernel: the RPC needs an operator, and the caller is a runtime.
+	ReasonOperatorRequired = "OPERATOR_REQUIRED"
 )
 
 // Error is every RPC failure this package returns: the gRPC code, and the

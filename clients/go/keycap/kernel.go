@@ -48,7 +48,9 @@ func WithRunID(id string) BeginOption {
 }
 
 // KernelClient is the typed client of keycap.kernel.v1.KernelService, used by
-// agent runtimes. Safe for concurrent use. Close it when done.
+// agent runtimes. Every call presents the principal's credential (WithToken,
+// else RuntimeTokenFromEnv; or a TLS client certificate). Safe for concurrent
+// use. Close it when done.
 type KernelClient struct {
 	conn   *grpc.ClientConn
 	raw    kernelv1.KernelServiceClient
@@ -57,10 +59,21 @@ type KernelClient struct {
 }
 
 // NewKernelClient connects (lazily) to the kernel at address. Pass WithLedger
-// so that handles from Begin and Resume can write.
+// so that handles from Begin and Resume can write. The bearer token is
+// WithToken's, else the default lookup's (RuntimeTokenFromEnv, whose
+// *ConfigError is returned here); without one the kernel refuses every call
+// with UNAUTHENTICATED PRINCIPAL_CREDENTIAL_MISSING unless a mapped TLS client
+// certificate proves the principal.
 func NewKernelClient(address string, opts ...Option) (*KernelClient, error) {
 	o := buildOptions(opts)
-	conn, err := dial(address, o)
+	token := o.token
+	if !o.tokenSet {
+		var err error
+		if token, err = RuntimeTokenFromEnv(); err != nil {
+			return nil, err
+		}
+	}
+	conn, err := dial(address, o, withBearer(token)...)
 	if err != nil {
 		return nil, err
 	}
@@ -74,8 +87,8 @@ func NewKernelClient(address string, opts ...Option) (*KernelClient, error) {
 	return c, nil
 }
 
-// Raw is the generated client, for RPCs in their wire form. Its errors are
-// plain gRPC status errors; FromError reads them.
+// Raw is the generated client, for RPCs in their wire form; its calls carry the
+// bearer token too. Its errors are plain gRPC status errors; FromError reads them.
 func (c *KernelClient) Raw() kernelv1.KernelServiceClient { return c.raw }
 
 // Close closes the kernel connection and the ledger connection, if any.

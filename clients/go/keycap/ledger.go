@@ -17,7 +17,8 @@ type LedgerClient struct {
 	o    options
 }
 
-// NewLedgerClient connects (lazily) to the ledger at address.
+// NewLedgerClient connects (lazily) to the ledger at address. Pass WithTLS
+// when the listener serves TLS.
 func NewLedgerClient(address string, opts ...Option) (*LedgerClient, error) {
 	o := buildOptions(opts)
 	conn, err := dial(address, o)

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,8 +32,30 @@ func TestMain(m *testing.M) {
 	stack = s
 	code := m.Run()
 	s.Stop()
+	if tlsStackStarted != nil {
+		tlsStackStarted.Stop()
+	}
 	os.Exit(code)
 }
+
+// The TLS stack (KEYCAP_E2E_TLS=1), started by the first test that needs it.
+var (
+	tlsStackOnce    sync.Once
+	tlsStackStarted *e2estack.Stack
+	tlsStackErr     error
+)
+
+func tlsStack(t *testing.T) *e2estack.Stack {
+	t.Helper()
+	tlsStackOnce.Do(func() { tlsStackStarted, tlsStackErr = e2estack.StartTLS(e2estack.StartTimeout()) })
+	if tlsStackErr != nil {
+		t.Fatalf("TLS stack: %v", tlsStackErr)
+	}
+	return tlsStackStarted
+}
+
+// bearer is grpcurl's header argument for a bearer secret.
+func bearer(token string) string { return "authorization: Bearer " + token }
 
 type goTool struct{ name, pkg, version string }
 
@@ -92,17 +115,17 @@ func run(t *testing.T, exe string, args ...string) (string, error) {
 	}
 }
 
-func listeners() []struct{ name, addr, service string } {
+func listeners(s *e2estack.Stack) []struct{ name, addr, service string } {
 	return []struct{ name, addr, service string }{
-		{"kernel", stack.Kernel, "keycap.kernel.v1.KernelService"},
-		{"ledger", stack.Ledger, "keycap.ledger.v1.LedgerService"},
-		{"admin", stack.Admin, "keycap.ledger.v1.LedgerAdminService"},
+		{"kernel", s.Kernel, "keycap.kernel.v1.KernelService"},
+		{"ledger", s.Ledger, "keycap.ledger.v1.LedgerService"},
+		{"admin", s.Admin, "keycap.ledger.v1.LedgerAdminService"},
 	}
 }
 
 func TestGrpcurlListsServicesThroughReflection(t *testing.T) {
 	exe := grpcurl.install(t)
-	for _, l := range listeners() {
+	for _, l := range listeners(stack) {
 		out, err := run(t, exe, "-plaintext", l.addr, "list")
 		if err != nil {
 			t.Fatalf("grpcurl -plaintext %s list (%s): %v\n%s", l.addr, l.name, err, out)
@@ -119,7 +142,7 @@ func TestGrpcurlListsServicesThroughReflection(t *testing.T) {
 // with `cannot resolve type: "*.effect.v1.EffectClass"`.)
 func TestGrpcurlCallsListTools(t *testing.T) {
 	exe := grpcurl.install(t)
-	out, err := run(t, exe, "-plaintext", "-d", "{}", stack.Kernel, "keycap.kernel.v1.KernelService/ListTools")
+	out, err := run(t, exe, "-plaintext", "-H", bearer(stack.RuntimeToken), "-d", "{}", stack.Kernel, "keycap.kernel.v1.KernelService/ListTools")
 	if err != nil {
 		t.Fatalf("grpcurl ListTools: %v\n%s", err, out)
 	}
@@ -131,7 +154,7 @@ func TestGrpcurlCallsListTools(t *testing.T) {
 
 func TestGrpcHealthProbeReportsEveryListenerServing(t *testing.T) {
 	exe := probe.install(t)
-	for _, l := range listeners() {
+	for _, l := range listeners(stack) {
 		out, err := run(t, exe, "-addr", l.addr)
 		if err != nil {
 			t.Errorf("grpc-health-probe -addr %s (%s): %v\n%s", l.addr, l.name, err, out)
@@ -139,6 +162,87 @@ func TestGrpcHealthProbeReportsEveryListenerServing(t *testing.T) {
 		}
 		if !strings.Contains(out, "SERVING") {
 			t.Errorf("grpc-health-probe -addr %s (%s): %q does not say SERVING", l.addr, l.name, out)
+		}
+	}
+}
+
+// Without the runtime's bearer the kernel refuses, in grpcurl's words too.
+func TestGrpcurlWithoutTheBearerIsUnauthenticated(t *testing.T) {
+	exe := grpcurl.install(t)
+	out, err := run(t, exe, "-plaintext", "-d", "{}", stack.Kernel, "keycap.kernel.v1.AccessService/WhoAmI")
+	if err == nil || !strings.Contains(out, "Unauthenticated") || !strings.Contains(out, "PRINCIPAL_CREDENTIAL_MISSING") {
+		t.Fatalf("grpcurl WhoAmI without a bearer: err %v, want Unauthenticated PRINCIPAL_CREDENTIAL_MISSING:\n%s", err, out)
+	}
+	out, err = run(t, exe, "-plaintext", "-H", bearer(stack.RuntimeToken), "-d", "{}", stack.Kernel, "keycap.kernel.v1.AccessService/WhoAmI")
+	if err != nil || !strings.Contains(out, `"local-runtime"`) || !strings.Contains(out, "AUTH_METHOD_BEARER") {
+		t.Fatalf("grpcurl WhoAmI with the runtime bearer: %v\n%s", err, out)
+	}
+}
+
+func TestGrpcurlOverTLSWithThePinnedCA(t *testing.T) {
+	s := tlsStack(t)
+	exe := grpcurl.install(t)
+	for _, l := range listeners(s) {
+		out, err := run(t, exe, "-cacert", s.TLS.CAFile, l.addr, "list")
+		if err != nil || !contains(strings.Fields(out), l.service) {
+			t.Errorf("grpcurl -cacert ca %s list (%s): %v, want %s among\n%s", l.addr, l.name, err, l.service, out)
+		}
+	}
+	out, err := run(t, exe, "-cacert", s.TLS.CAFile, "-H", bearer(s.RuntimeToken), "-d", "{}", s.Kernel, "keycap.kernel.v1.AccessService/WhoAmI")
+	if err != nil || !strings.Contains(out, `"local-runtime"`) || !strings.Contains(out, "AUTH_METHOD_BEARER") {
+		t.Fatalf("grpcurl -cacert ca -H bearer WhoAmI: %v, want local-runtime by bearer:\n%s", err, out)
+	}
+	out, err = run(t, exe, "-cacert", s.TLS.CAFile, "-H", bearer(s.RuntimeToken), "-d", "{}", s.Kernel, "keycap.kernel.v1.KernelService/ListTools")
+	if err != nil || !strings.HasPrefix(strings.TrimSpace(out), "{") {
+		t.Fatalf("grpcurl -cacert ca -H bearer ListTools: %v\n%s", err, out)
+	}
+}
+
+func TestGrpcurlOverTLSWithoutTheCAFailsTheHandshake(t *testing.T) {
+	s := tlsStack(t)
+	exe := grpcurl.install(t)
+	// The system roots do not know the test CA.
+	out, err := run(t, exe, "-connect-timeout", "10", "-H", bearer(s.RuntimeToken), "-d", "{}", s.Kernel, "keycap.kernel.v1.AccessService/WhoAmI")
+	if err == nil || !strings.Contains(out, "certificate") || strings.Contains(out, "local-runtime") {
+		t.Fatalf("grpcurl (system roots) WhoAmI: err %v, want a certificate verification failure:\n%s", err, out)
+	}
+	out, err = run(t, exe, "-connect-timeout", "10", "-cacert", s.TLS.OtherCAFile, "-H", bearer(s.RuntimeToken), "-d", "{}", s.Kernel, "keycap.kernel.v1.AccessService/WhoAmI")
+	if err == nil || !strings.Contains(out, "certificate") || strings.Contains(out, "local-runtime") {
+		t.Fatalf("grpcurl -cacert other_ca WhoAmI: err %v, want a certificate verification failure:\n%s", err, out)
+	}
+}
+
+func TestGrpcurlPlaintextAgainstTLSFails(t *testing.T) {
+	s := tlsStack(t)
+	exe := grpcurl.install(t)
+	for _, l := range listeners(s) {
+		out, err := run(t, exe, "-plaintext", "-connect-timeout", "5", l.addr, "list")
+		if err == nil || !strings.Contains(out, "Failed to dial") || contains(strings.Fields(out), l.service) {
+			t.Errorf("grpcurl -plaintext %s list (%s, TLS listener): err %v, want a failure to dial:\n%s", l.addr, l.name, err, out)
+		}
+	}
+}
+
+func TestGrpcurlClientCertificateIsThePrincipal(t *testing.T) {
+	s := tlsStack(t)
+	exe := grpcurl.install(t)
+	out, err := run(t, exe, "-cacert", s.TLS.CAFile, "-cert", s.TLS.ClientCertFile, "-key", s.TLS.ClientKeyFile, "-d", "{}", s.Kernel, "keycap.kernel.v1.AccessService/WhoAmI")
+	if err != nil || !strings.Contains(out, `"`+s.TLS.ClientPrincipal+`"`) || !strings.Contains(out, "AUTH_METHOD_MTLS") {
+		t.Fatalf("grpcurl -cert/-key WhoAmI: %v, want %s by mTLS:\n%s", err, s.TLS.ClientPrincipal, out)
+	}
+	out, err = run(t, exe, "-cacert", s.TLS.CAFile, "-cert", s.TLS.UnmappedClientCertFile, "-key", s.TLS.UnmappedClientKeyFile, "-d", "{}", s.Kernel, "keycap.kernel.v1.AccessService/WhoAmI")
+	if err == nil || !strings.Contains(out, "CERTIFICATE_NOT_MAPPED") {
+		t.Fatalf("grpcurl with the unmapped certificate: err %v, want CERTIFICATE_NOT_MAPPED:\n%s", err, out)
+	}
+}
+
+func TestGrpcHealthProbeOverTLS(t *testing.T) {
+	s := tlsStack(t)
+	exe := probe.install(t)
+	for _, l := range listeners(s) {
+		out, err := run(t, exe, "-addr", l.addr, "-tls", "-tls-ca-cert", s.TLS.CAFile)
+		if err != nil || !strings.Contains(out, "SERVING") {
+			t.Errorf("grpc-health-probe -tls -tls-ca-cert ca -addr %s (%s): %v, want SERVING:\n%s", l.addr, l.name, err, out)
 		}
 	}
 }

@@ -7,7 +7,11 @@
 //	go run ./examples/charge -order o-1001 -cents 500
 //
 // Addresses come from -kernel/-ledger, else KEYCAP_KERNEL_ADDRESS /
-// KEYCAP_LEDGER_ADDRESS, else the defaults of `make run`.
+// KEYCAP_LEDGER_ADDRESS, else the defaults of `make run`. The kernel
+// credential is the runtime token by the default lookup (KEYCAP_RUNTIME_TOKEN,
+// KEYCAP_RUNTIME_TOKEN_FILE, $KEYCAP_DATA_DIR/runtime-token, ./.keycap/runtime-token);
+// TLS is on when KEYCAP_TLS_CA_FILE (and, for mTLS, KEYCAP_TLS_CLIENT_CERT_FILE
+// and KEYCAP_TLS_CLIENT_KEY_FILE) is set.
 package main
 
 import (
@@ -49,7 +53,11 @@ func main() {
 }
 
 func run(ctx context.Context, kernelAddr, ledgerAddr, order string, cents int) error {
-	kernel, err := keycap.NewKernelClient(kernelAddr, keycap.WithLedger(ledgerAddr))
+	opts := []keycap.Option{keycap.WithLedger(ledgerAddr)}
+	if t, ok := keycap.TLSFromEnv(); ok {
+		opts = append(opts, keycap.WithTLS(t))
+	}
+	kernel, err := keycap.NewKernelClient(kernelAddr, opts...)
 	if err != nil {
 		return err
 	}

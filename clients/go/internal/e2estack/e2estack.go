@@ -26,15 +26,42 @@ type Stack struct {
 	Kernel string `json:"kernel"`
 	Ledger string `json:"ledger"`
 	Admin  string `json:"admin"`
-	// AdminToken is the admin credential.
+	// AdminToken is the admin credential (on the kernel: the operator "admin").
 	AdminToken string `json:"admin_token"`
+	// RuntimeToken is the bearer secret of the runtime principal "local-runtime".
+	RuntimeToken string `json:"runtime_token"`
 	// MongoBackend names the MongoDB-protocol server used (mongod or ferretdb).
 	MongoBackend string `json:"mongo_backend"`
+	// DataDir is the services' KEYCAP_DATA_DIR.
+	DataDir string `json:"data_dir"`
+	// TLS is set on a stack from StartTLS: every listener serves TLS.
+	TLS *TLS `json:"tls,omitempty"`
 
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	stderr *lockedBuffer
 	done   chan error
+}
+
+// TLS is the PKI of a stack from StartTLS. All three listeners serve TLS with a
+// server certificate for 127.0.0.1 and localhost signed by CAFile; the kernel
+// accepts (does not require) client certificates signed by it.
+type TLS struct {
+	// CAFile signs the server certificates and the client certificates.
+	CAFile string `json:"ca_file"`
+	// ClientCertFile and ClientKeyFile: a client certificate (URI SAN
+	// spiffe://keycap.test/runtime/<ClientPrincipal>) the kernel maps to the
+	// runtime principal ClientPrincipal, which exists and owns no tools yet.
+	ClientCertFile string `json:"client_cert_file"`
+	ClientKeyFile  string `json:"client_key_file"`
+	// ClientPrincipal is "e2e-mtls".
+	ClientPrincipal string `json:"client_principal"`
+	// UnmappedClientCertFile and UnmappedClientKeyFile: a client certificate
+	// from CAFile that maps to no principal.
+	UnmappedClientCertFile string `json:"unmapped_client_cert_file"`
+	UnmappedClientKeyFile  string `json:"unmapped_client_key_file"`
+	// OtherCAFile is a CA that signed nothing keycap trusts or serves.
+	OtherCAFile string `json:"other_ca_file"`
 }
 
 // RepoRoot is the repository root (three levels above this file's module dir).
@@ -51,9 +78,15 @@ func RepoRoot() (string, error) {
 	return root, nil
 }
 
-// Start launches the stack and waits (up to timeout) for its ready line. The
-// stack lives until Stop closes its stdin.
-func Start(timeout time.Duration) (*Stack, error) {
+// Start launches a plaintext stack and waits (up to timeout) for its ready
+// line. The stack lives until Stop closes its stdin.
+func Start(timeout time.Duration) (*Stack, error) { return start(timeout, false) }
+
+// StartTLS is Start for a stack whose listeners all serve TLS (KEYCAP_E2E_TLS=1);
+// its TLS field describes the PKI.
+func StartTLS(timeout time.Duration) (*Stack, error) { return start(timeout, true) }
+
+func start(timeout time.Duration, withTLS bool) (*Stack, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
@@ -64,7 +97,16 @@ func Start(timeout time.Duration) (*Stack, error) {
 	}
 	cmd := exec.Command("node", script)
 	cmd.Dir = root
-	env := os.Environ()
+	// The stack's TLS is chosen here, not inherited.
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "KEYCAP_E2E_TLS=") {
+			env = append(env, kv)
+		}
+	}
+	if withTLS {
+		env = append(env, "KEYCAP_E2E_TLS=1")
+	}
 	// e2e-stack prints its JSON line when keycap logs "ready", which is an
 	// info-level record: keep the level at info or below.
 	switch os.Getenv("KEYCAP_LOG_LEVEL") {
@@ -96,7 +138,7 @@ func Start(timeout time.Duration) (*Stack, error) {
 			if sent || !strings.HasPrefix(line, "{") {
 				continue
 			}
-			if err := json.Unmarshal([]byte(line), s); err == nil && s.Kernel != "" && s.Ledger != "" && s.Admin != "" {
+			if err := json.Unmarshal([]byte(line), s); err == nil && s.Kernel != "" && s.Ledger != "" && s.Admin != "" && s.RuntimeToken != "" && (!withTLS || s.TLS != nil) {
 				sent = true
 				ready <- nil
 			}
