@@ -88,8 +88,16 @@ class CapabilityHandle:
         already recorded (nothing new was written).
         """
         ledger = self._require_ledger()
+        # A single-use capability's write is not retried blindly: had the first try taken
+        # effect with only its answer lost, the retry would be refused CAPABILITY_REUSED.
+        single_use = self._call.effect_kind != effect_pb2.EFFECT_KIND_IDEMPOTENT
         return ledger.write_with_capability(
-            self.__capability, key=self._call.key, request_id=self._call.request_id, payload=payload, timeout=timeout
+            self.__capability,
+            key=self._call.key,
+            request_id=self._call.request_id,
+            payload=payload,
+            timeout=timeout,
+            retry=not single_use,
         )
 
     def lookup(self, *, timeout: float | None = None) -> ledger_pb2.LookupRequestResponse:

@@ -44,12 +44,13 @@ class LedgerClient(ChannelClient):
         request_id: str = "",
         payload: bytes | str = b"",
         timeout: float | None = None,
+        retry: bool = True,
     ) -> ledger_pb2.WriteResponse:
-        """Write with ``capability`` (None: send no capability at all)."""
+        """Write with ``capability`` (None: send no capability at all); ``retry`` as in call_unary."""
         body = payload.encode("utf-8") if isinstance(payload, str) else bytes(payload)
         req = ledger_pb2.WriteRequest(key=key, request_id=request_id, payload=body)
         res: ledger_pb2.WriteResponse = call_unary(
-            self.raw.Write, req, bearer=capability, timeout=self.timeout if timeout is None else timeout
+            self.raw.Write, req, bearer=capability, timeout=self.timeout if timeout is None else timeout, retry=retry
         )
         return res
 
