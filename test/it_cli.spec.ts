@@ -79,6 +79,21 @@ describe("keycap CLI: operators read the ledger through the admin API", function
   it("answers --help with every command (npx keycap --help)", async function () {
     const r = await runCli(["--help"], {});
     expect(r.code).to.equal(0);
-    for (const c of ["serve", "rejections", "entries", "entry", "stats", "recover", "keys"]) expect(r.stdout).to.include(c);
+    for (const c of ["serve", "rejections", "entries", "entry", "stats", "recover", "keys", "principals", "grants"]) expect(r.stdout).to.include(c);
+  });
+
+  it("refuses a numeric option that is not a number as a usage error, before calling anything (issue 14)", async function () {
+    for (const bad of ["abc", "0", "1.5", "1e3", "100000"]) {
+      const r = await runCli(["rejections", "--limit", bad, "--admin", "127.0.0.1:1"], {});
+      expect(r.code, bad).to.equal(1);
+      expect(r.stderr, bad).to.contain("--limit").and.contain("whole number from 1 to 1000");
+      expect(r.stderr, bad).to.not.contain("cannot reach");
+    }
+  });
+
+  it("prints its version (issue 16)", async function () {
+    const r = await runCli(["--version"], {});
+    expect(r.code).to.equal(0);
+    expect(r.stdout.trim()).to.match(/^\d+\.\d+\.\d+/);
   });
 });

@@ -1,5 +1,8 @@
 #!/usr/bin/env node
 import { Command } from "commander";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { projectRoot } from "../../common/src/repo-paths";
 import { loadConfig } from "../../common/src/config";
 import { runServices } from "../../common/src/service-runner";
 import { rotateSigningKeys } from "../../kernel/src/signing-keys";
@@ -8,10 +11,16 @@ import { startLedger } from "../../ledger/src/main";
 import { OperatorError } from "./operator-context";
 import { addOperatorCommands } from "./operator-commands";
 
+function packageVersion(): string {
+  const pkg = JSON.parse(fs.readFileSync(path.join(projectRoot(), "package.json"), "utf8")) as { version?: string };
+  return pkg.version ?? "unknown";
+}
+
 /** The `keycap` command line: run services, and (for operators) inspect the ledger. */
 export function buildProgram(): Command {
   const program = new Command("keycap")
     .description("keycap: enforceable idempotency for agent tool calls")
+    .version(packageVersion(), "-V, --version", "print the keycap version")
     .showHelpAfterError();
 
   program

@@ -1,5 +1,5 @@
 import Table from "cli-table3";
-import type { Command } from "commander";
+import { InvalidArgumentError, type Command } from "commander";
 import { pathToFileURL } from "node:url";
 import * as path from "node:path";
 import { EffectKind, effectKindToJSON } from "../../../gen/ts/keycap/effect/v1/effect";
@@ -59,6 +59,15 @@ function parseTime(value: string): Date {
   return d;
 }
 
+/** Parses --limit: a whole number from 1 to 1000, else a usage error naming the option. */
+function parseLimit(value: string): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(n) || n < 1 || n > 1000) {
+    throw new InvalidArgumentError(`expected a whole number from 1 to 1000, got ${JSON.stringify(value)}`);
+  }
+  return n;
+}
+
 /** Adds the operator commands (ledger inspection and recovery) to the program. */
 export function addOperatorCommands(program: Command): void {
   const common = (c: Command): Command =>
@@ -78,19 +87,19 @@ export function addOperatorCommands(program: Command): void {
     .option("--tool <id>", "only refusals attributed to this tool id")
     .option("--reason <REASON>", "only this reason, e.g. KEY_MISMATCH")
     .option("--since <time>", "ISO time or a duration ago (15m, 2h, 1d)")
-    .option("--limit <n>", "at most this many", "100")
-    .action(async (o: OperatorOptions & { service: string; tool?: string; reason?: string; since?: string; limit: string }) => {
+    .option("--limit <n>", "at most this many (1-1000)", parseLimit, 100)
+    .action(async (o: OperatorOptions & { service: string; tool?: string; reason?: string; since?: string; limit: number }) => {
       if (!["kernel", "ledger", "all"].includes(o.service)) throw new OperatorError(`--service: expected kernel, ledger or all, got ${JSON.stringify(o.service)}`);
       const filter = { ...(o.service !== "all" ? { service: o.service } : {}), ...(o.tool ? { toolId: o.tool } : {}), ...(o.reason ? { reason: o.reason } : {}), ...(o.since ? { since: parseTime(o.since) } : {}) };
-      const rows = await withAdmin(o, async (a) => (await a.listRejectionsPage(filter, "", Number(o.limit))).rejections);
+      const rows = await withAdmin(o, async (a) => (await a.listRejectionsPage(filter, "", o.limit)).rejections);
       print(o, rows, () => rejectionsTable(rows));
     });
 
   common(program.command("entries").description("ledger entries (effects), newest first"))
     .option("--tool <id>", "only entries of this tool")
-    .option("--limit <n>", "at most this many", "100")
-    .action(async (o: OperatorOptions & { tool?: string; limit: string }) => {
-      const rows = await withAdmin(o, async (a) => (await a.listEntriesPage(o.tool ?? "", "", Number(o.limit))).entries);
+    .option("--limit <n>", "at most this many (1-1000)", parseLimit, 100)
+    .action(async (o: OperatorOptions & { tool?: string; limit: number }) => {
+      const rows = await withAdmin(o, async (a) => (await a.listEntriesPage(o.tool ?? "", "", o.limit)).entries);
       print(o, rows, () => entriesTable(rows));
     });
 
