@@ -89,6 +89,13 @@ describe("foundation: a bad configuration stops the start with one line naming t
     expect(r.stderr).to.match(/^keycap: KEYCAP_JWKS_FILE: .*private/);
   });
 
+  it("refuses a capability lifetime the minter cannot sign, naming the setting, even under a larger maximum (issue 14)", async function () {
+    const r = await runCli(["serve", "kernel"], serviceEnv({ KEYCAP_CAPABILITY_TTL_SECONDS: "1000", KEYCAP_CAPABILITY_MAX_LIFETIME_SECONDS: "2000" }));
+    expect(r.code).to.equal(2);
+    expect(r.stderr.trim().split("\n")).to.have.length(1);
+    expect(r.stderr).to.match(/^keycap: KEYCAP_CAPABILITY_TTL_SECONDS: must be between 5 and 900/);
+  });
+
   it("refuses a MONGODB_URI that is not a MongoDB URI", async function () {
     const r = await runCli(["serve", "kernel"], serviceEnv({ MONGODB_URI: "postgres://localhost/x" }));
     expect(r.code).to.not.equal(0);

@@ -1,4 +1,5 @@
 import * as path from "node:path";
+import { MAX_LIFETIME_SECONDS } from "./capability";
 import type { LogLevel } from "./logger";
 import { loadTlsSettings, type TlsSettings } from "./tls-config";
 
@@ -123,7 +124,9 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
     throw new ConfigError("KEYCAP_LOG_LEVEL", `expected one of ${LOG_LEVELS.join(", ")}`);
   }
 
-  const capabilityTtlSeconds = int(env, "KEYCAP_CAPABILITY_TTL_SECONDS", 300, 5, 3600);
+  // The minter's own ceiling (capability.ts): a larger value used to pass here and then
+  // stop the kernel with a RangeError that named no setting.
+  const capabilityTtlSeconds = int(env, "KEYCAP_CAPABILITY_TTL_SECONDS", 300, 5, MAX_LIFETIME_SECONDS);
   const capabilityMaxLifetimeSeconds = int(env, "KEYCAP_CAPABILITY_MAX_LIFETIME_SECONDS", 900, 5, 86400);
   if (capabilityTtlSeconds > capabilityMaxLifetimeSeconds) {
     throw new ConfigError(
