@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -23,9 +23,21 @@ class KeyDerivation:
     the key, so two identical calls in two runs are two effects.
     """
 
-    fields: Sequence[str]
+    #: A list or tuple, not one string (a str is a Sequence[str] of its characters).
+    fields: list[str] | tuple[str, ...]
     version: int = 1
     run_id: bool = False
+
+    def __post_init__(self) -> None:
+        # Checked here, before anything is sent: a bare string would become one field
+        # per character ("/order_id" -> "/", "o", "r", ...), a list without fields no key.
+        if isinstance(self.fields, str) or not isinstance(self.fields, (list, tuple)):
+            raise TypeError(f"KeyDerivation fields must be a list of JSON Pointers, e.g. [{self.fields!r}], not {type(self.fields).__name__}")
+        if len(self.fields) == 0:
+            raise ValueError("KeyDerivation needs at least one field: the key is derived from them")
+        for f in self.fields:
+            if not isinstance(f, str) or not f.startswith("/"):
+                raise ValueError(f"KeyDerivation field {f!r} must be a JSON Pointer starting with '/'")
 
 
 @dataclass(frozen=True)
