@@ -8,7 +8,7 @@ CLI := node dist/services/cli/src/main.js
 # buf breaking compares the protos with this git ref (override for branches/PRs).
 BREAKING_AGAINST ?= .git\#branch=main
 
-.PHONY: all install generate generate-ts build lint breaking test test-ts test-go test-python run bench ferretdb clean
+.PHONY: all install generate generate-ts build lint breaking test test-ts test-ts-pg test-go test-python run bench ferretdb clean
 
 all: build
 
@@ -45,13 +45,19 @@ ferretdb: build
 	node -e 'require("./dist/services/common/src/embedded-mongo").ensureFerretdb(require("./dist/services/common/src/logger").createLogger("make","info")).then(p=>console.log(p))'
 
 ## test: set up and run every test against a real MongoDB-protocol server
+## (the TypeScript suite on both embedded backends: FerretDB on SQLite and on PostgreSQL)
 test: build lint
 	$(MAKE) --no-print-directory test-ts
+	$(MAKE) --no-print-directory test-ts-pg
 	$(MAKE) --no-print-directory test-go
 	$(MAKE) --no-print-directory test-python
 
 test-ts: build
 	npx mocha
+
+## test-ts-pg: the TypeScript suite on FerretDB backed by PostgreSQL (installed from Debian's packages on first use)
+test-ts-pg: build
+	KEYCAP_EMBEDDED_MONGO=ferretdb-pg npx mocha
 
 ## test-python: Python client (stubs drift check, e2e against real services with pytest)
 test-python: build
@@ -68,8 +74,9 @@ test-go: build
 run: build
 	$(CLI) serve all
 
+## bench: benchmarks on FerretDB backed by PostgreSQL unless KEYCAP_EMBEDDED_MONGO says otherwise
 bench: build
-	node dist/bench/run.js $(if $(QUICK),--quick,)
+	KEYCAP_EMBEDDED_MONGO=$${KEYCAP_EMBEDDED_MONGO:-ferretdb-pg} node dist/bench/run.js $(if $(QUICK),--quick,)
 
 clean:
 	rm -rf dist gen

@@ -415,7 +415,8 @@ async function main(): Promise<void> {
       gitCommit: gitCommit(),
       mongoBackend: stack.mongo.backend,
       mongoBackendReason: stack.mongo.reason,
-      ...(stack.mongo.backend === "ferretdb" ? { ferretdb: `${FERRETDB_VERSION} (SQLite)` } : {}),
+      ...(stack.mongo.backend === "ferretdb-sqlite" ? { ferretdb: `${FERRETDB_VERSION} (SQLite)` } : {}),
+      ...(stack.mongo.backend === "ferretdb-pg" ? { ferretdb: `${FERRETDB_VERSION} (PostgreSQL)` } : {}),
     },
     parameters: {
       concurrency: opts.concurrency,

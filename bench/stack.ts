@@ -96,7 +96,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     started.push(baseline);
     const baselineAddress = need(baseline.endpoints, "baseline");
     const pids: Record<string, number> = { ledger: ledger.pid, kernel: kernel.pid, baseline: baseline.pid };
-    const db = findChildPids(process.pid, mongo.backend === "ferretdb" ? "keycap-ferretd" : "mongod")[0];
+    const db = mongo.pid ?? findChildPids(process.pid, "mongod")[0];
     if (db !== undefined) pids["db"] = db;
     return {
       mongo,

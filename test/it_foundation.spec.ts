@@ -112,7 +112,7 @@ describe("foundation: the embedded MongoDB harness", function () {
       if (saved !== undefined) process.env["MONGODB_URI"] = saved;
     });
     try {
-      expect(server.backend).to.be.oneOf(["mongodb-memory-server", "ferretdb"]);
+      expect(server.backend).to.be.oneOf(["mongodb-memory-server", "ferretdb-sqlite", "ferretdb-pg"]);
       const client = await MongoClient.connect(server.uri);
       const coll = client.db("harness").collection<{ _id: string }>("c");
       await coll.insertOne({ _id: "k" });
@@ -125,7 +125,63 @@ describe("foundation: the embedded MongoDB harness", function () {
     const port = Number(new URL(server.uri).port);
     expect(await isListening(port)).to.equal(false);
   });
+
+  it("runs FerretDB on PostgreSQL when asked, and its PostgreSQL dies with the wrapper even on SIGKILL", async function () {
+    this.timeout(180_000);
+    const server = await startMongoServer({ logger: createLogger("test", "silent"), uri: "", embedded: "ferretdb-pg" });
+    let postmaster: number | undefined;
+    try {
+      expect(server.backend).to.equal("ferretdb-pg");
+      const client = await MongoClient.connect(server.uri);
+      const coll = client.db("harness_pg").collection<{ _id: string }>("c");
+      await coll.insertOne({ _id: "k" });
+      const dup = await coll.insertOne({ _id: "k" }).catch((e: { code?: number }) => e);
+      expect((dup as { code?: number }).code).to.equal(11000);
+      await client.close();
+      postmaster = childrenOf(need(server.pid)).find((pid) => commandOf(pid).includes("postgres"));
+      expect(postmaster, "a postgres child of the FerretDB wrapper").to.be.a("number");
+      process.kill(need(server.pid), "SIGKILL");
+      const deadline = Date.now() + 15_000;
+      while (Date.now() < deadline && processAlive(need(postmaster))) await new Promise((r) => setTimeout(r, 100));
+      expect(processAlive(need(postmaster)), "postgres outlived its SIGKILLed wrapper").to.equal(false);
+    } finally {
+      await server.stop();
+    }
+  });
 });
+
+function childrenOf(pid: number): number[] {
+  const out: number[] = [];
+  for (const entry of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, "utf8");
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      if (ppid === pid) out.push(Number(entry));
+    } catch {
+      // the process ended while we looked
+    }
+  }
+  return out;
+}
+
+function commandOf(pid: number): string {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").replace(/\0/g, " ");
+  } catch {
+    return "";
+  }
+}
+
+function processAlive(pid: number): boolean {
+  // a zombie (exited, not yet reaped by its parent) counts as gone
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
+  } catch {
+    return false;
+  }
+}
 
 function isListening(port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -136,4 +192,9 @@ function isListening(port: number): Promise<boolean> {
     });
     sock.once("error", () => resolve(false));
   });
+}
+
+function need<T>(v: T | undefined): T {
+  if (v === undefined) throw new Error("expected a value");
+  return v;
 }

@@ -1,6 +1,11 @@
 // Command keycap-ferretdb runs FerretDB v1.24.2 (a real MongoDB wire-protocol
-// server with an SQLite backend) for keycap's tests and `make run` on machines
-// where no mongod can be had.
+// server) for keycap's tests, benchmarks and `make run` on machines where no
+// mongod can be had, on one of FerretDB's two backends:
+//
+//   - SQLite (--sqlite-url): no other software needed; one writer at a time;
+//   - PostgreSQL (--pg-bin + --pg-data): a cluster of Debian's PostgreSQL that
+//     this process initialises (once) and runs as its own child on a free
+//     loopback port, so real concurrent writers reach the storage.
 //
 // Why a wrapper instead of `go install .../cmd/ferretdb@v1.24.2`: that binary
 // panics at start when built outside FerretDB's own repository, because its
@@ -33,11 +38,18 @@ func main() {
 	listen := flag.String("listen-addr", "127.0.0.1:0", "TCP address to listen on")
 	sqliteURL := flag.String("sqlite-url", "", "SQLite backend URL, e.g. file:/tmp/data/ (directory must exist, trailing slash)")
 	logLevel := flag.String("log-level", "warn", "debug|info|warn|error")
+	pgBin := flag.String("pg-bin", "", "PostgreSQL bin directory (initdb, postgres, pg_isready): selects the PostgreSQL backend")
+	pgData := flag.String("pg-data", "", "PostgreSQL cluster directory (created by initdb when empty)")
+	pgUser := flag.String("pg-user", "postgres", "OS user that runs PostgreSQL when started as root (PostgreSQL refuses root)")
 	watchStdin := flag.Bool("watch-stdin", true, "exit when standard input closes")
 	flag.Parse()
 
-	if *sqliteURL == "" {
-		fmt.Fprintln(os.Stderr, "keycap-ferretdb: --sqlite-url is required")
+	if (*sqliteURL == "") == (*pgBin == "") {
+		fmt.Fprintln(os.Stderr, "keycap-ferretdb: exactly one of --sqlite-url or --pg-bin is required")
+		os.Exit(2)
+	}
+	if *pgBin != "" && *pgData == "" {
+		fmt.Fprintln(os.Stderr, "keycap-ferretdb: --pg-data is required with --pg-bin")
 		os.Exit(2)
 	}
 	var level slog.Level
@@ -55,18 +67,6 @@ func main() {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	f, err := ferretdb.New(&ferretdb.Config{
-		Listener:  ferretdb.ListenerConfig{TCP: addr},
-		Logger:    logger,
-		Handler:   "sqlite",
-		SQLiteURL: *sqliteURL,
-	})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "keycap-ferretdb: %v\n", err)
-		os.Exit(1)
-	}
-
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if *watchStdin {
@@ -76,6 +76,31 @@ func main() {
 		}()
 	}
 
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	config := &ferretdb.Config{
+		Listener:  ferretdb.ListenerConfig{TCP: addr},
+		Logger:    logger,
+		Handler:   "sqlite",
+		SQLiteURL: *sqliteURL,
+	}
+	var pg *postgres
+	if *pgBin != "" {
+		pg, err = startPostgres(*pgBin, *pgData, *pgUser)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "keycap-ferretdb: postgresql: %v\n", err)
+			os.Exit(1)
+		}
+		config.Handler = "postgresql"
+		config.SQLiteURL = ""
+		config.PostgreSQLURL = pg.url
+	}
+	f, err := ferretdb.New(config)
+	if err != nil {
+		pg.stop()
+		fmt.Fprintf(os.Stderr, "keycap-ferretdb: %v\n", err)
+		os.Exit(1)
+	}
+
 	done := make(chan struct{})
 	go func() {
 		_ = f.Run(ctx)
@@ -83,13 +108,21 @@ func main() {
 	}()
 
 	if err := waitListening(addr, 10*time.Second); err != nil {
+		pg.stop()
 		fmt.Fprintf(os.Stderr, "keycap-ferretdb: %v\n", err)
 		os.Exit(1)
 	}
-	line, _ := json.Marshal(map[string]string{"uri": f.MongoDBURI(), "version": "v1.24.2"})
+	line, _ := json.Marshal(map[string]string{"uri": f.MongoDBURI(), "version": "v1.24.2", "backend": config.Handler})
 	fmt.Println(string(line))
 
-	<-done
+	select {
+	case <-done:
+	case <-pg.exited():
+		fmt.Fprintln(os.Stderr, "keycap-ferretdb: postgresql exited; stopping")
+		stop()
+		<-done
+	}
+	pg.stop()
 }
 
 func waitListening(addr string, timeout time.Duration) error {

@@ -1,4 +1,5 @@
 import { spawn, execFile, type ChildProcessWithoutNullStreams } from "node:child_process";
+import * as crypto from "node:crypto";
 import * as dns from "node:dns/promises";
 import * as fs from "node:fs";
 import * as net from "node:net";
@@ -10,7 +11,23 @@ import type { Logger } from "./logger";
 import { projectRoot } from "./repo-paths";
 
 /** Which MongoDB-protocol server is in use. */
-export type MongoBackend = "external" | "mongodb-memory-server" | "ferretdb";
+export type MongoBackend = "external" | "mongodb-memory-server" | "ferretdb-sqlite" | "ferretdb-pg";
+
+/**
+ * KEYCAP_EMBEDDED_MONGO: which embedded server to start when MONGODB_URI is unset.
+ * `auto` (default): a mongod when one can be had, else FerretDB on SQLite;
+ * `ferretdb-sqlite`; `ferretdb-pg`: FerretDB on Debian's PostgreSQL (installed by
+ * apt-get on first use when missing), which takes concurrent writers.
+ */
+export type EmbeddedChoice = "auto" | "ferretdb-sqlite" | "ferretdb-pg";
+const EMBEDDED_CHOICES: readonly EmbeddedChoice[] = ["auto", "ferretdb-sqlite", "ferretdb-pg"];
+
+export function embeddedChoice(env: NodeJS.ProcessEnv = process.env): EmbeddedChoice {
+  const raw = env["KEYCAP_EMBEDDED_MONGO"]?.trim() || "auto";
+  const found = EMBEDDED_CHOICES.find((c) => c === raw);
+  if (!found) throw new Error(`KEYCAP_EMBEDDED_MONGO=${raw} is not one of ${EMBEDDED_CHOICES.join(", ")}`);
+  return found;
+}
 
 /** A running MongoDB-protocol server (or an external one) and how to stop it. */
 export interface MongoServerHandle {
@@ -18,6 +35,8 @@ export interface MongoServerHandle {
   backend: MongoBackend;
   /** Why this backend was chosen, for the log. */
   reason: string;
+  /** The server process we started (FerretDB's wrapper; PostgreSQL runs as its child). */
+  pid?: number;
   /** Stops the server (no-op for an external one) and removes temporary data. */
   stop(): Promise<void>;
 }
@@ -28,6 +47,8 @@ export interface StartMongoOptions {
   dataDir?: string;
   /** Overrides MONGODB_URI from the environment. */
   uri?: string;
+  /** Overrides KEYCAP_EMBEDDED_MONGO from the environment. */
+  embedded?: EmbeddedChoice;
 }
 
 export const FERRETDB_VERSION = "v1.24.2";
@@ -42,9 +63,19 @@ export function keycapCacheDir(): string {
   return path.join(xdg ? xdg : path.join(os.homedir(), ".cache"), "keycap");
 }
 
-/** Path of the FerretDB wrapper binary (tools/ferretdb) in the cache. */
+/**
+ * Path of the FerretDB wrapper binary (tools/ferretdb) in the cache; the name
+ * carries a digest of the wrapper's sources, so a changed wrapper is rebuilt.
+ */
 export function ferretdbBinaryPath(): string {
-  return process.env["KEYCAP_FERRETDB_BIN"] ?? path.join(keycapCacheDir(), `keycap-ferretdb-${FERRETDB_VERSION}`);
+  const explicit = process.env["KEYCAP_FERRETDB_BIN"];
+  if (explicit) return explicit;
+  const source = path.join(projectRoot(), "tools", "ferretdb");
+  const digest = crypto.createHash("sha256");
+  for (const file of fs.readdirSync(source).filter((f) => /\.go$|^go\.(mod|sum)$/.test(f)).sort()) {
+    digest.update(file).update(fs.readFileSync(path.join(source, file)));
+  }
+  return path.join(keycapCacheDir(), `keycap-ferretdb-${FERRETDB_VERSION}-${digest.digest("hex").slice(0, 12)}`);
 }
 
 /**
@@ -58,6 +89,15 @@ export async function startMongoServer(opts: StartMongoOptions): Promise<MongoSe
   if (uri) {
     return { uri, backend: "external", reason: "MONGODB_URI is set", stop: async () => undefined };
   }
+  const choice = opts.embedded ?? embeddedChoice();
+  if (choice === "ferretdb-pg") {
+    const [binary, pgBin] = await Promise.all([ensureFerretdb(opts.logger), ensurePostgres(opts.logger)]);
+    return startFerretdb(binary, `KEYCAP_EMBEDDED_MONGO=ferretdb-pg (PostgreSQL from ${pgBin})`, opts, pgBin);
+  }
+  if (choice === "ferretdb-sqlite") {
+    const binary = await ensureFerretdb(opts.logger);
+    return startFerretdb(binary, "KEYCAP_EMBEDDED_MONGO=ferretdb-sqlite", opts);
+  }
   const mongod = await findMongod();
   if (mongod.available) {
     try {
@@ -68,6 +108,51 @@ export async function startMongoServer(opts: StartMongoOptions): Promise<MongoSe
   }
   const binary = await ensureFerretdb(opts.logger);
   return startFerretdb(binary, `no mongod could be had (${mongod.reason})`, opts);
+}
+
+const PG_LIB = "/usr/lib/postgresql";
+
+/** The bin directory of the newest installed PostgreSQL (Debian layout), or KEYCAP_PG_BIN. */
+function findPostgres(): string | undefined {
+  const explicit = process.env["KEYCAP_PG_BIN"];
+  if (explicit) return explicit;
+  if (!fs.existsSync(PG_LIB)) return undefined;
+  const versions = fs
+    .readdirSync(PG_LIB)
+    .filter((v) => fs.existsSync(path.join(PG_LIB, v, "bin", "initdb")))
+    .sort((a, b) => Number(b) - Number(a));
+  return versions[0] === undefined ? undefined : path.join(PG_LIB, versions[0], "bin");
+}
+
+let postgresInstall: Promise<string> | undefined;
+
+/**
+ * PostgreSQL's bin directory; when none is installed, installs Debian's
+ * `postgresql` package (as root, the way the project's setup installs what a
+ * chosen backend needs), saying so first.
+ */
+export function ensurePostgres(logger: Logger): Promise<string> {
+  postgresInstall ??= (async () => {
+    const found = findPostgres();
+    if (found) return found;
+    if (process.getuid?.() !== 0) {
+      throw new Error("KEYCAP_EMBEDDED_MONGO=ferretdb-pg needs PostgreSQL: run `apt-get install postgresql` as root, or set KEYCAP_PG_BIN to its bin directory");
+    }
+    logger.info({}, "installing PostgreSQL from Debian's packages for the ferretdb-pg backend (first run only, about a minute): apt-get update && apt-get install postgresql");
+    const run = promisify(execFile);
+    const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
+    try {
+      await run("apt-get", ["update", "-q"], { env, maxBuffer: 64 * 1024 * 1024 });
+      await run("apt-get", ["install", "-y", "-q", "--no-install-recommends", "postgresql"], { env, maxBuffer: 64 * 1024 * 1024 });
+    } catch (err) {
+      throw new Error(`cannot install PostgreSQL with apt-get (are Debian's package mirrors reachable?): ${errorText(err)}`);
+    }
+    const installed = findPostgres();
+    if (!installed) throw new Error(`apt-get installed postgresql, but no ${PG_LIB}/*/bin/initdb was found`);
+    return installed;
+  })();
+  postgresInstall.catch(() => (postgresInstall = undefined));
+  return postgresInstall;
 }
 
 interface MongodProbe {
@@ -135,24 +220,26 @@ export async function ensureFerretdb(logger: Logger): Promise<string> {
   return binary;
 }
 
-async function startFerretdb(binary: string, reason: string, opts: StartMongoOptions): Promise<MongoServerHandle> {
+async function startFerretdb(binary: string, reason: string, opts: StartMongoOptions, pgBin?: string): Promise<MongoServerHandle> {
   const temporary = opts.dataDir === undefined;
   const dataDir = opts.dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), "keycap-ferretdb-"));
   fs.mkdirSync(dataDir, { recursive: true });
-  // stdin stays a pipe: the wrapper exits when it closes, so FerretDB never
-  // outlives us, even when we are SIGKILLed.
-  const child: ChildProcessWithoutNullStreams = spawn(
-    binary,
-    [`--sqlite-url=file:${dataDir}/`, "--listen-addr=127.0.0.1:0", "--log-level=error"],
-    { stdio: ["pipe", "pipe", "pipe"] },
-  );
+  // PostgreSQL runs as an unprivileged user when we are root: it must reach
+  // its cluster folder (it owns the folder itself, not our data directory).
+  if (pgBin && temporary) fs.chmodSync(dataDir, 0o755);
+  const backendArgs = pgBin ? [`--pg-bin=${pgBin}`, `--pg-data=${path.join(dataDir, "postgresql")}`] : [`--sqlite-url=file:${dataDir}/`];
+  // stdin stays a pipe: the wrapper exits when it closes, so FerretDB (and its
+  // PostgreSQL) never outlive us, even when we are SIGKILLed.
+  const child: ChildProcessWithoutNullStreams = spawn(binary, [...backendArgs, "--listen-addr=127.0.0.1:0", "--log-level=error"], {
+    stdio: ["pipe", "pipe", "pipe"],
+  });
   let stderr = "";
   child.stderr.on("data", (d: Buffer) => {
     stderr = (stderr + d.toString()).slice(-4000);
   });
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
   const uri = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`FerretDB did not start within 30 s: ${stderr}`)), 30_000);
+    const timer = setTimeout(() => reject(new Error(`FerretDB did not start within 60 s: ${stderr}`)), 60_000);
     const lines = readline.createInterface({ input: child.stdout });
     lines.once("line", (line) => {
       clearTimeout(timer);
@@ -172,12 +259,14 @@ async function startFerretdb(binary: string, reason: string, opts: StartMongoOpt
   let stopped: Promise<void> | undefined;
   return {
     uri,
-    backend: "ferretdb",
+    backend: pgBin ? "ferretdb-pg" : "ferretdb-sqlite",
     reason,
+    pid: child.pid,
     stop: () => {
       stopped ??= (async () => {
         child.stdin.end();
-        const timeout = new Promise<"timeout">((r) => setTimeout(() => r("timeout"), 5000).unref());
+        // PostgreSQL's clean shutdown (a checkpoint) can take a few seconds.
+        const timeout = new Promise<"timeout">((r) => setTimeout(() => r("timeout"), pgBin ? 25_000 : 5000).unref());
         if ((await Promise.race([exited, timeout])) === "timeout") {
           child.kill("SIGKILL");
           await exited;
