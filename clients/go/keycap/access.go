@@ -51,7 +51,8 @@ func NewAccessClient(address, token string, opts ...Option) (*AccessClient, erro
 	return &AccessClient{conn: conn, raw: kernelv1.NewAccessServiceClient(conn), o: o}, nil
 }
 
-// Raw is the generated client; its calls carry the token too.
+// Raw is the generated client; its calls carry the token too (but no default
+// deadline, no wait for readiness and no resend of UNAVAILABLE).
 func (c *AccessClient) Raw() kernelv1.AccessServiceClient { return c.raw }
 
 // Close closes the connection.

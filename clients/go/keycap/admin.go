@@ -44,7 +44,8 @@ func NewAdminClient(address, token string, opts ...Option) (*AdminClient, error)
 	return &AdminClient{conn: conn, raw: ledgerv1.NewLedgerAdminServiceClient(conn), token: token, o: o}, nil
 }
 
-// Raw is the generated client (its calls need the credential in metadata).
+// Raw is the generated client (its calls need the credential in metadata; they
+// get no default deadline, no wait for readiness and no resend either).
 func (c *AdminClient) Raw() ledgerv1.LedgerAdminServiceClient { return c.raw }
 
 // Close closes the connection.

@@ -55,14 +55,24 @@ func (h *CapabilityHandle) Call() *kernelv1.Call { return proto.Clone(h.call).(*
 
 // Write records the effect in the ledger under the kernel's key (or request
 // id). Writing again under an Idempotent capability returns the original entry
-// with Duplicate set, and writes nothing.
+// with Duplicate set, and writes nothing. It waits for the ledger to be ready;
+// an UNAVAILABLE answer is resent until the deadline for an Idempotent
+// capability only (see LedgerClient.WriteWithCapabilityOnce): for a Queryable
+// one, Lookup tells whether a write answered UNAVAILABLE took effect.
 func (h *CapabilityHandle) Write(ctx context.Context, payload []byte) (*ledgerv1.WriteResponse, error) {
 	if h.ledger == nil {
 		return nil, ErrNoLedger
 	}
-	return h.ledger.WriteWithCapability(ctx, h.capability, &ledgerv1.WriteRequest{
+	// Only an Idempotent capability's write is resent after UNAVAILABLE. A
+	// single-use one's is not: had the first try taken effect with only its
+	// answer lost, the resend would be refused CAPABILITY_REUSED.
+	policy := sendOnce
+	if h.call.GetEffectKind() == effectv1.EffectKind_EFFECT_KIND_IDEMPOTENT {
+		policy = retryUnavailable
+	}
+	return h.ledger.write(ctx, h.capability, &ledgerv1.WriteRequest{
 		Key: h.call.GetKey(), RequestId: h.call.GetRequestId(), Payload: payload,
-	})
+	}, policy)
 }
 
 // Lookup (Queryable) asks the ledger whether this call's request took effect.

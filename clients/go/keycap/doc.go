@@ -21,6 +21,15 @@
 // certificate; with WithToken("") that certificate alone proves the principal.
 // AccessClient manages principals and grants and answers WhoAmI.
 //
+// Every call waits for its service to be ready within its deadline (the
+// context's, else WithCallTimeout's): a kernel or ledger that is restarting is
+// waited for, and nothing is sent before it is up. An UNAVAILABLE answer,
+// keycap's "retry", is resent with capped, jittered exponential backoff until
+// that deadline, then returned; no other code is resent. The one exception is
+// the ledger write of a single-use (Unsafe, Queryable) capability, never
+// resent: had it taken effect with only its answer lost, the resend would be
+// refused CAPABILITY_REUSED.
+//
 // A typical tool:
 //
 //	kernel, err := keycap.NewKernelClient("127.0.0.1:50051", keycap.WithLedger("127.0.0.1:50052"))

@@ -89,6 +89,8 @@ func NewKernelClient(address string, opts ...Option) (*KernelClient, error) {
 
 // Raw is the generated client, for RPCs in their wire form; its calls carry the
 // bearer token too. Its errors are plain gRPC status errors; FromError reads them.
+// Its calls are sent as it sends them: no default deadline, no wait for the
+// kernel to be ready, no resend of UNAVAILABLE.
 func (c *KernelClient) Raw() kernelv1.KernelServiceClient { return c.raw }
 
 // Close closes the kernel connection and the ledger connection, if any.

@@ -28,19 +28,39 @@ func NewLedgerClient(address string, opts ...Option) (*LedgerClient, error) {
 	return &LedgerClient{conn: conn, raw: ledgerv1.NewLedgerServiceClient(conn), o: o}, nil
 }
 
-// Raw is the generated client.
+// Raw is the generated client. Its calls are sent as it sends them: no
+// default deadline, no wait for the ledger to be ready, no resend.
 func (c *LedgerClient) Raw() ledgerv1.LedgerServiceClient { return c.raw }
 
 // Close closes the connection.
 func (c *LedgerClient) Close() error { return c.conn.Close() }
 
 // WriteWithCapability writes req presenting capability as
-// `authorization: Bearer <capability>`; an empty capability sends none.
+// `authorization: Bearer <capability>`; an empty capability sends none. Like
+// every call of this package it waits for the ledger to be ready and resends
+// an UNAVAILABLE answer until the deadline, which is right for an Idempotent
+// capability (a resend under the same key writes nothing new). Write with a
+// single-use (Unsafe, Queryable) capability through WriteWithCapabilityOnce.
 func (c *LedgerClient) WriteWithCapability(ctx context.Context, capability string, req *ledgerv1.WriteRequest) (*ledgerv1.WriteResponse, error) {
+	return c.write(ctx, capability, req, retryUnavailable)
+}
+
+// WriteWithCapabilityOnce is WriteWithCapability without the resend of an
+// UNAVAILABLE answer (it still waits for the ledger to be ready): the write of
+// a single-use (Unsafe, Queryable) capability, which a lost answer would make
+// ambiguous to resend (the resend of a write that took effect is refused
+// CAPABILITY_REUSED). After an UNAVAILABLE, a Queryable caller can ask
+// LookupWithCapability whether the effect happened. CapabilityHandle.Write
+// chooses between the two by the handle's effect kind.
+func (c *LedgerClient) WriteWithCapabilityOnce(ctx context.Context, capability string, req *ledgerv1.WriteRequest) (*ledgerv1.WriteResponse, error) {
+	return c.write(ctx, capability, req, sendOnce)
+}
+
+func (c *LedgerClient) write(ctx context.Context, capability string, req *ledgerv1.WriteRequest, policy retryPolicy) (*ledgerv1.WriteResponse, error) {
 	if req == nil {
 		req = &ledgerv1.WriteRequest{}
 	}
-	return invoke(ctx, c.o.callTimeout, capability, c.raw.Write, req)
+	return call(ctx, c.o.callTimeout, capability, policy, c.raw.Write, req)
 }
 
 // LookupWithCapability asks whether the effect for requestID happened,

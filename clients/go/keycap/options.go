@@ -7,7 +7,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 )
 
 // DefaultCallTimeout bounds each RPC whose context has no deadline of its own.
@@ -33,7 +32,9 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 }
 
 // WithCallTimeout sets the deadline applied to an RPC whose context has none.
-// Default DefaultCallTimeout; 0 or less applies none.
+// Default DefaultCallTimeout; 0 or less applies none. The deadline bounds the
+// whole call: the wait for the service to be ready and the resends of
+// UNAVAILABLE answers; with none, resends go on until ctx is cancelled.
 func WithCallTimeout(d time.Duration) Option {
 	return func(o *options) { o.callTimeout = d }
 }
@@ -108,30 +109,4 @@ func withBearer(token string) []grpc.DialOption {
 		return nil
 	}
 	return []grpc.DialOption{grpc.WithPerRPCCredentials(bearerCredentials{token: token})}
-}
-
-// invoke runs one unary RPC: the default deadline when ctx has none, the
-// bearer credential (when not empty) as `authorization` metadata, and errors
-// normalised to *Error.
-func invoke[Req, Res any](
-	ctx context.Context,
-	timeout time.Duration,
-	bearer string,
-	method func(context.Context, Req, ...grpc.CallOption) (Res, error),
-	req Req,
-) (Res, error) {
-	if _, ok := ctx.Deadline(); !ok && timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	if bearer != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+bearer)
-	}
-	res, err := method(ctx, req)
-	if err != nil {
-		var zero Res
-		return zero, FromError(err)
-	}
-	return res, nil
 }
