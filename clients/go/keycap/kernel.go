@@ -6,6 +6,9 @@ import (
 	"errors"
 	"time"
 
+	"crypto/rand"
+	"fmt"
+
 	kernelv1 "github.com/keycap/keycap/clients/go/gen/keycap/kernel/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -146,6 +149,12 @@ func (c *KernelClient) BeginCall(ctx context.Context, toolID string, argumentsJS
 	for _, opt := range opts {
 		opt(req)
 	}
+	// The call id is chosen here, not by the kernel, so that a BeginCall
+	// resent after a lost answer finds the call it created instead of
+	// journaling a second one.
+	if req.CallId == "" {
+		req.CallId = newCallID()
+	}
 	return invoke(ctx, c.o.callTimeout, "", c.raw.BeginCall, req)
 }
 
@@ -245,4 +254,13 @@ func (c *KernelClient) handleFor(call *kernelv1.Call, capability string, expires
 		exp = expires.AsTime()
 	}
 	return &CapabilityHandle{call: call, capability: capability, expiresAt: exp, ledger: c.ledger, kernel: c}, nil
+}
+
+// newCallID is a random (version 4) UUID, the form the TypeScript client uses.
+func newCallID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux (getrandom)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,12 +91,17 @@ func (l *fakeLedger) Write(ctx context.Context, req *ledgerv1.WriteRequest) (*le
 type fakeKernel struct {
 	kernelv1.UnimplementedKernelServiceServer
 	flaky
+	mu      sync.Mutex
+	callIDs []string // the call id of every BeginCall received
 }
 
 func (k *fakeKernel) BeginCall(ctx context.Context, req *kernelv1.BeginCallRequest) (*kernelv1.BeginCallResponse, error) {
 	if err := requireBearer(ctx, fakeRuntimeToken); err != nil {
 		return nil, err
 	}
+	k.mu.Lock()
+	k.callIDs = append(k.callIDs, req.GetCallId())
+	k.mu.Unlock()
 	if err := k.answer(); err != nil {
 		return nil, err
 	}
@@ -230,6 +236,13 @@ func TestRetryKernelCallSucceedsAfterUnavailableAnswers(t *testing.T) {
 	k, _ := startFakes(t, kernel, &fakeLedger{})
 	begin(t, k, effectv1.EffectKind_EFFECT_KIND_UNSAFE) // a kernel call is safe to resend, whatever the tool's effect
 	requireCalls(t, &kernel.flaky, 3)
+	// Each resend names the same call, chosen by the client, so a resend after
+	// a lost answer finds the call the first try journaled.
+	kernel.mu.Lock()
+	defer kernel.mu.Unlock()
+	if len(kernel.callIDs) != 3 || kernel.callIDs[0] == "" || kernel.callIDs[1] != kernel.callIDs[0] || kernel.callIDs[2] != kernel.callIDs[0] {
+		t.Fatalf("BeginCall call ids %q: want one client-chosen id on every resend", kernel.callIDs)
+	}
 }
 
 func TestRetrySingleUseWriteIsNotRetried(t *testing.T) {
