@@ -7,7 +7,8 @@ an explicit capability (one handed over from another process); :class:`AdminClie
 reads the ledger's entries and refusals; :class:`AccessClient` manages principals and
 grants. Kernel calls carry the runtime credential (``KEYCAP_RUNTIME_TOKEN``, its file,
 or ``.keycap/runtime-token``); every client takes :class:`TlsOptions`. Every error is a :class:`KeycapError`
-carrying the gRPC code and the ``google.rpc.ErrorInfo`` reason.
+carrying the gRPC code and the ``google.rpc.ErrorInfo`` reason. The same clients on
+asyncio (``grpc.aio``) are in :mod:`keycap_client.aio`.
 """
 
 from keycap_client.access_client import AccessClient

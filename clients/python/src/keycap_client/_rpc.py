@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
@@ -21,6 +21,36 @@ DEFAULT_TIMEOUT_S = 10.0
 #: Backoff between retries of an UNAVAILABLE answer (seconds): first, and cap.
 FIRST_BACKOFF_S = 0.1
 MAX_BACKOFF_S = 2.0
+
+
+def bearer_metadata(bearer: str | None) -> tuple[tuple[str, str], ...] | None:
+    """``authorization: Bearer <bearer>`` as call metadata; None (nothing sent) without a bearer."""
+    return (("authorization", f"Bearer {bearer}"),) if bearer is not None else None
+
+
+def deadline_after(timeout: float | None) -> float | None:
+    """The monotonic deadline ``timeout`` seconds from now (None: no deadline)."""
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def time_left(deadline: float | None) -> float | None:
+    """Seconds left until ``deadline`` (never negative), the next attempt's timeout."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def retry_delay(error: KeycapError, *, attempt: int, deadline: float | None, retry: bool) -> float | None:
+    """How long to wait before trying a failed call again; None: do not, raise ``error``.
+
+    Only an UNAVAILABLE answer (keycap's "retry") is retried, and only when ``retry``;
+    the backoff doubles from FIRST_BACKOFF_S per ``attempt`` (0 for the first retry),
+    capped at MAX_BACKOFF_S, jittered to 50-100 %, and never sleeps past the deadline.
+    """
+    if error.code != grpc.StatusCode.UNAVAILABLE or not retry:
+        return None
+    backoff: float = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2**attempt) * (0.5 + random.random() / 2)
+    if deadline is not None and time.monotonic() + backoff >= deadline:
+        return None
+    return backoff
 
 
 def call_unary(
@@ -39,24 +69,47 @@ def call_unary(
     for, nothing is sent before it is up), and an UNAVAILABLE answer — keycap's
     "retry" — is retried with capped, jittered exponential backoff until the deadline,
     unless ``retry`` is False (a single-use capability's write, where a lost answer
-    makes a retry ambiguous).
+    makes a retry ambiguous). The asyncio twin is ``keycap_client.aio._rpc.call_unary``.
     """
-    metadata = (("authorization", f"Bearer {bearer}"),) if bearer is not None else None
-    deadline = None if timeout is None else time.monotonic() + timeout
+    metadata = bearer_metadata(bearer)
+    deadline = deadline_after(timeout)
     attempt = 0
     while True:
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
-            return method(request, timeout=remaining, metadata=metadata, wait_for_ready=True)
+            return method(request, timeout=time_left(deadline), metadata=metadata, wait_for_ready=True)
         except grpc.RpcError as err:
             error = KeycapError.from_rpc_error(err)
-            if error.code != grpc.StatusCode.UNAVAILABLE or not retry:
+            delay = retry_delay(error, attempt=attempt, deadline=deadline, retry=retry)
+            if delay is None:
                 raise error from err
-            backoff = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2**attempt) * (0.5 + random.random() / 2)
-            if deadline is not None and time.monotonic() + backoff >= deadline:
-                raise error from err
-            time.sleep(backoff)
+            time.sleep(delay)
             attempt += 1
+
+
+class Page(Protocol):
+    """A List* response: one page of items and the token of the next ("" after the last)."""
+
+    @property
+    def next_page_token(self) -> str: ...
+
+
+PageT = TypeVar("PageT", bound=Page)
+Item = TypeVar("Item")
+
+#: Page size of the listings that follow every page to the end.
+LIST_PAGE_SIZE = 1000
+
+
+def collect_pages(fetch: Callable[[str], PageT], items: Callable[[PageT], Iterable[Item]]) -> list[Item]:
+    """Every item of a paged listing: ``fetch(page_token)`` from "" until no next token."""
+    out: list[Item] = []
+    token = ""
+    while True:
+        page = fetch(token)
+        out.extend(items(page))
+        token = page.next_page_token
+        if not token:
+            return out
 
 
 def open_channel(address: str, credentials: grpc.ChannelCredentials | None) -> grpc.Channel:

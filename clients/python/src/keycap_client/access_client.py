@@ -6,13 +6,12 @@ from typing import Any, Literal
 
 import grpc
 
+from keycap_client import _wire
 from keycap_client._gen.keycap.kernel.v1 import access_pb2, access_pb2_grpc
-from keycap_client._rpc import DEFAULT_TIMEOUT_S, ChannelClient, call_unary, open_channel
-from keycap_client.credentials import TlsOptions, channel_credentials
+from keycap_client._rpc import DEFAULT_TIMEOUT_S, ChannelClient, call_unary, collect_pages, open_channel
+from keycap_client.credentials import TlsOptions, resolve_credentials
 
 __all__ = ["AccessClient"]
-
-_ROLES = {"runtime": access_pb2.PRINCIPAL_ROLE_RUNTIME, "operator": access_pb2.PRINCIPAL_ROLE_OPERATOR}
 
 
 class AccessClient(ChannelClient):
@@ -34,7 +33,7 @@ class AccessClient(ChannelClient):
         self.address = address
         self.timeout = timeout
         self.__token = token or None
-        self._channel = open_channel(address, credentials if credentials is not None else channel_credentials(tls))
+        self._channel = open_channel(address, resolve_credentials(tls, credentials))
         self.raw = access_pb2_grpc.AccessServiceStub(self._channel)  # type: ignore[no-untyped-call]
 
     def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
@@ -45,21 +44,18 @@ class AccessClient(ChannelClient):
     ) -> access_pb2.CreatePrincipalResponse:
         """Creates a principal; the response's ``secret`` is shown only this once."""
         res: access_pb2.CreatePrincipalResponse = self._call(
-            self.raw.CreatePrincipal, access_pb2.CreatePrincipalRequest(name=name, role=_ROLES[role]), timeout
+            self.raw.CreatePrincipal, _wire.create_principal(name, role), timeout
         )
         return res
 
     def list_principals(self, *, timeout: float | None = None) -> list[access_pb2.Principal]:
-        out: list[access_pb2.Principal] = []
-        token = ""
-        while True:
+        def page(token: str) -> access_pb2.ListPrincipalsResponse:
             res: access_pb2.ListPrincipalsResponse = self._call(
-                self.raw.ListPrincipals, access_pb2.ListPrincipalsRequest(page_size=1000, page_token=token), timeout
+                self.raw.ListPrincipals, _wire.list_principals(token), timeout
             )
-            out.extend(res.principals)
-            token = res.next_page_token
-            if not token:
-                return out
+            return res
+
+        return collect_pages(page, lambda res: res.principals)
 
     def revoke_principal(self, name: str, *, timeout: float | None = None) -> access_pb2.RevokePrincipalResponse:
         res: access_pb2.RevokePrincipalResponse = self._call(
@@ -80,18 +76,13 @@ class AccessClient(ChannelClient):
         return res
 
     def list_grants(self, *, tool_id: str = "", principal: str = "", timeout: float | None = None) -> list[access_pb2.Grant]:
-        out: list[access_pb2.Grant] = []
-        token = ""
-        while True:
+        def page(token: str) -> access_pb2.ListGrantsResponse:
             res: access_pb2.ListGrantsResponse = self._call(
-                self.raw.ListGrants,
-                access_pb2.ListGrantsRequest(tool_id=tool_id, principal=principal, page_size=1000, page_token=token),
-                timeout,
+                self.raw.ListGrants, _wire.list_grants(tool_id, principal, token), timeout
             )
-            out.extend(res.grants)
-            token = res.next_page_token
-            if not token:
-                return out
+            return res
+
+        return collect_pages(page, lambda res: res.grants)
 
     def who_am_i(self, *, timeout: float | None = None) -> access_pb2.WhoAmIResponse:
         """The principal the kernel sees for this client, and how it was proven."""

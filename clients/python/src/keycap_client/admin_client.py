@@ -6,21 +6,13 @@ from datetime import datetime
 from typing import Any
 
 import grpc
-from google.protobuf import timestamp_pb2
 
+from keycap_client import _wire
 from keycap_client._gen.keycap.ledger.v1 import ledger_admin_pb2, ledger_admin_pb2_grpc, ledger_pb2
-from keycap_client.credentials import TlsOptions, channel_credentials
-from keycap_client._rpc import DEFAULT_TIMEOUT_S, ChannelClient, call_unary, client_error, open_channel
+from keycap_client._rpc import DEFAULT_TIMEOUT_S, LIST_PAGE_SIZE, ChannelClient, call_unary, collect_pages, open_channel
+from keycap_client.credentials import TlsOptions, resolve_credentials
 
 __all__ = ["AdminClient"]
-
-
-def _ts(value: datetime | None) -> timestamp_pb2.Timestamp | None:
-    if value is None:
-        return None
-    ts = timestamp_pb2.Timestamp()
-    ts.FromDatetime(value)
-    return ts
 
 
 class AdminClient(ChannelClient):
@@ -39,8 +31,7 @@ class AdminClient(ChannelClient):
         credentials: grpc.ChannelCredentials | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
     ) -> None:
-        if credentials is None:
-            credentials = channel_credentials(tls)
+        credentials = resolve_credentials(tls, credentials)
         self.address = address
         self.timeout = timeout
         self.__token = token
@@ -53,33 +44,23 @@ class AdminClient(ChannelClient):
     def list_entries_page(
         self, tool_id: str = "", page_token: str = "", page_size: int = 100, *, timeout: float | None = None
     ) -> ledger_admin_pb2.ListEntriesResponse:
-        req = ledger_admin_pb2.ListEntriesRequest(tool_id=tool_id, page_size=page_size, page_token=page_token)
-        res: ledger_admin_pb2.ListEntriesResponse = self._call(self.raw.ListEntries, req, timeout)
+        res: ledger_admin_pb2.ListEntriesResponse = self._call(
+            self.raw.ListEntries, _wire.list_entries(tool_id, page_token, page_size), timeout
+        )
         return res
 
     def list_entries(self, tool_id: str = "", *, timeout: float | None = None) -> list[ledger_pb2.Entry]:
         """Every entry (of one tool, or all), newest first."""
-        out: list[ledger_pb2.Entry] = []
-        token = ""
-        while True:
-            res = self.list_entries_page(tool_id, token, 1000, timeout=timeout)
-            out.extend(res.entries)
-            token = res.next_page_token
-            if not token:
-                return out
+        return collect_pages(
+            lambda token: self.list_entries_page(tool_id, token, LIST_PAGE_SIZE, timeout=timeout),
+            lambda res: res.entries,
+        )
 
     def get_entry(
         self, key: str | None = None, *, entry_id: str | None = None, timeout: float | None = None
     ) -> ledger_pb2.Entry:
         """One entry by idempotency key or (keyword) entry id; KeycapError NOT_FOUND when none."""
-        if (key is None) == (entry_id is None):
-            raise client_error("SELECTOR_REQUIRED", "get_entry needs exactly one of key or entry_id")
-        req = (
-            ledger_admin_pb2.GetEntryRequest(key=key)
-            if key is not None
-            else ledger_admin_pb2.GetEntryRequest(entry_id=entry_id)
-        )
-        res: ledger_admin_pb2.GetEntryResponse = self._call(self.raw.GetEntry, req, timeout)
+        res: ledger_admin_pb2.GetEntryResponse = self._call(self.raw.GetEntry, _wire.get_entry(key, entry_id), timeout)
         return res.entry
 
     def list_rejections_page(
@@ -94,14 +75,14 @@ class AdminClient(ChannelClient):
         page_size: int = 100,
         timeout: float | None = None,
     ) -> ledger_admin_pb2.ListRejectionsResponse:
-        req = ledger_admin_pb2.ListRejectionsRequest(
+        req = _wire.list_rejections(
             tool_id=tool_id,
             reason=reason,
-            since=_ts(since),
-            until=_ts(until),
-            page_size=page_size,
-            page_token=page_token,
+            since=since,
+            until=until,
             service=service,
+            page_token=page_token,
+            page_size=page_size,
         )
         res: ledger_admin_pb2.ListRejectionsResponse = self._call(self.raw.ListRejections, req, timeout)
         return res
@@ -117,16 +98,19 @@ class AdminClient(ChannelClient):
         timeout: float | None = None,
     ) -> list[ledger_admin_pb2.Rejection]:
         """Every matching refusal, newest first; ``service`` "kernel" or "ledger" narrows to one service's."""
-        out: list[ledger_admin_pb2.Rejection] = []
-        token = ""
-        while True:
-            res = self.list_rejections_page(
-                tool_id=tool_id, reason=reason, since=since, until=until, service=service, page_token=token, page_size=1000, timeout=timeout
-            )
-            out.extend(res.rejections)
-            token = res.next_page_token
-            if not token:
-                return out
+        return collect_pages(
+            lambda token: self.list_rejections_page(
+                tool_id=tool_id,
+                reason=reason,
+                since=since,
+                until=until,
+                service=service,
+                page_token=token,
+                page_size=LIST_PAGE_SIZE,
+                timeout=timeout,
+            ),
+            lambda res: res.rejections,
+        )
 
     def stats(self, *, timeout: float | None = None) -> ledger_admin_pb2.GetStatsResponse:
         res: ledger_admin_pb2.GetStatsResponse = self._call(self.raw.GetStats, ledger_admin_pb2.GetStatsRequest(), timeout)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar
+
+from google.protobuf import timestamp_pb2
 
 from keycap_client._gen.keycap.effect.v1 import effect_pb2
 from keycap_client._gen.keycap.kernel.v1 import kernel_pb2
@@ -16,14 +18,25 @@ if TYPE_CHECKING:
 
 __all__ = ["CapabilityHandle"]
 
+_Ledger = TypeVar("_Ledger")
+_Kernel = TypeVar("_Kernel")
 
-class CapabilityHandle:
-    """A call's identity and a capability the tool cannot misuse.
 
-    :meth:`write` always sends the kernel-derived key (or request id) with the
-    call's capability; there is no parameter to pass another key. The
-    capability is not exposed as an attribute and never appears in ``repr``.
-    """
+def handle_parts(
+    call: kernel_pb2.Call | None, expires_at: timestamp_pb2.Timestamp | datetime | None
+) -> tuple[kernel_pb2.Call, datetime | None]:
+    """``handle_for``'s checks: the kernel answered with a call; the expiry as a UTC datetime."""
+    if call is None or not call.call_id:
+        raise client_error("CALL_MISSING", "the kernel answered without a call")
+    if isinstance(expires_at, timestamp_pb2.Timestamp):
+        expires_at = expires_at.ToDatetime(tzinfo=timezone.utc)
+    return call, expires_at
+
+
+class HandleBase(Generic[_Ledger, _Kernel]):
+    """What every handle holds (sync :class:`CapabilityHandle`, asyncio
+    :class:`~keycap_client.aio.AsyncCapabilityHandle`): the call, its capability in a
+    name-mangled slot with no accessor, and the clients it writes and completes through."""
 
     __slots__ = ("_call", "__capability", "_expires_at", "_ledger", "_kernel")
 
@@ -32,8 +45,8 @@ class CapabilityHandle:
         call: kernel_pb2.Call,
         capability: str,
         expires_at: datetime | None,
-        ledger: LedgerClient | None,
-        kernel: KernelClient,
+        ledger: _Ledger | None,
+        kernel: _Kernel,
     ) -> None:
         snapshot = kernel_pb2.Call()
         snapshot.CopyFrom(call)
@@ -81,44 +94,60 @@ class CapabilityHandle:
         """When the capability expires (UTC), if the kernel said."""
         return self._expires_at
 
+    def _capability(self) -> str:
+        return self.__capability
+
+    def _retry_write(self) -> bool:
+        # A single-use capability's write is not retried blindly: had the first try taken
+        # effect with only its answer lost, the retry would be refused CAPABILITY_REUSED.
+        return self._call.effect_kind == effect_pb2.EFFECT_KIND_IDEMPOTENT
+
+    def _require_ledger(self) -> _Ledger:
+        if self._ledger is None:
+            raise client_error(
+                "LEDGER_ADDRESS_MISSING",
+                f"{type(self._kernel).__name__} was created without ledger_address; handles cannot write",
+            )
+        return self._ledger
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(tool_id={self.tool_id!r}, call_id={self.call_id!r}, "
+            f"key={self.key!r}, attempt={self.attempt})"
+        )
+
+
+class CapabilityHandle(HandleBase["LedgerClient", "KernelClient"]):
+    """A call's identity and a capability the tool cannot misuse.
+
+    :meth:`write` always sends the kernel-derived key (or request id) with the
+    call's capability; there is no parameter to pass another key. The
+    capability is not exposed as an attribute and never appears in ``repr``.
+    """
+
+    __slots__ = ()
+
     def write(self, payload: bytes | str, *, timeout: float | None = None) -> ledger_pb2.WriteResponse:
         """Records the effect in the ledger under the kernel's key (str payloads are UTF-8).
 
         Returns the entry; ``duplicate`` is True when this key's effect was
         already recorded (nothing new was written).
         """
-        ledger = self._require_ledger()
-        # A single-use capability's write is not retried blindly: had the first try taken
-        # effect with only its answer lost, the retry would be refused CAPABILITY_REUSED.
-        single_use = self._call.effect_kind != effect_pb2.EFFECT_KIND_IDEMPOTENT
-        return ledger.write_with_capability(
-            self.__capability,
+        return self._require_ledger().write_with_capability(
+            self._capability(),
             key=self._call.key,
             request_id=self._call.request_id,
             payload=payload,
             timeout=timeout,
-            retry=not single_use,
+            retry=self._retry_write(),
         )
 
     def lookup(self, *, timeout: float | None = None) -> ledger_pb2.LookupRequestResponse:
         """Queryable: whether this call's request already took effect."""
-        return self._require_ledger().lookup_with_capability(self.__capability, self._call.request_id, timeout=timeout)
+        return self._require_ledger().lookup_with_capability(self._capability(), self._call.request_id, timeout=timeout)
 
     def complete(
         self, outcome: Literal["succeeded", "failed"] = "succeeded", detail: str = "", *, timeout: float | None = None
     ) -> kernel_pb2.CompleteCallResponse:
         """Marks the call done in the kernel's journal."""
         return self._kernel.complete_call(self._call.call_id, outcome, detail, timeout=timeout)
-
-    def _require_ledger(self) -> LedgerClient:
-        if self._ledger is None:
-            raise client_error(
-                "LEDGER_ADDRESS_MISSING", "KernelClient was created without ledger_address; handles cannot write"
-            )
-        return self._ledger
-
-    def __repr__(self) -> str:
-        return (
-            f"CapabilityHandle(tool_id={self.tool_id!r}, call_id={self.call_id!r}, "
-            f"key={self.key!r}, attempt={self.attempt})"
-        )

@@ -17,7 +17,15 @@ from pathlib import Path
 
 import grpc
 
-__all__ = ["ClientConfigError", "TlsOptions", "channel_credentials", "runtime_token_from_env", "tls_from_env"]
+__all__ = [
+    "ClientConfigError",
+    "TlsOptions",
+    "channel_credentials",
+    "resolve_credentials",
+    "runtime_bearer",
+    "runtime_token_from_env",
+    "tls_from_env",
+]
 
 
 class ClientConfigError(ValueError):
@@ -57,6 +65,13 @@ def channel_credentials(tls: TlsOptions | None) -> grpc.ChannelCredentials | Non
     )
 
 
+def resolve_credentials(
+    tls: TlsOptions | None, credentials: grpc.ChannelCredentials | None
+) -> grpc.ChannelCredentials | None:
+    """A client's channel credentials: ``credentials`` when given, else those of ``tls``."""
+    return credentials if credentials is not None else channel_credentials(tls)
+
+
 def _non_empty(env: Mapping[str, str], name: str) -> str | None:
     v = env.get(name, "").strip()
     return v or None
@@ -81,6 +96,15 @@ def runtime_token_from_env(env: Mapping[str, str] | None = None) -> str | None:
         raise ClientConfigError("KEYCAP_RUNTIME_TOKEN_FILE", f"cannot read {path} (no such file)") from None
     except OSError as err:
         raise ClientConfigError("KEYCAP_RUNTIME_TOKEN_FILE", f"cannot read {path} ({err.strerror or err})") from err
+
+
+def runtime_bearer(token: str | None) -> str | None:
+    """The bearer a kernel client sends: ``token``, or by the default lookup when None.
+
+    ``""`` (or an empty lookup) is None: no bearer, a principal proven by its client certificate.
+    """
+    resolved = runtime_token_from_env() if token is None else token
+    return resolved or None
 
 
 def tls_from_env(env: Mapping[str, str] | None = None) -> TlsOptions | None:

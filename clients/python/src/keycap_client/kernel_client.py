@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Literal
 
 import grpc
 from google.protobuf import timestamp_pb2
 
+from keycap_client import _wire
 from keycap_client._gen.keycap.kernel.v1 import kernel_pb2, kernel_pb2_grpc
-from keycap_client._rpc import DEFAULT_TIMEOUT_S, ChannelClient, call_unary, client_error, open_channel
-from keycap_client.capability_handle import CapabilityHandle
-from keycap_client.credentials import TlsOptions, channel_credentials, runtime_token_from_env
+from keycap_client._rpc import DEFAULT_TIMEOUT_S, ChannelClient, call_unary, collect_pages, open_channel
+from keycap_client.capability_handle import CapabilityHandle, handle_parts
+from keycap_client.credentials import TlsOptions, resolve_credentials, runtime_bearer
 from keycap_client.ledger_client import LedgerClient
 from keycap_client.tool_definition import ToolDefinition
 
 __all__ = ["KernelClient"]
-
-_OUTCOMES = {
-    "succeeded": kernel_pb2.CALL_OUTCOME_SUCCEEDED,
-    "failed": kernel_pb2.CALL_OUTCOME_FAILED,
-}
 
 
 class KernelClient(ChannelClient):
@@ -58,10 +53,8 @@ class KernelClient(ChannelClient):
     ) -> None:
         self.address = address
         self.timeout = timeout
-        resolved = runtime_token_from_env() if token is None else token
-        self.__token = resolved or None
-        if credentials is None:
-            credentials = channel_credentials(tls)
+        self.__token = runtime_bearer(token)
+        credentials = resolve_credentials(tls, credentials)
         self._channel = open_channel(address, credentials)
         self.raw = kernel_pb2_grpc.KernelServiceStub(self._channel)  # type: ignore[no-untyped-call]
         self._ledger = (
@@ -75,10 +68,7 @@ class KernelClient(ChannelClient):
         self, tool: ToolDefinition | kernel_pb2.Tool, *, timeout: float | None = None
     ) -> kernel_pb2.RegisterToolResponse:
         """Registers a tool; the same definition again is a no-op (``already_registered``)."""
-        wire = tool.to_proto() if isinstance(tool, ToolDefinition) else tool
-        res: kernel_pb2.RegisterToolResponse = self._call(
-            self.raw.RegisterTool, kernel_pb2.RegisterToolRequest(tool=wire), timeout
-        )
+        res: kernel_pb2.RegisterToolResponse = self._call(self.raw.RegisterTool, _wire.register_tool(tool), timeout)
         return res
 
     def get_tool(self, tool_id: str, *, timeout: float | None = None) -> kernel_pb2.Tool:
@@ -88,16 +78,12 @@ class KernelClient(ChannelClient):
 
     def list_tools(self, *, timeout: float | None = None) -> list[kernel_pb2.Tool]:
         """Every registered tool, ordered by id."""
-        tools: list[kernel_pb2.Tool] = []
-        token = ""
-        while True:
-            res: kernel_pb2.ListToolsResponse = self._call(
-                self.raw.ListTools, kernel_pb2.ListToolsRequest(page_size=1000, page_token=token), timeout
-            )
-            tools.extend(res.tools)
-            token = res.next_page_token
-            if not token:
-                return tools
+
+        def page(token: str) -> kernel_pb2.ListToolsResponse:
+            res: kernel_pb2.ListToolsResponse = self._call(self.raw.ListTools, _wire.list_tools(token), timeout)
+            return res
+
+        return collect_pages(page, lambda res: res.tools)
 
     def begin_call(
         self,
@@ -126,8 +112,7 @@ class KernelClient(ChannelClient):
 
         ``args`` is a mapping (serialised to JSON here) or JSON text sent exactly as given.
         """
-        text = args if isinstance(args, str) else json.dumps(args, separators=(",", ":"), allow_nan=False)
-        res = self.begin_call(tool_id, text, call_id=call_id, run_id=run_id, timeout=timeout)
+        res = self.begin_call(tool_id, _wire.arguments_json(args), call_id=call_id, run_id=run_id, timeout=timeout)
         return self.handle_for(
             res.call, res.capability, res.capability_expires_at if res.HasField("capability_expires_at") else None
         )
@@ -141,24 +126,21 @@ class KernelClient(ChannelClient):
         timeout: float | None = None,
     ) -> kernel_pb2.CompleteCallResponse:
         """Marks a call done; the same outcome again is a no-op (``already_completed``)."""
-        req = kernel_pb2.CompleteCallRequest(call_id=call_id, outcome=_OUTCOMES[outcome], outcome_detail=detail)
-        res: kernel_pb2.CompleteCallResponse = self._call(self.raw.CompleteCall, req, timeout)
+        res: kernel_pb2.CompleteCallResponse = self._call(
+            self.raw.CompleteCall, _wire.complete_call(call_id, outcome, detail), timeout
+        )
         return res
 
     def list_pending_calls(self, tool_id: str = "", *, timeout: float | None = None) -> list[kernel_pb2.Call]:
         """Every call begun and not completed (of one tool, or all), oldest first."""
-        calls: list[kernel_pb2.Call] = []
-        token = ""
-        while True:
+
+        def page(token: str) -> kernel_pb2.ListPendingCallsResponse:
             res: kernel_pb2.ListPendingCallsResponse = self._call(
-                self.raw.ListPendingCalls,
-                kernel_pb2.ListPendingCallsRequest(tool_id=tool_id, page_size=1000, page_token=token),
-                timeout,
+                self.raw.ListPendingCalls, _wire.list_pending_calls(tool_id, token), timeout
             )
-            calls.extend(res.calls)
-            token = res.next_page_token
-            if not token:
-                return calls
+            return res
+
+        return collect_pages(page, lambda res: res.calls)
 
     def resume_call(self, call_id: str, *, timeout: float | None = None) -> kernel_pb2.ResumeCallResponse:
         """The recovery path; with RESUME_ACTION_RETRY pass the result to :meth:`handle_for`."""
@@ -181,11 +163,8 @@ class KernelClient(ChannelClient):
         expires_at: timestamp_pb2.Timestamp | datetime | None,
     ) -> CapabilityHandle:
         """A handle for a call and its capability (after BeginCall or a RETRY ResumeCall)."""
-        if call is None or not call.call_id:
-            raise client_error("CALL_MISSING", "the kernel answered without a call")
-        if isinstance(expires_at, timestamp_pb2.Timestamp):
-            expires_at = expires_at.ToDatetime(tzinfo=timezone.utc)
-        return CapabilityHandle(call, capability, expires_at, self._ledger, self)
+        checked, expiry = handle_parts(call, expires_at)
+        return CapabilityHandle(checked, capability, expiry, self._ledger, self)
 
     def close(self) -> None:
         super().close()

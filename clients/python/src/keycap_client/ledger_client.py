@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-
 import grpc
 
+from keycap_client import _wire
 from keycap_client._gen.keycap.ledger.v1 import ledger_pb2, ledger_pb2_grpc
-from keycap_client.credentials import TlsOptions, channel_credentials
 from keycap_client._rpc import DEFAULT_TIMEOUT_S, ChannelClient, call_unary, open_channel
+from keycap_client.credentials import TlsOptions, resolve_credentials
 
 __all__ = ["LedgerClient"]
 
@@ -29,8 +29,7 @@ class LedgerClient(ChannelClient):
         credentials: grpc.ChannelCredentials | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
     ) -> None:
-        if credentials is None:
-            credentials = channel_credentials(tls)
+        credentials = resolve_credentials(tls, credentials)
         self.address = address
         self.timeout = timeout
         self._channel = open_channel(address, credentials)
@@ -47,10 +46,12 @@ class LedgerClient(ChannelClient):
         retry: bool = True,
     ) -> ledger_pb2.WriteResponse:
         """Write with ``capability`` (None: send no capability at all); ``retry`` as in call_unary."""
-        body = payload.encode("utf-8") if isinstance(payload, str) else bytes(payload)
-        req = ledger_pb2.WriteRequest(key=key, request_id=request_id, payload=body)
         res: ledger_pb2.WriteResponse = call_unary(
-            self.raw.Write, req, bearer=capability, timeout=self.timeout if timeout is None else timeout, retry=retry
+            self.raw.Write,
+            _wire.write(key, request_id, payload),
+            bearer=capability,
+            timeout=self.timeout if timeout is None else timeout,
+            retry=retry,
         )
         return res
 

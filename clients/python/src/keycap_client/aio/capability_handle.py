@@ -1,0 +1,51 @@
+"""What a tool holds while it runs, on asyncio (twin of :class:`keycap_client.CapabilityHandle`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from keycap_client._gen.keycap.kernel.v1 import kernel_pb2
+from keycap_client._gen.keycap.ledger.v1 import ledger_pb2
+from keycap_client.capability_handle import HandleBase
+
+if TYPE_CHECKING:
+    from keycap_client.aio.kernel_client import AsyncKernelClient
+    from keycap_client.aio.ledger_client import AsyncLedgerClient
+
+__all__ = ["AsyncCapabilityHandle"]
+
+
+class AsyncCapabilityHandle(HandleBase["AsyncLedgerClient", "AsyncKernelClient"]):
+    """A call's identity and a capability the tool cannot misuse; ``write``, ``lookup``
+    and ``complete`` are awaited. The properties (``key``, ``call_id``, ``expires_at``, …),
+    the single-use rule and the ``repr`` without the capability are the sync handle's.
+    """
+
+    __slots__ = ()
+
+    async def write(self, payload: bytes | str, *, timeout: float | None = None) -> ledger_pb2.WriteResponse:
+        """Records the effect in the ledger under the kernel's key (str payloads are UTF-8).
+
+        Returns the entry; ``duplicate`` is True when this key's effect was
+        already recorded (nothing new was written).
+        """
+        return await self._require_ledger().write_with_capability(
+            self._capability(),
+            key=self._call.key,
+            request_id=self._call.request_id,
+            payload=payload,
+            timeout=timeout,
+            retry=self._retry_write(),
+        )
+
+    async def lookup(self, *, timeout: float | None = None) -> ledger_pb2.LookupRequestResponse:
+        """Queryable: whether this call's request already took effect."""
+        return await self._require_ledger().lookup_with_capability(
+            self._capability(), self._call.request_id, timeout=timeout
+        )
+
+    async def complete(
+        self, outcome: Literal["succeeded", "failed"] = "succeeded", detail: str = "", *, timeout: float | None = None
+    ) -> kernel_pb2.CompleteCallResponse:
+        """Marks the call done in the kernel's journal."""
+        return await self._kernel.complete_call(self._call.call_id, outcome, detail, timeout=timeout)

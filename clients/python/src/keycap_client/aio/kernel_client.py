@@ -1,0 +1,178 @@
+"""asyncio client of keycap.kernel.v1.KernelService (twin of :class:`keycap_client.KernelClient`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Literal
+
+import grpc
+from google.protobuf import timestamp_pb2
+
+from keycap_client import _wire
+from keycap_client._gen.keycap.kernel.v1 import kernel_pb2, kernel_pb2_grpc
+from keycap_client._rpc import DEFAULT_TIMEOUT_S
+from keycap_client.aio._rpc import AsyncChannelClient, call_unary, collect_pages, open_channel
+from keycap_client.aio.capability_handle import AsyncCapabilityHandle
+from keycap_client.aio.ledger_client import AsyncLedgerClient
+from keycap_client.capability_handle import handle_parts
+from keycap_client.credentials import TlsOptions, resolve_credentials, runtime_bearer
+from keycap_client.tool_definition import ToolDefinition
+
+__all__ = ["AsyncKernelClient"]
+
+
+class AsyncKernelClient(AsyncChannelClient):
+    """Registers tools, begins calls and hands out :class:`AsyncCapabilityHandle` s, over ``grpc.aio``.
+
+    The constructor options (``ledger_address``, ``token`` with the default runtime
+    credential lookup, ``tls``, ``credentials``, ``timeout``) and the methods are those of
+    :class:`keycap_client.KernelClient`; every method that calls the kernel is awaited
+    (``handle_for`` sends nothing and is not). Make it inside the running event loop.
+    Every error is a :class:`~keycap_client.KeycapError`.
+
+    Example::
+
+        async with AsyncKernelClient("127.0.0.1:50051", ledger_address="127.0.0.1:50052") as kernel:
+            handle = await kernel.begin("payments.charge", {"order_id": "o-1", "amount": 500})
+            await handle.write(b'{"charged": 500}')
+            await handle.complete()
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        ledger_address: str | None = None,
+        token: str | None = None,
+        tls: TlsOptions | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.address = address
+        self.timeout = timeout
+        self.__token = runtime_bearer(token)
+        credentials = resolve_credentials(tls, credentials)
+        self._channel = open_channel(address, credentials)
+        self.raw = kernel_pb2_grpc.KernelServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self._ledger = (
+            AsyncLedgerClient(ledger_address, credentials=credentials, timeout=timeout) if ledger_address else None
+        )
+
+    async def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
+        return await call_unary(
+            method, request, bearer=self.__token, timeout=self.timeout if timeout is None else timeout
+        )
+
+    async def register_tool(
+        self, tool: ToolDefinition | kernel_pb2.Tool, *, timeout: float | None = None
+    ) -> kernel_pb2.RegisterToolResponse:
+        """Registers a tool; the same definition again is a no-op (``already_registered``)."""
+        res: kernel_pb2.RegisterToolResponse = await self._call(
+            self.raw.RegisterTool, _wire.register_tool(tool), timeout
+        )
+        return res
+
+    async def get_tool(self, tool_id: str, *, timeout: float | None = None) -> kernel_pb2.Tool:
+        """One tool; KeycapError NOT_FOUND when unknown."""
+        res: kernel_pb2.GetToolResponse = await self._call(
+            self.raw.GetTool, kernel_pb2.GetToolRequest(tool_id=tool_id), timeout
+        )
+        return res.tool
+
+    async def list_tools(self, *, timeout: float | None = None) -> list[kernel_pb2.Tool]:
+        """Every registered tool, ordered by id."""
+
+        async def page(token: str) -> kernel_pb2.ListToolsResponse:
+            res: kernel_pb2.ListToolsResponse = await self._call(self.raw.ListTools, _wire.list_tools(token), timeout)
+            return res
+
+        return await collect_pages(page, lambda res: res.tools)
+
+    async def begin_call(
+        self,
+        tool_id: str,
+        arguments_json: str,
+        *,
+        call_id: str = "",
+        run_id: str = "",
+        timeout: float | None = None,
+    ) -> kernel_pb2.BeginCallResponse:
+        """BeginCall in its wire form (the capability is in the response)."""
+        req = kernel_pb2.BeginCallRequest(tool_id=tool_id, arguments_json=arguments_json, call_id=call_id, run_id=run_id)
+        res: kernel_pb2.BeginCallResponse = await self._call(self.raw.BeginCall, req, timeout)
+        return res
+
+    async def begin(
+        self,
+        tool_id: str,
+        args: Mapping[str, Any] | str,
+        *,
+        call_id: str = "",
+        run_id: str = "",
+        timeout: float | None = None,
+    ) -> AsyncCapabilityHandle:
+        """Begins a call and returns a handle whose ``write`` sends the kernel's key and capability.
+
+        ``args`` is a mapping (serialised to JSON here) or JSON text sent exactly as given.
+        """
+        res = await self.begin_call(
+            tool_id, _wire.arguments_json(args), call_id=call_id, run_id=run_id, timeout=timeout
+        )
+        return self.handle_for(
+            res.call, res.capability, res.capability_expires_at if res.HasField("capability_expires_at") else None
+        )
+
+    async def complete_call(
+        self,
+        call_id: str,
+        outcome: Literal["succeeded", "failed"],
+        detail: str = "",
+        *,
+        timeout: float | None = None,
+    ) -> kernel_pb2.CompleteCallResponse:
+        """Marks a call done; the same outcome again is a no-op (``already_completed``)."""
+        res: kernel_pb2.CompleteCallResponse = await self._call(
+            self.raw.CompleteCall, _wire.complete_call(call_id, outcome, detail), timeout
+        )
+        return res
+
+    async def list_pending_calls(self, tool_id: str = "", *, timeout: float | None = None) -> list[kernel_pb2.Call]:
+        """Every call begun and not completed (of one tool, or all), oldest first."""
+
+        async def page(token: str) -> kernel_pb2.ListPendingCallsResponse:
+            res: kernel_pb2.ListPendingCallsResponse = await self._call(
+                self.raw.ListPendingCalls, _wire.list_pending_calls(tool_id, token), timeout
+            )
+            return res
+
+        return await collect_pages(page, lambda res: res.calls)
+
+    async def resume_call(self, call_id: str, *, timeout: float | None = None) -> kernel_pb2.ResumeCallResponse:
+        """The recovery path; with RESUME_ACTION_RETRY pass the result to :meth:`handle_for`."""
+        res: kernel_pb2.ResumeCallResponse = await self._call(
+            self.raw.ResumeCall, kernel_pb2.ResumeCallRequest(call_id=call_id), timeout
+        )
+        return res
+
+    async def signing_keys(self, *, timeout: float | None = None) -> tuple[str, str]:
+        """The kernel's public JWKS (JSON text) and the current key id."""
+        res: kernel_pb2.GetSigningKeysResponse = await self._call(
+            self.raw.GetSigningKeys, kernel_pb2.GetSigningKeysRequest(), timeout
+        )
+        return res.jwks_json, res.current_key_id
+
+    def handle_for(
+        self,
+        call: kernel_pb2.Call | None,
+        capability: str,
+        expires_at: timestamp_pb2.Timestamp | datetime | None,
+    ) -> AsyncCapabilityHandle:
+        """A handle for a call and its capability (after BeginCall or a RETRY ResumeCall); sends nothing."""
+        checked, expiry = handle_parts(call, expires_at)
+        return AsyncCapabilityHandle(checked, capability, expiry, self._ledger, self)
+
+    async def close(self) -> None:
+        await super().close()
+        if self._ledger is not None:
+            await self._ledger.close()
