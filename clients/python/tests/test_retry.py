@@ -100,3 +100,41 @@ def test_a_call_made_while_the_service_is_down_waits_for_it(port: int) -> None:
         starter.join()
         for s in servers:
             s.stop(None)
+
+
+def test_a_resent_begin_call_names_the_call_its_first_try_created(port: int) -> None:
+    """A BeginCall whose answer was lost is resent with the same client-chosen call id,
+    so the kernel finds the call the first try journaled instead of journaling another."""
+    from keycap_client import KernelClient
+    from keycap_client._gen.keycap.kernel.v1 import kernel_pb2
+
+    seen: list[str] = []
+
+    def begin(request: kernel_pb2.BeginCallRequest, context: grpc.ServicerContext) -> kernel_pb2.BeginCallResponse:
+        seen.append(request.call_id)
+        if len(seen) <= 2:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the database is unavailable; retry")
+        return kernel_pb2.BeginCallResponse(call=kernel_pb2.Call(call_id=request.call_id, tool_id=request.tool_id), capability="cap")
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    handler = grpc.method_handlers_generic_handler(
+        "keycap.kernel.v1.KernelService",
+        {
+            "BeginCall": grpc.unary_unary_rpc_method_handler(
+                begin,
+                request_deserializer=kernel_pb2.BeginCallRequest.FromString,
+                response_serializer=kernel_pb2.BeginCallResponse.SerializeToString,
+            )
+        },
+    )
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    try:
+        with KernelClient(f"127.0.0.1:{port}", token="t", timeout=10) as kernel:
+            res = kernel.begin_call("x.tool", "{}")
+        assert len(seen) == 3
+        assert seen[0] != "" and seen == [seen[0]] * 3
+        assert res.call.call_id == seen[0]
+    finally:
+        server.stop(None)

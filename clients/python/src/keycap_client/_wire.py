@@ -5,6 +5,7 @@ arguments: encodings, enum mappings, client-side validation, the listings' page 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
@@ -122,3 +123,10 @@ def list_grants(tool_id: str, principal: str, page_token: str) -> access_pb2.Lis
     return access_pb2.ListGrantsRequest(
         tool_id=tool_id, principal=principal, page_size=LIST_PAGE_SIZE, page_token=page_token
     )
+
+
+def begin_call_request(tool_id: str, arguments_json: str, call_id: str, run_id: str) -> kernel_pb2.BeginCallRequest:
+    """A BeginCallRequest whose call id is chosen here when the caller gives none, so a
+    BeginCall resent after a lost answer (the UNAVAILABLE retry) finds the call its
+    first try journaled instead of journaling a second one."""
+    return kernel_pb2.BeginCallRequest(tool_id=tool_id, arguments_json=arguments_json, call_id=call_id or str(uuid.uuid4()), run_id=run_id)

@@ -99,7 +99,7 @@ class AsyncKernelClient(AsyncChannelClient):
         timeout: float | None = None,
     ) -> kernel_pb2.BeginCallResponse:
         """BeginCall in its wire form (the capability is in the response)."""
-        req = kernel_pb2.BeginCallRequest(tool_id=tool_id, arguments_json=arguments_json, call_id=call_id, run_id=run_id)
+        req = _wire.begin_call_request(tool_id, arguments_json, call_id, run_id)
         res: kernel_pb2.BeginCallResponse = await self._call(self.raw.BeginCall, req, timeout)
         return res
 
