@@ -1,4 +1,4 @@
-import { ResumeAction, type Call } from "../../../gen/ts/keycap/kernel/v1/kernel";
+import { CallState, ResumeAction, type Call } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { EffectKind } from "../../../gen/ts/keycap/effect/v1/effect";
 import type { CapabilityHandle } from "./capability-handle";
 import { KeycapClientError } from "./errors";
@@ -65,7 +65,20 @@ export class Runtime {
    */
   async run(toolId: string, args: object | string, opts: BeginOptions = {}): Promise<{ handle: CapabilityHandle; output: string }> {
     const tool = this.require(toolId);
-    const handle = await this.kernel.begin(toolId, args, opts);
+    const res = await this.kernel.beginCall(toolId, typeof args === "string" ? args : JSON.stringify(args), opts);
+    const handle = this.kernel.handleFor(res.call, res.capability, res.capabilityExpiresAt);
+    // A step run again under its call id (an agent's in-place retry) may have
+    // finished, or taken effect, the first time.
+    if (res.existingCall && res.call?.state === CallState.CALL_STATE_COMPLETED) return { handle, output: res.call.outcomeDetail };
+    if (res.existingCall && handle.effectKind === EffectKind.EFFECT_KIND_QUERYABLE) {
+      // The capability is single-use: once its write took effect, writing again is
+      // refused CAPABILITY_REUSED. Ask the ledger first, as recovery does.
+      const found = await handle.lookup();
+      if (found.found) {
+        await handle.complete("succeeded", "");
+        return { handle, output: "" };
+      }
+    }
     const output = (await tool.handler(typeof args === "string" ? JSON.parse(args) : args, handle)) ?? "";
     await handle.complete("succeeded", output);
     return { handle, output };
