@@ -8,7 +8,7 @@ CLI := node dist/services/cli/src/main.js
 # buf breaking compares the protos with this git ref (override for branches/PRs).
 BREAKING_AGAINST ?= .git\#branch=main
 
-.PHONY: all install generate generate-ts build lint breaking test test-ts test-ts-pg test-go test-python run bench ferretdb clean
+.PHONY: all install generate generate-ts build lint breaking test test-ts test-ts-pg torture test-go test-python run bench ferretdb clean
 
 all: build
 
@@ -73,6 +73,10 @@ test-go: build
 ## run: start kernel, ledger and ledger-admin in the foreground (Ctrl-C stops all)
 run: build
 	$(CLI) serve all
+
+## torture: the kill-anything torture test, long version (>= 1,000 kills on each embedded backend); report in test/results/
+torture: build
+	node dist/test/torture/main.js --kills $${TORTURE_KILLS:-1000} --backend $${TORTURE_BACKEND:-both} $(if $(SEED),--seed $(SEED),)
 
 ## bench: benchmarks on FerretDB backed by PostgreSQL unless KEYCAP_EMBEDDED_MONGO says otherwise
 bench: build

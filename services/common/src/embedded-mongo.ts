@@ -49,6 +49,8 @@ export interface StartMongoOptions {
   uri?: string;
   /** Overrides KEYCAP_EMBEDDED_MONGO from the environment. */
   embedded?: EmbeddedChoice;
+  /** FerretDB's listen address (default a free loopback port); a fixed one lets a test restart it under the same URI. */
+  listen?: string;
 }
 
 export const FERRETDB_VERSION = "v1.24.2";
@@ -230,7 +232,7 @@ async function startFerretdb(binary: string, reason: string, opts: StartMongoOpt
   const backendArgs = pgBin ? [`--pg-bin=${pgBin}`, `--pg-data=${path.join(dataDir, "postgresql")}`] : [`--sqlite-url=file:${dataDir}/`];
   // stdin stays a pipe: the wrapper exits when it closes, so FerretDB (and its
   // PostgreSQL) never outlive us, even when we are SIGKILLed.
-  const child: ChildProcessWithoutNullStreams = spawn(binary, [...backendArgs, "--listen-addr=127.0.0.1:0", "--log-level=error"], {
+  const child: ChildProcessWithoutNullStreams = spawn(binary, [...backendArgs, `--listen-addr=${opts.listen ?? "127.0.0.1:0"}`, "--log-level=error"], {
     stdio: ["pipe", "pipe", "pipe"],
   });
   let stderr = "";

@@ -1,0 +1,255 @@
+/**
+ * The kill-anything torture test (issue 15): real processes — the
+ * MongoDB-protocol server, one kernel, two ledger replicas and a worker running
+ * the TypeScript runtime — SIGKILLed at random (one or two at a time, and by
+ * the services themselves at fault-injection points armed through
+ * KEYCAP_TEST_FAULT_POINTS), restarted, recovered; then a final recovery and
+ * the independent checker (checker.ts).
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import * as crypto from "node:crypto";
+import { once } from "node:events";
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { startMongoServer, type EmbeddedChoice, type MongoServerHandle } from "../../services/common/src/embedded-mongo";
+import { createLogger } from "../../services/common/src/logger";
+import { freePort } from "../support/ports";
+import { startService, type ServiceProcess } from "../support/processes";
+import { check, type CheckResult } from "./checker";
+import { mulberry32 } from "./prng";
+
+export type Target = "db" | "kernel" | "ledger-a" | "ledger-b" | "worker";
+const TARGETS: readonly Target[] = ["db", "kernel", "ledger-a", "ledger-b", "worker"];
+
+export interface TortureOptions {
+  backend: Exclude<EmbeddedChoice, "auto">;
+  /** Kills the driver sends (fault-point deaths come on top). */
+  kills: number;
+  seed: number;
+  /** Concurrent call loops in the worker. */
+  concurrency?: number;
+  /** Milliseconds of load between kills: [min, max). */
+  loadMs?: [number, number];
+  /** Progress lines (one per 10 kills) go here. */
+  progress?: (line: string) => void;
+}
+
+export interface TortureReport extends CheckResult {
+  backend: string;
+  seed: number;
+  seconds: number;
+  kills: Record<Target, number>;
+  faultPointKills: Record<string, number>;
+  totalKills: number;
+  finalRecoveryClean: boolean;
+}
+
+const RUNTIME_TOKEN = `keycap_rt_torture_${crypto.randomBytes(18).toString("base64url")}`;
+
+interface Managed {
+  proc?: ServiceProcess | ChildProcess;
+  killedByUs: boolean;
+  /** The fault point armed at its last start, if any. */
+  armed?: string;
+}
+
+export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
+  const started = Date.now();
+  const random = mulberry32(opts.seed);
+  const between = (lo: number, hi: number): number => lo + Math.floor(random() * (hi - lo));
+  const progress = opts.progress ?? (() => undefined);
+  const work = fs.mkdtempSync(path.join(os.tmpdir(), "keycap-torture-"));
+  const dbDir = path.join(work, "mongo");
+  const [dbPort, kernelPort, ledgerAPort, ledgerBPort] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
+  const mongoUri = `mongodb://127.0.0.1:${dbPort}/`;
+  const database = `torture_${crypto.randomBytes(4).toString("hex")}`;
+  const kernelAddress = `127.0.0.1:${kernelPort}`;
+  const ledgerAddresses = [`127.0.0.1:${ledgerAPort}`, `127.0.0.1:${ledgerBPort}`];
+  const journals: string[] = [];
+  const kills = Object.fromEntries(TARGETS.map((t) => [t, 0])) as Record<Target, number>;
+  const faultPointKills: Record<string, number> = {};
+  let incarnation = 0;
+
+  const baseEnv: Record<string, string> = {
+    MONGODB_URI: mongoUri,
+    KEYCAP_MONGODB_DATABASE: database,
+    KEYCAP_DATA_DIR: path.join(work, "keycap"),
+    KEYCAP_ADMIN_LISTEN: "127.0.0.1:0",
+    KEYCAP_LOG_LEVEL: "info", // the "ready" line names the bound ports
+    KEYCAP_RUNTIME_TOKEN: RUNTIME_TOKEN,
+    KEYCAP_KERNEL_ADDRESS: kernelAddress,
+    // The kernel asks this replica whether a Queryable request took effect (recovery).
+    KEYCAP_LEDGER_ADDRESS: ledgerAddresses[0]!,
+  };
+  fs.mkdirSync(baseEnv["KEYCAP_DATA_DIR"]!, { recursive: true });
+
+  let db: MongoServerHandle | undefined;
+  let dbExited: Promise<unknown> | undefined;
+  const managed: Record<Exclude<Target, "db">, Managed> = {
+    kernel: { killedByUs: false },
+    "ledger-a": { killedByUs: false },
+    "ledger-b": { killedByUs: false },
+    worker: { killedByUs: false },
+  };
+
+  const childOf = (m: Managed): ChildProcess | undefined => (m.proc === undefined ? undefined : "child" in m.proc ? m.proc.child : m.proc);
+  const alive = (c: ChildProcess | undefined): boolean => c !== undefined && c.exitCode === null && c.signalCode === null;
+
+  async function startDb(): Promise<void> {
+    db = await startMongoServer({ logger: createLogger("torture", "silent"), uri: "", embedded: opts.backend, dataDir: dbDir, listen: `127.0.0.1:${dbPort}` });
+    const pid = db.pid!;
+    dbExited = new Promise((resolve) => {
+      const timer = setInterval(() => {
+        try {
+          process.kill(pid, 0);
+        } catch {
+          clearInterval(timer);
+          resolve(undefined);
+        }
+      }, 50);
+    });
+  }
+
+  function armFaultPoint(target: Target): string | undefined {
+    if (random() >= 0.25) return undefined;
+    const points =
+      target === "kernel" ? ["journal.begin.after-pending-copy", "journal.indeterminate.after-mark"] : target === "worker" || target === "db" ? [] : ["ledger.write.after-spend"];
+    if (points.length === 0) return undefined;
+    return `${points[Math.floor(random() * points.length)]!}@${between(1, 40)}`;
+  }
+
+  async function startManaged(target: Exclude<Target, "db">): Promise<void> {
+    const m = managed[target];
+    m.killedByUs = false;
+    m.armed = armFaultPoint(target);
+    const faults: Record<string, string> = m.armed ? { KEYCAP_TEST_FAULT_POINTS: m.armed } : {};
+    if (target === "worker") {
+      incarnation++;
+      const journal = path.join(work, `worker-${incarnation}.jsonl`);
+      journals.push(journal);
+      m.proc = spawnWorker(journal, String(incarnation), {});
+      return;
+    }
+    const which = target === "kernel" ? "kernel" : "ledger";
+    const listen: Record<string, string> =
+      target === "kernel" ? { KEYCAP_KERNEL_LISTEN: kernelAddress } : { KEYCAP_LEDGER_LISTEN: target === "ledger-a" ? ledgerAddresses[0]! : ledgerAddresses[1]! };
+    for (let tries = 1; ; tries++) {
+      try {
+        m.proc = await startService(which, { ...baseEnv, ...listen, ...faults }, { readyTimeoutMs: 60_000 });
+        return;
+      } catch (err) {
+        // e.g. a fault point fired during start-up recovery, or the port is not free yet
+        if (tries >= 20) throw err;
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    }
+  }
+
+  function spawnWorker(journal: string, inc: string, extra: Record<string, string>): ChildProcess {
+    const out = fs.openSync(path.join(work, `worker-${inc}.out`), "a");
+    return spawn(process.execPath, [path.join(__dirname, "worker.js")], {
+      env: {
+        PATH: process.env["PATH"] ?? "",
+        HOME: process.env["HOME"] ?? "",
+        KEYCAP_RUNTIME_TOKEN: RUNTIME_TOKEN,
+        TORTURE_KERNEL: kernelAddress,
+        TORTURE_LEDGERS: ledgerAddresses.join(","),
+        TORTURE_LOG: journal,
+        TORTURE_INCARNATION: inc,
+        TORTURE_CONCURRENCY: String(opts.concurrency ?? 4),
+        TORTURE_SEED: String(opts.seed),
+        ...extra,
+      },
+      stdio: ["ignore", out, out],
+    });
+  }
+
+  /** Restarts whatever is down, the database first; counts deaths at fault points. */
+  async function ensureUp(skipWorker = false): Promise<void> {
+    if (db === undefined) await startDb();
+    for (const target of ["kernel", "ledger-a", "ledger-b", "worker"] as const) {
+      if (skipWorker && target === "worker") continue;
+      const m = managed[target];
+      const c = childOf(m);
+      if (alive(c)) continue;
+      if (c && !m.killedByUs && m.armed) faultPointKills[`${target} ${m.armed.split("@")[0]!}`] = (faultPointKills[`${target} ${m.armed.split("@")[0]!}`] ?? 0) + 1;
+      await startManaged(target);
+    }
+  }
+
+  async function kill(target: Target): Promise<void> {
+    kills[target]++;
+    if (target === "db") {
+      const pid = db?.pid;
+      db = undefined;
+      if (pid !== undefined) {
+        try {
+          process.kill(pid, "SIGKILL");
+        } catch {
+          // already gone
+        }
+        await dbExited;
+      }
+      return;
+    }
+    const m = managed[target];
+    const c = childOf(m);
+    m.killedByUs = true;
+    if (alive(c)) {
+      const exited = once(c!, "exit");
+      c!.kill("SIGKILL");
+      await exited;
+    }
+  }
+
+  try {
+    await ensureUp();
+    for (let k = 0; k < opts.kills; ) {
+      const [lo, hi] = opts.loadMs ?? [300, 1500];
+      await new Promise((r) => setTimeout(r, between(lo, hi)));
+      const first = TARGETS[Math.floor(random() * TARGETS.length)]!;
+      const targets = new Set<Target>([first]);
+      if (random() < 0.2 && k + 1 < opts.kills) targets.add(TARGETS[Math.floor(random() * TARGETS.length)]!);
+      for (const t of targets) await kill(t);
+      k += targets.size;
+      await new Promise((r) => setTimeout(r, between(0, 400)));
+      await ensureUp();
+      if (process.env["KEYCAP_TORTURE_VERBOSE"] === "1" || k % 10 < targets.size) progress(`${k}/${opts.kills} kills ${JSON.stringify(kills)} fault points ${JSON.stringify(faultPointKills)}`);
+    }
+    // The end: the worker dies one last time, the services stay up, and a
+    // recovery-only runtime finishes whatever is left.
+    await kill("worker");
+    await ensureUp(true);
+    let finalRecoveryClean = false;
+    for (let pass = 0; pass < 5 && !finalRecoveryClean; pass++) {
+      await ensureUp(true);
+      incarnation++;
+      const journal = path.join(work, `worker-${incarnation}.jsonl`);
+      journals.push(journal);
+      const finisher = spawnWorker(journal, String(incarnation), { TORTURE_MODE: "recover-only" });
+      const [code] = (await once(finisher, "exit")) as [number | null];
+      finalRecoveryClean = code === 0;
+    }
+    const result = await check(mongoUri, database, journals);
+    const faultTotal = Object.values(faultPointKills).reduce((a, b) => a + b, 0);
+    return {
+      backend: opts.backend,
+      seed: opts.seed,
+      seconds: Math.round((Date.now() - started) / 1000),
+      kills,
+      faultPointKills,
+      totalKills: Object.values(kills).reduce((a, b) => a + b, 0) + faultTotal,
+      finalRecoveryClean,
+      ...result,
+    };
+  } finally {
+    for (const m of Object.values(managed)) {
+      const c = childOf(m);
+      if (alive(c)) c!.kill("SIGKILL");
+    }
+    await db?.stop();
+    if (process.env["KEYCAP_TORTURE_KEEP"] !== "1") fs.rmSync(work, { recursive: true, force: true });
+    else progress(`kept ${work}`);
+  }
+}
