@@ -21,6 +21,8 @@ import {
 } from "./support/ledger-harness";
 import { freshDatabaseName } from "./support/mongo";
 import { serviceEnv, startService, type ServiceProcess } from "./support/processes";
+import { LedgerClient } from "../clients/ts/src";
+import { refusal } from "./support/refusal";
 
 const run = randomBytes(3).toString("hex");
 const ORDERS = `orders-${run}`; // Idempotent, keyed on /order_id
@@ -327,6 +329,24 @@ describe("ledger: capability-enforced writes, key-only exactly-once, per-tool re
       });
       expect(rec).to.deep.include({ toolIdVerified: true, capabilityId: first.entry!.capabilityId, effectKind: EffectKind.EFFECT_KIND_UNSAFE });
       expect(await entriesOf(EMAILS)).to.equal(1);
+    });
+
+    it("a capability over 4 KiB: UNAUTHENTICATED CAPABILITY_TOO_LARGE, recorded (issue 15)", async function () {
+      const big = `${"e".repeat(40)}.${"p".repeat(6000)}.${"s".repeat(86)}`;
+      await expectRefusedAndRecorded(() => s.ledgerCalls.write(big, { key: "k", payload: payload("x") }), { code: unauth, reason: "CAPABILITY_TOO_LARGE" });
+    });
+
+    it("a capability too large for the HTTP/2 header limit is refused by the client, not reset into a bare INTERNAL (issue 15)", async function () {
+      const client = new LedgerClient(s.ledger.endpoints.ledger!);
+      const before = await s.admin.getStats();
+      try {
+        const e = await refusal(client.writeWithCapability("x".repeat(100 * 1024), { key: "k", payload: payload("x") }));
+        expect([e.codeName, e.reason]).to.deep.equal(["INVALID_ARGUMENT", "CAPABILITY_TOO_LARGE"]);
+        expect(e.message).to.match(/not sent/);
+      } finally {
+        client.close();
+      }
+      expect((await s.admin.getStats()).entries).to.equal(before.entries);
     });
   });
 

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -374,4 +375,16 @@ func TestRetryCallWaitsForTheServiceToListen(t *testing.T) {
 		t.Fatalf("the write returned after %v, before the ledger listened", waited)
 	}
 	requireCalls(t, &ledger.flaky, 1)
+}
+
+// A credential too large for the HTTP/2 header limit would be reset by the
+// transport into a bare INTERNAL with nothing recorded: refused before sending.
+func TestCredentialTooLargeForHeadersIsRefusedBeforeSending(t *testing.T) {
+	ledger := &fakeLedger{flaky: flaky{failures: 0}}
+	_, l := startFakes(t, &fakeKernel{}, ledger)
+	_, err := l.WriteWithCapability(context.Background(), strings.Repeat("x", 100*1024), &ledgerv1.WriteRequest{Key: "k", Payload: []byte("x")})
+	if kerr := requireCode(t, err, codes.InvalidArgument); kerr.Reason != "CAPABILITY_TOO_LARGE" {
+		t.Fatalf("reason %q, want CAPABILITY_TOO_LARGE", kerr.Reason)
+	}
+	requireCalls(t, &ledger.flaky, 0)
 }

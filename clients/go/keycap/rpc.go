@@ -2,6 +2,7 @@ package keycap
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -19,6 +20,12 @@ const (
 	firstRetryBackoff = 100 * time.Millisecond
 	maxRetryBackoff   = 2 * time.Second
 )
+
+// MaxBearerBytes is the largest credential (capability or principal secret)
+// the client sends. The services refuse anything over 4 KiB with a recorded
+// reason; past ~64 KiB the HTTP/2 layer resets the stream before any handler
+// sees it (a bare INTERNAL, nothing recorded), so larger ones are refused here.
+const MaxBearerBytes = 16 * 1024
 
 // retryPolicy says what call does with an UNAVAILABLE answer.
 type retryPolicy int
@@ -76,6 +83,13 @@ func call[Req, Res any](
 		defer cancel()
 	}
 	if bearer != "" {
+		if len(bearer) > MaxBearerBytes {
+			var zero Res
+			return zero, &Error{
+				Code: codes.InvalidArgument, Reason: "CAPABILITY_TOO_LARGE", Domain: "keycap.dev/client", Metadata: map[string]string{},
+				Message: fmt.Sprintf("the credential is %d bytes; keycap credentials are at most 4096 bytes, and this client sends none over %d (not sent)", len(bearer), MaxBearerBytes),
+			}
+		}
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+bearer)
 	}
 	deadline, hasDeadline := ctx.Deadline()

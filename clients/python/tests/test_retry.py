@@ -138,3 +138,16 @@ def test_a_resent_begin_call_names_the_call_its_first_try_created(port: int) -> 
         assert res.call.call_id == seen[0]
     finally:
         server.stop(None)
+
+
+def test_a_credential_too_large_for_http2_headers_is_refused_before_sending(port: int) -> None:
+    flaky = FlakyLedger(failures=0)
+    server = _serve(port, flaky)
+    try:
+        with LedgerClient(f"127.0.0.1:{port}", timeout=5) as ledger, pytest.raises(KeycapError) as info:
+            ledger.write_with_capability("x" * (100 * 1024), key="k", payload=b"x")
+        assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert info.value.reason == "CAPABILITY_TOO_LARGE"
+        assert flaky.calls == 0
+    finally:
+        server.stop(None)

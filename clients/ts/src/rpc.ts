@@ -38,6 +38,23 @@ function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
   });
 }
 
+/**
+ * The largest credential (capability or principal secret) the client sends. The
+ * services refuse anything over 4 KiB with a recorded reason; past ~64 KiB the
+ * HTTP/2 layer resets the stream before any handler sees it, so the caller would
+ * get a bare INTERNAL and nothing would be recorded. Refused here instead.
+ */
+export const MAX_BEARER_BYTES = 16 * 1024;
+
+function tooLarge(bytes: number): KeycapClientError {
+  return new KeycapClientError(
+    status.INVALID_ARGUMENT,
+    "CAPABILITY_TOO_LARGE",
+    `the credential is ${bytes} bytes; keycap credentials are at most 4096 bytes, and this client sends none over ${MAX_BEARER_BYTES} (not sent)`,
+    {},
+  );
+}
+
 function cancelled(): KeycapClientError {
   return new KeycapClientError(status.CANCELLED, "CANCELLED", "the call was cancelled by its AbortSignal before it completed", {});
 }
@@ -59,7 +76,11 @@ export async function callUnary<Req, Res>(
   const deadline = Date.now() + (settings.timeoutMs ?? 10_000);
   // grpc-js takes wait-for-ready as a metadata option, not a call option.
   const md = new Metadata({ waitForReady: true });
-  if (bearer !== undefined) md.set("authorization", `Bearer ${bearer}`);
+  if (bearer !== undefined) {
+    const bytes = Buffer.byteLength(bearer, "utf8");
+    if (bytes > MAX_BEARER_BYTES) throw tooLarge(bytes);
+    md.set("authorization", `Bearer ${bearer}`);
+  }
   for (let attempt = 0; ; attempt++) {
     if (settings.signal?.aborted) throw cancelled();
     try {

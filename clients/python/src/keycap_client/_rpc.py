@@ -23,9 +23,29 @@ FIRST_BACKOFF_S = 0.1
 MAX_BACKOFF_S = 2.0
 
 
+#: The largest credential (capability or principal secret) sent. The services refuse
+#: anything over 4 KiB with a recorded reason; past ~64 KiB the HTTP/2 layer resets the
+#: stream before any handler sees it (a bare INTERNAL, nothing recorded).
+MAX_BEARER_BYTES = 16 * 1024
+
+
 def bearer_metadata(bearer: str | None) -> tuple[tuple[str, str], ...] | None:
-    """``authorization: Bearer <bearer>`` as call metadata; None (nothing sent) without a bearer."""
-    return (("authorization", f"Bearer {bearer}"),) if bearer is not None else None
+    """``authorization: Bearer <bearer>`` as call metadata; None (nothing sent) without a bearer.
+
+    Raises KeycapError INVALID_ARGUMENT ``CAPABILITY_TOO_LARGE`` (nothing sent) for a
+    credential over MAX_BEARER_BYTES."""
+    if bearer is None:
+        return None
+    size = len(bearer.encode("utf-8", "surrogatepass"))
+    if size > MAX_BEARER_BYTES:
+        raise KeycapError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "CAPABILITY_TOO_LARGE",
+            f"the credential is {size} bytes; keycap credentials are at most 4096 bytes, "
+            f"and this client sends none over {MAX_BEARER_BYTES} (not sent)",
+            domain="keycap.dev/client",
+        )
+    return (("authorization", f"Bearer {bearer}"),)
 
 
 def deadline_after(timeout: float | None) -> float | None:
