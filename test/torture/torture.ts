@@ -60,6 +60,8 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
   const between = (lo: number, hi: number): number => lo + Math.floor(random() * (hi - lo));
   const progress = opts.progress ?? (() => undefined);
   const work = fs.mkdtempSync(path.join(os.tmpdir(), "keycap-torture-"));
+  // PostgreSQL (ferretdb-pg) runs as its own user and must reach its folder inside.
+  fs.chmodSync(work, 0o755);
   const dbDir = path.join(work, "mongo");
   const [dbPort, kernelPort, ledgerAPort, ledgerBPort] = await Promise.all([freePort(), freePort(), freePort(), freePort()]);
   const mongoUri = `mongodb://127.0.0.1:${dbPort}/`;

@@ -228,7 +228,8 @@ async function startFerretdb(binary: string, reason: string, opts: StartMongoOpt
   fs.mkdirSync(dataDir, { recursive: true });
   // PostgreSQL runs as an unprivileged user when we are root: it must reach
   // its cluster folder (it owns the folder itself, not our data directory).
-  if (pgBin && temporary) fs.chmodSync(dataDir, 0o755);
+  // (The cluster folder inside is PostgreSQL's own, mode 0700.)
+  if (pgBin) fs.chmodSync(dataDir, 0o755);
   const backendArgs = pgBin ? [`--pg-bin=${pgBin}`, `--pg-data=${path.join(dataDir, "postgresql")}`] : [`--sqlite-url=file:${dataDir}/`];
   // stdin stays a pipe: the wrapper exits when it closes, so FerretDB (and its
   // PostgreSQL) never outlive us, even when we are SIGKILLed.
