@@ -8,6 +8,9 @@ import (
 
 	"crypto/rand"
 	"fmt"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
 
 	kernelv1 "github.com/keycap/keycap/clients/go/gen/keycap/kernel/v1"
 	"google.golang.org/grpc"
@@ -148,6 +151,16 @@ func (c *KernelClient) BeginCall(ctx context.Context, toolID string, argumentsJS
 	req := &kernelv1.BeginCallRequest{ToolId: toolID, ArgumentsJson: argumentsJSON}
 	for _, opt := range opts {
 		opt(req)
+	}
+	// Go strings may hold any bytes: ill-formed UTF-8 is refused here with a
+	// reason instead of failing in the marshaller (or being replaced by U+FFFD).
+	for field, text := range map[string]string{"arguments_json": req.ArgumentsJson, "run_id": req.RunId} {
+		if !utf8.ValidString(text) {
+			return nil, &Error{
+				Code: codes.InvalidArgument, Reason: "INVALID_UTF8", Domain: "keycap.dev/client", Metadata: map[string]string{"field": field},
+				Message: field + " is not well-formed UTF-8 (not sent)",
+			}
+		}
 	}
 	// The call id is chosen here, not by the kernel, so that a BeginCall
 	// resent after a lost answer finds the call it created instead of

@@ -388,3 +388,22 @@ func TestCredentialTooLargeForHeadersIsRefusedBeforeSending(t *testing.T) {
 	}
 	requireCalls(t, &ledger.flaky, 0)
 }
+
+// Ill-formed UTF-8 in the arguments or run id is refused before sending.
+func TestIllFormedUTF8IsRefusedBeforeSending(t *testing.T) {
+	kernel := &fakeKernel{flaky: flaky{failures: 0}}
+	k, _ := startFakes(t, kernel, &fakeLedger{})
+	for _, tc := range []struct {
+		args string
+		opts []keycap.BeginOption
+	}{
+		{"{\"v\":\"\xff\"}", nil},
+		{"{}", []keycap.BeginOption{keycap.WithRunID("run-\xfe")}},
+	} {
+		_, err := k.BeginCall(context.Background(), "EFFECT_KIND_IDEMPOTENT", tc.args, tc.opts...)
+		if kerr := requireCode(t, err, codes.InvalidArgument); kerr.Reason != "INVALID_UTF8" {
+			t.Fatalf("reason %q, want INVALID_UTF8", kerr.Reason)
+		}
+	}
+	requireCalls(t, &kernel.flaky, 0)
+}

@@ -151,3 +151,14 @@ def test_a_credential_too_large_for_http2_headers_is_refused_before_sending(port
         assert flaky.calls == 0
     finally:
         server.stop(None)
+
+
+@pytest.mark.parametrize(("arguments", "run_id"), [('{"v":"\ud800"}', ""), ("{}", "run-\udc00")])
+def test_a_lone_surrogate_is_refused_before_sending(port: int, arguments: str, run_id: str) -> None:
+    from keycap_client import KernelClient
+
+    # Nothing listens on the port: a server's answer would be UNAVAILABLE at the deadline.
+    with KernelClient(f"127.0.0.1:{port}", token="t", timeout=1) as kernel, pytest.raises(KeycapError) as info:
+        kernel.begin_call("x.tool", arguments, run_id=run_id)
+    assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.reason == "INVALID_UTF8"

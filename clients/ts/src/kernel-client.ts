@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import type { ChannelCredentials } from "@grpc/grpc-js";
+import { status, type ChannelCredentials } from "@grpc/grpc-js";
 import {
   CallOutcome,
   KernelServiceClient,
@@ -12,10 +12,13 @@ import {
   type Tool,
 } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { CapabilityHandle } from "./capability-handle";
+import { KeycapClientError } from "./errors";
 import { channelCredentials, runtimeTokenFromEnv, type TlsOptions } from "./credentials";
 import { LedgerClient } from "./ledger-client";
 import { callUnary, collectPages, type CallSettings } from "./rpc";
 import { toolToProto, type ToolDefinition } from "./tool-definition";
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 export interface KernelClientOptions {
   /**
@@ -81,6 +84,15 @@ export class KernelClient {
 
   /** BeginCall in its wire form. */
   beginCall(toolId: string, argumentsJson: string, opts: BeginOptions = {}): Promise<BeginCallResponse> {
+    // A lone surrogate cannot be sent as UTF-8: the encoder would silently replace it
+    // with U+FFFD, so two different arguments would reach the kernel as one.
+    for (const [field, text] of [["arguments_json", argumentsJson], ["run_id", opts.runId ?? ""]] as const) {
+      if (LONE_SURROGATE.test(text)) {
+        return Promise.reject(
+          new KeycapClientError(status.INVALID_ARGUMENT, "INVALID_UTF8", `${field} holds a lone surrogate, which is not text UTF-8 can carry (not sent)`, { field }),
+        );
+      }
+    }
     return callUnary(
       this.raw.beginCall,
       this.raw,

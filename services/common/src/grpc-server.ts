@@ -1,3 +1,4 @@
+import { withUtf8Check } from "./utf8-check";
 import * as fs from "node:fs";
 import { Server, type ServiceDefinition, type UntypedServiceImplementation } from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
@@ -78,7 +79,7 @@ export async function startListener(opts: ListenerOptions): Promise<RunningListe
   });
   const statuses: Record<string, "SERVING"> = { "": "SERVING" };
   for (const s of opts.services) {
-    server.addService(s.definition, s.implementation);
+    server.addService(withUtf8Check(s.definition), s.implementation);
     statuses[s.name] = "SERVING";
   }
   const health = new HealthImplementation(statuses);

@@ -1,3 +1,4 @@
+import { hadIllFormedUtf8 } from "./utf8-check";
 import { Metadata, status, type ServiceError, type sendUnaryData, type ServerUnaryCall } from "@grpc/grpc-js";
 import { Status } from "../../../gen/ts/google/rpc/status";
 import { ErrorInfo, RetryInfo } from "../../../gen/ts/google/rpc/error_details";
@@ -109,7 +110,14 @@ export function unaryHandler<Req, Res>(
   opts: UnaryHandlerOptions = {},
 ): (call: ServerUnaryCall<Req, Res>, callback: sendUnaryData<Res>) => void {
   return (call, callback) => {
-    handler(call.request, call).then(
+    const run = hadIllFormedUtf8(call.request)
+      ? Promise.reject(
+          new KeycapError(status.INVALID_ARGUMENT, "INVALID_UTF8", "a string field of the request is not well-formed UTF-8; send the text exactly, as UTF-8", {
+            field: "request",
+          }),
+        )
+      : handler(call.request, call);
+    run.then(
       (response) => callback(null, response),
       async (err: unknown) => {
         if (err instanceof KeycapError) {

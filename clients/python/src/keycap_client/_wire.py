@@ -10,10 +10,12 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
+import grpc
 from google.protobuf import timestamp_pb2
 
 from keycap_client._gen.keycap.kernel.v1 import access_pb2, kernel_pb2
 from keycap_client._gen.keycap.ledger.v1 import ledger_admin_pb2, ledger_pb2
+from keycap_client.errors import KeycapError
 from keycap_client._rpc import LIST_PAGE_SIZE, client_error
 from keycap_client.tool_definition import ToolDefinition
 
@@ -129,4 +131,15 @@ def begin_call_request(tool_id: str, arguments_json: str, call_id: str, run_id: 
     """A BeginCallRequest whose call id is chosen here when the caller gives none, so a
     BeginCall resent after a lost answer (the UNAVAILABLE retry) finds the call its
     first try journaled instead of journaling a second one."""
+    for field, text in (("arguments_json", arguments_json), ("run_id", run_id)):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate is not text UTF-8 can carry: refused, never replaced.
+            raise KeycapError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "INVALID_UTF8",
+                f"{field} holds a lone surrogate, which is not text UTF-8 can carry (not sent)",
+                domain="keycap.dev/client",
+            ) from None
     return kernel_pb2.BeginCallRequest(tool_id=tool_id, arguments_json=arguments_json, call_id=call_id or str(uuid.uuid4()), run_id=run_id)

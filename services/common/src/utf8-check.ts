@@ -1,0 +1,49 @@
+/**
+ * Ill-formed UTF-8 in a request's string fields. protobuf decoders replace each
+ * bad sequence with U+FFFD, so `{"v":"\xff"}`, `{"v":"\xfe"}` and `{"v":"\ufffd"}`
+ * would decode to one text, derive one key and be journaled as text the caller
+ * never sent. Requests are decoded through a reader that notices the replacement;
+ * the message is then marked, and the shared unary handler refuses it
+ * (INVALID_ARGUMENT, reason INVALID_UTF8) before any service code sees it.
+ */
+import { BinaryReader } from "@bufbuild/protobuf/wire";
+import type { ServiceDefinition } from "@grpc/grpc-js";
+
+const fatal = new TextDecoder("utf-8", { fatal: true });
+const lenient = new TextDecoder("utf-8");
+const illFormed = new WeakSet<object>();
+
+/** True when the request had a string field that was not well-formed UTF-8. */
+export function hadIllFormedUtf8(request: unknown): boolean {
+  return typeof request === "object" && request !== null && illFormed.has(request);
+}
+
+/**
+ * The service definition with each request decoded through the checking reader.
+ * ts-proto's requestDeserialize hands its argument to `decode()`, which takes a
+ * BinaryReader as well as bytes; a unit test holds that to be so.
+ */
+export function withUtf8Check(definition: ServiceDefinition): ServiceDefinition {
+  const out: Record<string, ServiceDefinition[string]> = {};
+  for (const [name, method] of Object.entries(definition)) {
+    const decode = method.requestDeserialize as (value: Buffer | BinaryReader) => unknown;
+    out[name] = {
+      ...method,
+      requestDeserialize: (value: Buffer) => {
+        let bad = false;
+        const reader = new BinaryReader(value, (bytes) => {
+          try {
+            return fatal.decode(bytes);
+          } catch {
+            bad = true;
+            return lenient.decode(bytes);
+          }
+        });
+        const message = decode(reader);
+        if (bad && typeof message === "object" && message !== null) illFormed.add(message);
+        return message;
+      },
+    };
+  }
+  return out as ServiceDefinition;
+}
