@@ -157,6 +157,28 @@ describe("kernel: registry, key derivation, capabilities and the call journal (r
         expect(lookup.codeName).to.equal("NOT_FOUND");
       });
     }
+
+    it("names the refused field by its proto path: dotted, snake_case, no spaces (issue 14)", async function () {
+      const idem = (toolId: string, key: { fields: string[]; version: number; contextFields: [] }): Parameters<KernelClient["registerToolProto"]>[0] => ({
+        toolId,
+        effectClass: { kind: { $case: "idempotent", value: { key } } },
+        argumentsSchemaJson: "",
+        registeredAt: undefined,
+        owner: "",
+      });
+      const cases: [Parameters<KernelClient["registerToolProto"]>[0], string][] = [
+        [idem("p.nofields", { fields: [], version: 1, contextFields: [] }), "tool.effect_class.idempotent.key.fields"],
+        [idem("p.badptr", { fields: ["/a", "order_id"], version: 1, contextFields: [] }), "tool.effect_class.idempotent.key.fields[1]"],
+        [
+          { toolId: "p.req", effectClass: { kind: { $case: "queryable", value: { lookup: { requestIdField: "nope" } } } }, argumentsSchemaJson: "", registeredAt: undefined, owner: "" },
+          "tool.effect_class.queryable.lookup.request_id_field",
+        ],
+      ];
+      for (const [tool, field] of cases) {
+        const err = await refusal(kernel.registerToolProto(tool));
+        expect(err.metadata["field"], tool.toolId).to.equal(field);
+      }
+    });
   });
 
   describe("key derivation through BeginCall", function () {

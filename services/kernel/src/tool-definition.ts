@@ -92,8 +92,8 @@ function effectFromProto(effectClass: EffectClass | undefined, schema: ArgumentS
         if (c !== ContextField.CONTEXT_FIELD_RUN_ID) {
           throw invalidArgument(
             "KEY_DERIVATION_BAD_CONTEXT_FIELD",
-            `tool.effect_class.idempotent.key.contextFields: unknown context field ${c}`,
-            { field: "tool.effect_class.idempotent.key.contextFields" },
+            `tool.effect_class.idempotent.key.context_fields: unknown context field ${c}`,
+            { field: "tool.effect_class.idempotent.key.context_fields" },
           );
         }
         if (!contextFields.includes("run_id")) contextFields.push("run_id");
@@ -102,7 +102,8 @@ function effectFromProto(effectClass: EffectClass | undefined, schema: ArgumentS
       try {
         validateDerivation(spec, schema);
       } catch (err) {
-        throw prefixField(err, "tool.effect_class.idempotent.key");
+        // The derivation names its fields from `key.` on (key.fields[0], key.version).
+        throw prefixField(err, "tool.effect_class.idempotent", (inner) => (inner.startsWith("key") ? inner : "key"));
       }
       return { kind: "idempotent", key: spec };
     }
@@ -124,7 +125,7 @@ function effectFromProto(effectClass: EffectClass | undefined, schema: ArgumentS
           }
         }
       } catch (err) {
-        throw prefixField(err, "tool.effect_class.queryable.lookup.request_id_field");
+        throw prefixField(err, "tool.effect_class.queryable.lookup", () => "request_id_field");
       }
       return { kind: "queryable", requestIdField: field };
     }
@@ -133,10 +134,12 @@ function effectFromProto(effectClass: EffectClass | undefined, schema: ArgumentS
   }
 }
 
-function prefixField(err: unknown, prefix: string): unknown {
+/** A domain refusal re-addressed to the request's proto field path (dotted, snake_case). */
+function prefixField(err: unknown, prefix: string, relative: (inner: string) => string): unknown {
   if (err instanceof Error && "reason" in err && "metadata" in err) {
     const e = err as Error & { reason: string; metadata: Record<string, string> };
-    return invalidArgument(e.reason, `${prefix}: ${e.message}`, { ...e.metadata, field: e.metadata["field"] ? `${prefix} ${e.metadata["field"]}` : prefix });
+    const field = `${prefix}.${relative(e.metadata["field"] ?? "")}`;
+    return invalidArgument(e.reason, `${e.message} (${field})`, { ...e.metadata, field });
   }
   return err;
 }
