@@ -9,6 +9,7 @@ import { runCli, serviceEnv, startService, type ServiceProcess } from "./support
 import { startMongoServer } from "../services/common/src/embedded-mongo";
 import { createLogger } from "../services/common/src/logger";
 import { MongoClient } from "mongodb";
+import { findChildPids } from "../bench/proc-sampler";
 
 describe("foundation: services start for real, answer health and reflection, and stop cleanly", function () {
   let kernel: ServiceProcess;
@@ -138,7 +139,7 @@ describe("foundation: the embedded MongoDB harness", function () {
       const dup = await coll.insertOne({ _id: "k" }).catch((e: { code?: number }) => e);
       expect((dup as { code?: number }).code).to.equal(11000);
       await client.close();
-      postmaster = childrenOf(need(server.pid)).find((pid) => commandOf(pid).includes("postgres"));
+      postmaster = findChildPids(need(server.pid), "postgres")[0];
       expect(postmaster, "a postgres child of the FerretDB wrapper").to.be.a("number");
       process.kill(need(server.pid), "SIGKILL");
       const deadline = Date.now() + 15_000;
@@ -149,29 +150,6 @@ describe("foundation: the embedded MongoDB harness", function () {
     }
   });
 });
-
-function childrenOf(pid: number): number[] {
-  const out: number[] = [];
-  for (const entry of fs.readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${entry}/stat`, "utf8");
-      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      if (ppid === pid) out.push(Number(entry));
-    } catch {
-      // the process ended while we looked
-    }
-  }
-  return out;
-}
-
-function commandOf(pid: number): string {
-  try {
-    return fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").replace(/\0/g, " ");
-  } catch {
-    return "";
-  }
-}
 
 function processAlive(pid: number): boolean {
   // a zombie (exited, not yet reaped by its parent) counts as gone

@@ -87,7 +87,6 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
   fs.mkdirSync(baseEnv["KEYCAP_DATA_DIR"]!, { recursive: true });
 
   let db: MongoServerHandle | undefined;
-  let dbExited: Promise<unknown> | undefined;
   const managed: Record<Exclude<Target, "db">, Managed> = {
     kernel: { killedByUs: false },
     "ledger-a": { killedByUs: false },
@@ -100,17 +99,6 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
 
   async function startDb(): Promise<void> {
     db = await startMongoServer({ logger: createLogger("torture", "silent"), uri: "", embedded: opts.backend, dataDir: dbDir, listen: `127.0.0.1:${dbPort}` });
-    const pid = db.pid!;
-    dbExited = new Promise((resolve) => {
-      const timer = setInterval(() => {
-        try {
-          process.kill(pid, 0);
-        } catch {
-          clearInterval(timer);
-          resolve(undefined);
-        }
-      }, 50);
-    });
   }
 
   function armFaultPoint(target: Target): string | undefined {
@@ -175,7 +163,10 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       const m = managed[target];
       const c = childOf(m);
       if (alive(c)) continue;
-      if (c && !m.killedByUs && m.armed) faultPointKills[`${target} ${m.armed.split("@")[0]!}`] = (faultPointKills[`${target} ${m.armed.split("@")[0]!}`] ?? 0) + 1;
+      if (c && !m.killedByUs && m.armed) {
+        const point = `${target} ${m.armed.split("@")[0]!}`;
+        faultPointKills[point] = (faultPointKills[point] ?? 0) + 1;
+      }
       await startManaged(target);
     }
   }
@@ -183,15 +174,15 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
   async function kill(target: Target): Promise<void> {
     kills[target]++;
     if (target === "db") {
-      const pid = db?.pid;
+      const killed = db;
       db = undefined;
-      if (pid !== undefined) {
+      if (killed?.pid !== undefined) {
         try {
-          process.kill(pid, "SIGKILL");
+          process.kill(killed.pid, "SIGKILL");
         } catch {
           // already gone
         }
-        await dbExited;
+        await killed.exited;
       }
       return;
     }

@@ -37,6 +37,8 @@ export interface MongoServerHandle {
   reason: string;
   /** The server process we started (FerretDB's wrapper; PostgreSQL runs as its child). */
   pid?: number;
+  /** Settles when that process has exited (for a test that kills it). */
+  exited?: Promise<unknown>;
   /** Stops the server (no-op for an external one) and removes temporary data. */
   stop(): Promise<void>;
 }
@@ -265,6 +267,7 @@ async function startFerretdb(binary: string, reason: string, opts: StartMongoOpt
     backend: pgBin ? "ferretdb-pg" : "ferretdb-sqlite",
     reason,
     pid: child.pid,
+    exited,
     stop: () => {
       stopped ??= (async () => {
         child.stdin.end();
