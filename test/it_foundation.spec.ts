@@ -2,6 +2,7 @@ import { expect } from "chai";
 import * as crypto from "node:crypto";
 import * as fs from "node:fs";
 import * as net from "node:net";
+import * as os from "node:os";
 import * as path from "node:path";
 import { healthCheck, reflectServices } from "./support/grpc-probes";
 import { freePort } from "./support/ports";
@@ -147,6 +148,36 @@ describe("foundation: the embedded MongoDB harness", function () {
       expect(processAlive(need(postmaster)), "postgres outlived its SIGKILLed wrapper").to.equal(false);
     } finally {
       await server.stop();
+    }
+  });
+});
+
+describe("foundation: the PostgreSQL backend across a SIGKILL", function () {
+  it("starts again at once on the same data directory after its wrapper was SIGKILLed, with every acknowledged write", async function () {
+    this.timeout(240_000);
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "keycap-pg-restart-"));
+    const logger = createLogger("test", "silent");
+    try {
+      const first = await startMongoServer({ logger, uri: "", embedded: "ferretdb-pg", dataDir });
+      const client = await MongoClient.connect(first.uri);
+      const coll = client.db("restart").collection<{ _id: number; pad: string }>("c");
+      const docs = Array.from({ length: 2_000 }, (_, i) => ({ _id: i, pad: "x".repeat(512) }));
+      await coll.insertMany(docs);
+      // connections still open at the kill, as in the torture test: a smart shutdown waits for them
+      process.kill(need(first.pid), "SIGKILL");
+      await client.close(true).catch(() => undefined);
+      await first.exited;
+      const second = await startMongoServer({ logger, uri: "", embedded: "ferretdb-pg", dataDir });
+      try {
+        const again = await MongoClient.connect(second.uri);
+        expect(await again.db("restart").collection("c").countDocuments()).to.equal(docs.length);
+        await again.close();
+      } finally {
+        await second.stop();
+      }
+      await first.stop();
+    } finally {
+      fs.rmSync(dataDir, { recursive: true, force: true });
     }
   });
 });

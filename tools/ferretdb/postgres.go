@@ -10,6 +10,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -26,8 +27,11 @@ type postgres struct {
 //
 // The cluster trusts loopback connections (no password): it listens only on
 // 127.0.0.1 and on a socket inside dataDir, for a single local user's tests.
-// The server gets SIGTERM (a fast, clean shutdown) if this process dies, even
-// by SIGKILL, through the parent-death signal, so it never outlives us.
+// The server gets SIGQUIT (immediate shutdown; WAL replay on the next start
+// makes it safe) if this process dies, even by SIGKILL, through the
+// parent-death signal, so it never outlives us for long. SIGTERM (smart
+// shutdown) waited for clients and left postmaster.pid in place while the
+// next start came: the torture test measured that race.
 func startPostgres(binDir, dataDir, runAs string) (*postgres, error) {
 	cred, err := credentialFor(runAs)
 	if err != nil {
@@ -49,6 +53,9 @@ func startPostgres(binDir, dataDir, runAs string) (*postgres, error) {
 			return nil, fmt.Errorf("initdb %s: %v: %s", dataDir, err, tail(out))
 		}
 	}
+	if err := reclaimDataDir(dataDir, 30*time.Second); err != nil {
+		return nil, err
+	}
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -63,7 +70,7 @@ func startPostgres(binDir, dataDir, runAs string) (*postgres, error) {
 		"-c", "log_min_messages=fatal",
 	)
 	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGTERM, Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
@@ -119,6 +126,57 @@ func (pg *postgres) stop() {
 		_ = pg.cmd.Process.Kill()
 		<-pg.done
 	}
+}
+
+// reclaimDataDir waits until no earlier server runs on dataDir. A server still
+// named in postmaster.pid belonged to a wrapper that died (only one wrapper
+// uses a data directory), so it is told to stop at once and, if it has not
+// within timeout, killed.
+func reclaimDataDir(dataDir string, timeout time.Duration) error {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil || pid <= 0 || !isPostgres(pid) {
+		return nil // stale file: PostgreSQL itself removes it
+	}
+	_ = syscall.Kill(pid, syscall.SIGQUIT)
+	for _, next := range []syscall.Signal{syscall.SIGKILL, 0} {
+		deadline := time.Now().Add(timeout)
+		for isPostgres(pid) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if !isPostgres(pid) {
+			return nil
+		}
+		if next != 0 {
+			_ = syscall.Kill(pid, next)
+		}
+	}
+	return fmt.Errorf("an earlier PostgreSQL (pid %d) still runs on %s after SIGQUIT and SIGKILL", pid, dataDir)
+}
+
+// isPostgres says whether pid is a live (not zombie) postgres process; a
+// container's init may never reap the orphan, so a zombie counts as gone.
+func isPostgres(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	if _, rest, ok := strings.Cut(string(stat), ") "); ok && strings.HasPrefix(rest, "Z") {
+		return false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	argv0, _, _ := strings.Cut(string(cmdline), "\x00")
+	return filepath.Base(argv0) == "postgres"
 }
 
 // credentialFor is nil unless we are root, which PostgreSQL refuses to run as.
