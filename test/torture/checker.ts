@@ -10,6 +10,7 @@ import { createHash } from "node:crypto";
 import * as fs from "node:fs";
 import { MongoClient, type Document } from "mongodb";
 import { CHARGE, opOf } from "./torture-tools";
+import { EXPECTED_ERROR_CODES } from "./verdict";
 
 export interface CheckResult {
   planned: number;
@@ -44,6 +45,8 @@ interface WorkerEvent {
   tool?: string;
   code?: string;
   phase?: string;
+  reason?: string;
+  message?: string;
 }
 
 export function readJournals(paths: readonly string[]): WorkerEvent[] {
@@ -73,18 +76,22 @@ export async function check(mongoUri: string, database: string, journals: readon
   const planned = new Set<string>();
   const acked = new Set<string>();
   const done = new Set<string>();
-  const workerErrors: Record<string, number> = {};
-  for (const e of events) {
-    if (e.ev === "plan" && e.op) planned.add(e.op);
-    if (e.ev === "ack" && e.op) acked.add(e.op);
-    if (e.ev === "done" && e.op) done.add(e.op);
-    if (e.ev === "err" && e.code) workerErrors[e.code] = (workerErrors[e.code] ?? 0) + 1;
-  }
   const examples: Record<string, string[]> = {};
   const note = (kind: string, what: string): void => {
     const list = (examples[kind] ??= []);
     if (list.length < 5) list.push(what);
   };
+  const workerErrors: Record<string, number> = {};
+  for (const e of events) {
+    if (e.ev === "plan" && e.op) planned.add(e.op);
+    if (e.ev === "ack" && e.op) acked.add(e.op);
+    if (e.ev === "done" && e.op) done.add(e.op);
+    if (e.ev === "err" && e.code) {
+      workerErrors[e.code] = (workerErrors[e.code] ?? 0) + 1;
+      // the message is what lets a failing report be diagnosed without the kept work dir
+      if (!EXPECTED_ERROR_CODES.includes(e.code)) note(`worker ${e.code}`, `${e.phase ?? ""} ${e.op ?? ""}: ${e.reason ?? ""} ${e.message ?? ""}`);
+    }
+  }
 
   const client = await MongoClient.connect(mongoUri, { serverSelectionTimeoutMS: 30_000 });
   try {

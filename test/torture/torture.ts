@@ -43,6 +43,8 @@ export interface TortureReport extends CheckResult {
   faultPointKills: Record<string, number>;
   totalKills: number;
   finalRecoveryClean: boolean;
+  /** Handler errors the services logged as unexpected (each was answered INTERNAL). */
+  serviceErrors: number;
 }
 
 const RUNTIME_TOKEN = `keycap_rt_torture_${crypto.randomBytes(18).toString("base64url")}`;
@@ -72,6 +74,20 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
   const kills = Object.fromEntries(TARGETS.map((t) => [t, 0])) as Record<Target, number>;
   const faultPointKills: Record<string, number> = {};
   let incarnation = 0;
+  const serviceErrorExamples: string[] = [];
+  let serviceErrors = 0;
+  /** Keeps what a service process logged (a file per incarnation) and notes its unexpected errors. */
+  function harvest(target: Target, m: Managed): void {
+    if (m.proc === undefined || !("output" in m.proc)) return;
+    const out = m.proc.output();
+    fs.appendFileSync(path.join(work, `${target}.log`), out);
+    for (const line of out.split("\n")) {
+      if (!line.includes("unexpected error in handler")) continue;
+      serviceErrors++;
+      if (serviceErrorExamples.length < 5) serviceErrorExamples.push(`${target}: ${line.slice(0, 600)}`);
+    }
+    m.proc = undefined;
+  }
 
   const baseEnv: Record<string, string> = {
     MONGODB_URI: mongoUri,
@@ -167,6 +183,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
         const point = `${target} ${m.armed.split("@")[0]!}`;
         faultPointKills[point] = (faultPointKills[point] ?? 0) + 1;
       }
+      harvest(target, m);
       await startManaged(target);
     }
   }
@@ -194,6 +211,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       c!.kill("SIGKILL");
       await exited;
     }
+    harvest(target, m);
   }
 
   try {
@@ -225,6 +243,8 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       finalRecoveryClean = code === 0;
     }
     const result = await check(mongoUri, database, journals);
+    for (const [t, m] of Object.entries(managed)) harvest(t as Target, m);
+    if (serviceErrorExamples.length > 0) result.examples["service unexpected error"] = serviceErrorExamples;
     const faultTotal = Object.values(faultPointKills).reduce((a, b) => a + b, 0);
     return {
       backend: opts.backend,
@@ -234,6 +254,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       faultPointKills,
       totalKills: Object.values(kills).reduce((a, b) => a + b, 0) + faultTotal,
       finalRecoveryClean,
+      serviceErrors,
       ...result,
     };
   } finally {
