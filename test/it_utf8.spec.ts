@@ -33,11 +33,13 @@ describe("ill-formed UTF-8 (issue 14)", function () {
   let raw: Client;
   let client: KernelClient;
   const tool = defineTool({ id: "utf8.charge", effect: { kind: "idempotent", key: { fields: ["/v"] } } });
+  const runTool = defineTool({ id: "utf8.per-run", effect: { kind: "idempotent", key: { fields: ["/v"], contextFields: ["run_id"] } } });
 
   before(async function () {
     kernel = await startService("kernel", serviceEnv());
     client = new KernelClient(kernel.endpoints.kernel!);
     await client.registerTool(tool);
+    await client.registerTool(runTool);
     raw = new Client(kernel.endpoints.kernel!, credentials.createInsecure());
   });
   after(async function () {
@@ -86,6 +88,19 @@ describe("ill-formed UTF-8 (issue 14)", function () {
 
   it("refuses ill-formed UTF-8 in run_id", async function () {
     expect(await refusedAs(rawBeginCall(tool.id, "utf8-run", ascii('{"v":"x"}'), [0x72, 0xff]))).to.equal("INVALID_UTF8");
+  });
+
+  // TextDecoder drops a leading U+FEFF unless told not to: "\uFEFFrun-1" became "run-1".
+  it("keeps a leading byte order mark in run_id: two run ids, two keys, recorded exactly", async function () {
+    const bom = [0xef, 0xbb, 0xbf];
+    const withBom = await send(rawBeginCall(runTool.id, "utf8-bom-run", ascii('{"v":"x"}'), [...bom, ...ascii("run-1")]));
+    const without = await send(rawBeginCall(runTool.id, "utf8-plain-run", ascii('{"v":"x"}'), ascii("run-1")));
+    expect(withBom.call?.runId).to.equal("\uFEFFrun-1");
+    expect(withBom.call?.key).to.not.equal(without.call?.key);
+  });
+
+  it("refuses a byte order mark in front of arguments_json (ARGUMENTS_NOT_JSON) instead of dropping it", async function () {
+    expect(await refusedAs(rawBeginCall(tool.id, "utf8-bom-args", [0xef, 0xbb, 0xbf, ...ascii('{"v":"x"}')]))).to.equal("ARGUMENTS_NOT_JSON");
   });
 
   it("accepts U+FFFD itself, sent as well-formed UTF-8, and keeps it exactly", async function () {

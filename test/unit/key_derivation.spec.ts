@@ -1,7 +1,10 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { expect } from "chai";
-import { KeycapError } from "../../services/common/src/errors";
+import { BinaryWriter } from "@bufbuild/protobuf/wire";
+import { BeginCallRequest, KernelServiceService } from "../../gen/ts/keycap/kernel/v1/kernel";
+import { invalidArgument, KeycapError } from "../../services/common/src/errors";
+import { hadIllFormedUtf8, withUtf8Check } from "../../services/common/src/utf8-check";
 import { compileArgumentSchema } from "../../services/kernel/src/domain/argument-schema";
 import { formatJsonPointer, parseJsonPointer, resolveJsonPointer } from "../../services/kernel/src/domain/json-pointer";
 import {
@@ -22,8 +25,10 @@ interface Vector {
   name: string;
   tool_id: string;
   derivation: { fields: string[]; version: number; context_fields?: "run_id"[] };
-  context: { run_id: string };
-  arguments_json: string;
+  context: { run_id?: string; run_id_utf8_hex?: string };
+  /** One of the two: the text, or its UTF-8 bytes when they are not well-formed. */
+  arguments_json?: string;
+  arguments_utf8_hex?: string;
   expect: { key: string; canonical: string } | { error: string };
 }
 
@@ -39,10 +44,26 @@ function specOf(v: Vector): KeyDerivationSpec {
   return { fields: v.derivation.fields, version: v.derivation.version, contextFields: v.derivation.context_fields ?? [] };
 }
 
+/**
+ * The vector's strings as the kernel receives them: raw bytes go through the
+ * kernel's own request decoder, which refuses ill-formed UTF-8 (INVALID_UTF8).
+ */
+function decodedInputs(v: Vector): { argumentsJson: string; runId: string } {
+  const argBytes = v.arguments_utf8_hex !== undefined ? Buffer.from(v.arguments_utf8_hex, "hex") : Buffer.from(v.arguments_json ?? "", "utf8");
+  const runBytes = v.context.run_id_utf8_hex !== undefined ? Buffer.from(v.context.run_id_utf8_hex, "hex") : Buffer.from(v.context.run_id ?? "", "utf8");
+  const w = new BinaryWriter();
+  w.uint32((3 << 3) | 2).bytes(runBytes);
+  w.uint32((4 << 3) | 2).bytes(argBytes);
+  const request = withUtf8Check(KernelServiceService).beginCall!.requestDeserialize(Buffer.from(w.finish())) as BeginCallRequest;
+  if (hadIllFormedUtf8(request)) throw invalidArgument("INVALID_UTF8", `vector ${v.name}: a string is not well-formed UTF-8`);
+  return { argumentsJson: request.argumentsJson, runId: request.runId };
+}
+
 function runVector(v: Vector): { key: string; canonical: string } {
   const limits: JsonLimits = { maxBytes: vectorFile.limits.max_bytes, maxDepth: vectorFile.limits.max_depth };
-  const args = parseArguments(v.arguments_json, limits);
-  const ctx = { runId: v.context.run_id };
+  const input = decodedInputs(v);
+  const args = parseArguments(input.argumentsJson, limits);
+  const ctx = { runId: input.runId };
   return { key: deriveKey(v.tool_id, specOf(v), args, ctx), canonical: canonicalKeyDocument(v.tool_id, specOf(v), args, ctx) };
 }
 
@@ -80,6 +101,32 @@ function key(json: string, spec: KeyDerivationSpec = ORDER, ctx = RUN, tool = "p
 }
 
 describe("key derivation", () => {
+  describe("which reason wins when an input has several problems (ADR 0002)", () => {
+    const tiny: JsonLimits = { maxBytes: 24, maxDepth: 2 };
+    it("size before anything in the text", () => {
+      expectRefused(() => parseArguments('{"a":1,"a":[[[1]]], "pad":0}', tiny), "ARGUMENTS_TOO_LARGE");
+    });
+    it("inside the text, the problem met first wins", () => {
+      expectRefused(() => parseArguments('{"a":1,"a":[[1]]}', tiny), "ARGUMENTS_DUPLICATE_MEMBER");
+      expectRefused(() => parseArguments('{"b":[[1]],"b":1}', tiny), "ARGUMENTS_TOO_DEEP");
+      expectRefused(() => parseArguments('{"a":1e400,"a":1}'), "ARGUMENTS_NON_FINITE_NUMBER");
+      expectRefused(() => parseArguments('{"a":"\\ud800","a":1}'), "ARGUMENTS_INVALID_UNICODE");
+      expectRefused(() => parseArguments('{"a":1,"a":2,}'), "ARGUMENTS_DUPLICATE_MEMBER");
+      expectRefused(() => parseArguments('{"a":1,,"a":2}'), "ARGUMENTS_NOT_JSON");
+    });
+    it("not an object only once the text is JSON", () => {
+      expectRefused(() => parseArguments("[1,1"), "ARGUMENTS_NOT_JSON");
+      expectRefused(() => parseArguments("[1,1]"), "ARGUMENTS_NOT_OBJECT");
+    });
+    it("the derivation before the fields, then the fields in listed order, then the run id", () => {
+      const args = parseArguments('{"b":null}');
+      expectRefused(() => deriveKey("t", { fields: ["/a", "/a"], version: 1, contextFields: ["run_id"] }, args, { runId: "" }), "KEY_DERIVATION_DUPLICATE_FIELD");
+      expectRefused(() => deriveKey("t", { fields: ["/b", "/a"], version: 1, contextFields: ["run_id"] }, args, { runId: "" }), "KEY_FIELD_NULL");
+      expectRefused(() => deriveKey("t", { fields: ["/a", "/b"], version: 1, contextFields: ["run_id"] }, args, { runId: "" }), "KEY_FIELD_MISSING");
+      expectRefused(() => deriveKey("t", { fields: ["/c"], version: 1, contextFields: ["run_id"] }, parseArguments('{"c":1}'), { runId: "" }), "RUN_ID_REQUIRED");
+    });
+  });
+
   describe("published test vectors (test/vectors/key-derivation.json)", () => {
     it("pins scheme v1 with the default limits and at least 30 vectors", () => {
       expect(vectorFile.scheme).to.equal(KEY_SCHEME);
@@ -117,6 +164,9 @@ describe("key derivation", () => {
         ],
       ],
       ["two-fields", ["field-list-order-does-not-matter"]],
+      ["basic-string-field", ["version-0-is-version-1"]],
+      ["html-characters-are-not-escaped", ["html-characters-escaped-in-input"]],
+      ["line-and-paragraph-separators-literal", ["line-and-paragraph-separators-escaped"]],
       ["context-run-a", ["context-run-a-again-reordered"]],
       ["nested-object", ["nested-object-reordered"]],
       ["unicode-nfc", ["unicode-escaped-nfc"]],
@@ -138,6 +188,10 @@ describe("key derivation", () => {
       ["context-run-a", "context-run-b"],
       ["array", "array-order-matters"],
       ["unicode-nfc", "unicode-nfd"],
+      ["noncharacter-fffe", "noncharacter-ffff"],
+      ["noncharacter-fffe", "replacement-character"],
+      ["noncharacter-ffff", "replacement-character"],
+      ["noncharacter-fdd0", "noncharacter-10ffff"],
     ];
     for (const [a, b] of differentKey) {
       it(`gives ${a} and ${b} different keys`, () => {
@@ -258,8 +312,11 @@ describe("key derivation", () => {
       expect(e.metadata["field"]).to.equal("key.fields[2]");
     });
 
-    it("refuses a version below 1 or not an integer", () => {
-      expectRefused(() => validateDerivation(spec(["/a"], 0)), "KEY_DERIVATION_BAD_VERSION");
+    it("reads version 0 (protobuf's 'not set') as version 1, and refuses a negative or fractional version", () => {
+      const args = '{"a":"x"}';
+      expect(key(args, spec(["/a"], 0))).to.equal(key(args, spec(["/a"], 1)));
+      expect(key(args, spec(["/a"], 0))).to.not.equal(key(args, spec(["/a"], 2)));
+      expectRefused(() => validateDerivation(spec(["/a"], -1)), "KEY_DERIVATION_BAD_VERSION");
       expectRefused(() => validateDerivation(spec(["/a"], 1.5)), "KEY_DERIVATION_BAD_VERSION");
     });
 

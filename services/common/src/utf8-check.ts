@@ -9,8 +9,10 @@
 import { BinaryReader } from "@bufbuild/protobuf/wire";
 import type { ServiceDefinition } from "@grpc/grpc-js";
 
-const fatal = new TextDecoder("utf-8", { fatal: true });
-const lenient = new TextDecoder("utf-8");
+// ignoreBOM: a leading U+FEFF is text the caller sent. The default drops it, which made
+// run ids "\uFEFFrun-1" and "run-1" one key and hid a BOM in front of arguments_json.
+const fatal = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+const lenient = new TextDecoder("utf-8", { ignoreBOM: true });
 const illFormed = new WeakSet<object>();
 
 /** True when the request had a string field that was not well-formed UTF-8. */

@@ -6,7 +6,7 @@ import { invalidArgument } from "../../common/src/errors";
 import type { EffectName } from "../../common/src/capability";
 import { compileArgumentSchema, type ArgumentSchema } from "./domain/argument-schema";
 import { parseJsonPointer } from "./domain/json-pointer";
-import { validateDerivation, type ContextField as DomainContextField, type KeyDerivationSpec } from "./domain/key-derivation";
+import { derivationVersion, validateDerivation, type ContextField as DomainContextField, type KeyDerivationSpec } from "./domain/key-derivation";
 
 /** A tool's effect class in domain terms (no protobuf types). */
 export type ToolEffect =
@@ -98,7 +98,7 @@ function effectFromProto(effectClass: EffectClass | undefined, schema: ArgumentS
         }
         if (!contextFields.includes("run_id")) contextFields.push("run_id");
       }
-      const spec: KeyDerivationSpec = { fields: [...key.fields], version: key.version === 0 ? 1 : key.version, contextFields };
+      const spec: KeyDerivationSpec = { fields: [...key.fields], version: derivationVersion(key), contextFields };
       try {
         validateDerivation(spec, schema);
       } catch (err) {

@@ -51,7 +51,10 @@ export const CONTEXT_FIELDS: readonly ContextField[] = ["run_id"];
 export interface KeyDerivationSpec {
   /** RFC 6901 pointers into the arguments object, naming the fields that identify the effect. Order does not matter. */
   fields: readonly string[];
-  /** The derivation's version (≥ 1); bump it to give every call new keys. */
+  /**
+   * The derivation's version; bump it to give every call new keys. 0 is version 1:
+   * it is what protobuf sends when the field is not set (see {@link derivationVersion}).
+   */
   version: number;
   /** Fields of the call's context that also identify the effect; `["run_id"]` makes the same call in two runs two effects. */
   contextFields: readonly ContextField[];
@@ -61,6 +64,14 @@ export interface KeyDerivationSpec {
 export interface CallContext {
   /** The run the call belongs to, as passed to BeginCall. */
   runId: string;
+}
+
+/**
+ * The version a derivation hashes: `version`, except 0 (protobuf's "not set"), which is 1.
+ * The one place that rule lives; the kernel stores tools with this value.
+ */
+export function derivationVersion(spec: Pick<KeyDerivationSpec, "version">): number {
+  return spec.version === 0 ? 1 : spec.version;
 }
 
 /** Longest accepted request id, in Unicode code points. */
@@ -147,7 +158,7 @@ export function canonicalKeyDocument(toolId: string, spec: KeyDerivationSpec, ar
     }
     context["run_id"] = ctx.runId;
   }
-  const doc: JsonObject = { tool_id: toolId, derivation_version: spec.version, fields, context };
+  const doc: JsonObject = { tool_id: toolId, derivation_version: derivationVersion(spec), fields, context };
   // canonicalize() returns undefined only for undefined input, which `doc` never is.
   return canonicalize(doc) as string;
 }
@@ -218,8 +229,8 @@ function parseSpec(spec: KeyDerivationSpec, schema?: ArgumentSchema): ParsedFiel
       { field: "key.fields" },
     );
   }
-  if (!Number.isSafeInteger(spec.version) || spec.version < 1) {
-    throw invalidArgument("KEY_DERIVATION_BAD_VERSION", `key.version must be an integer ≥ 1, got ${spec.version}`, {
+  if (!Number.isSafeInteger(spec.version) || spec.version < 0) {
+    throw invalidArgument("KEY_DERIVATION_BAD_VERSION", `key.version must be an integer ≥ 1 (0, not set, is 1), got ${spec.version}`, {
       field: "key.version",
     });
   }

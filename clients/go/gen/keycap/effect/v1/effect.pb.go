@@ -293,7 +293,8 @@ type KeyDerivation struct {
 	// tool's argument schema.
 	Fields []string `protobuf:"bytes,1,rep,name=fields,proto3" json:"fields,omitempty"`
 	// Version of this derivation, hashed into the key. Bump it (under a new tool id)
-	// when the derivation changes. 0 is read as 1.
+	// when the derivation changes. 0 (not set) is version 1, here, in the kernel
+	// and in the published key-derivation vectors (ADR 0002).
 	Version uint32 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	// Fields of the call's recorded context that also enter the key. Naming
 	// CONTEXT_FIELD_RUN_ID makes two identical calls in two runs two effects, while
