@@ -29,9 +29,10 @@ generate-ts: $(NPM_STAMP)
 build: generate-ts
 	npx tsc -p tsconfig.json
 
-## lint: buf lint (STANDARD), buf breaking against main, strict type check
+## lint: buf lint (STANDARD), buf breaking against main, import boundaries, strict type check
 lint: $(NPM_STAMP)
 	npx buf lint
+	npx depcruise --config .dependency-cruiser.cjs services clients/ts
 	$(MAKE) --no-print-directory breaking
 	npx tsc -p tsconfig.json --noEmit
 

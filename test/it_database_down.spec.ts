@@ -6,7 +6,7 @@
 import { expect } from "chai";
 import { AdminClient, defineTool, KernelClient, LedgerClient } from "../clients/ts/src";
 import { startMongoServer, type MongoServerHandle } from "../services/common/src/embedded-mongo";
-import { readRetryDelayMs } from "../services/common/src/grpc-status";
+import { readRetryDelayMs } from "../clients/ts/src/status-details";
 import { createLogger } from "../services/common/src/logger";
 import { refusal } from "./support/refusal";
 import { serviceEnv, startService, type ServiceProcess } from "./support/processes";

@@ -9,7 +9,7 @@ import { Client, credentials, Metadata, type ServiceError } from "@grpc/grpc-js"
 import { BinaryWriter } from "@bufbuild/protobuf/wire";
 import { expect } from "chai";
 import { BeginCallRequest, BeginCallResponse } from "../gen/ts/keycap/kernel/v1/kernel";
-import { readErrorInfo } from "../services/common/src/grpc-status";
+import { readErrorInfo } from "../clients/ts/src/status-details";
 import { withUtf8Check } from "../services/common/src/utf8-check";
 import { KernelServiceService } from "../gen/ts/keycap/kernel/v1/kernel";
 import { defineTool, KernelClient } from "../clients/ts/src";

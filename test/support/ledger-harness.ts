@@ -28,7 +28,7 @@ import {
   type ListRejectionsResponse,
 } from "../../gen/ts/keycap/ledger/v1/ledger_admin";
 import { CAPABILITY_TYP, type CapabilityClaims } from "../../services/common/src/capability";
-import { readErrorInfo } from "../../services/common/src/grpc-status";
+import { readErrorInfo } from "../../clients/ts/src/status-details";
 import { CapabilityMinter, type CapabilityMinterOptions } from "../../services/kernel/src/capability-minter";
 import { loadOrCreateSigningKeys, type SigningKeys } from "../../services/kernel/src/signing-keys";
 import { serviceEnv, startService, TEST_RUNTIME_TOKEN, type ServiceProcess } from "./processes";

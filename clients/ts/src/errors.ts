@@ -1,5 +1,5 @@
 import { status, type ServiceError } from "@grpc/grpc-js";
-import { readErrorInfo } from "../../../services/common/src/grpc-status";
+import { readErrorInfo } from "./status-details";
 
 /**
  * Every error a keycap client raises: the gRPC code, and the machine-readable

@@ -1,5 +1,5 @@
 import { Metadata, status, type CallOptions, type ClientUnaryCall, type ServiceError } from "@grpc/grpc-js";
-import { readRetryDelayMs } from "../../../services/common/src/grpc-status";
+import { readRetryDelayMs } from "./status-details";
 import { KeycapClientError } from "./errors";
 
 /** A grpc-js unary method in its (request, metadata, options, callback) form. */

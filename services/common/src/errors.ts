@@ -1,28 +1,39 @@
-import { status } from "@grpc/grpc-js";
+/**
+ * Domain errors, free of any transport: the domain and storage layers throw these, and
+ * one layer (grpc-status.ts) answers them as gRPC statuses. make lint holds the domain
+ * to it (dependency-cruiser, .dependency-cruiser.cjs).
+ */
 
 /** The ErrorInfo domain of every keycap error. */
 export const ERROR_DOMAIN = "keycap.dev";
 
-/** gRPC codes keycap answers with deliberately. */
-export type KeycapCode =
-  | typeof status.INVALID_ARGUMENT
-  | typeof status.NOT_FOUND
-  | typeof status.ALREADY_EXISTS
-  | typeof status.PERMISSION_DENIED
-  | typeof status.UNAUTHENTICATED
-  | typeof status.FAILED_PRECONDITION
-  | typeof status.RESOURCE_EXHAUSTED
-  | typeof status.UNAVAILABLE
-  | typeof status.ABORTED
-  | typeof status.INTERNAL
-  | typeof status.UNIMPLEMENTED;
+/**
+ * The canonical codes keycap answers with deliberately, by their google.rpc.Code numbers
+ * (gRPC's status codes are the same numbers; a unit test holds them equal).
+ */
+export const Code = {
+  INVALID_ARGUMENT: 3,
+  NOT_FOUND: 5,
+  ALREADY_EXISTS: 6,
+  PERMISSION_DENIED: 7,
+  RESOURCE_EXHAUSTED: 8,
+  FAILED_PRECONDITION: 9,
+  ABORTED: 10,
+  UNIMPLEMENTED: 12,
+  INTERNAL: 13,
+  UNAVAILABLE: 14,
+  UNAUTHENTICATED: 16,
+} as const;
+
+/** One of {@link Code}. */
+export type KeycapCode = (typeof Code)[keyof typeof Code];
 
 /**
  * A deliberate refusal: the only kind of error whose message reaches a client.
  * Domain code throws it with a machine-readable `reason` (UPPER_SNAKE_CASE);
  * the gRPC layer turns it into a status with a google.rpc.ErrorInfo.
  *
- * @example throw new KeycapError(status.INVALID_ARGUMENT, "KEY_FIELD_MISSING", "arguments: /order_id is missing", { field: "/order_id" })
+ * @example throw new KeycapError(Code.INVALID_ARGUMENT, "KEY_FIELD_MISSING", "arguments: /order_id is missing", { field: "/order_id" })
  */
 export class KeycapError extends Error {
   constructor(
@@ -42,5 +53,5 @@ export function invalidArgument(
   message: string,
   metadata: Record<string, string> = {},
 ): KeycapError {
-  return new KeycapError(status.INVALID_ARGUMENT, reason, message, metadata);
+  return new KeycapError(Code.INVALID_ARGUMENT, reason, message, metadata);
 }

@@ -37,52 +37,6 @@ export function toServiceError(err: KeycapError): Partial<ServiceError> {
 }
 
 /** What a client reads back from a keycap error. */
-export interface ErrorInfoData {
-  reason: string;
-  domain: string;
-  metadata: Record<string, string>;
-}
-
-/** Reads the google.rpc.ErrorInfo from an error's status-details trailer, if any. */
-export function readErrorInfo(err: unknown): ErrorInfoData | undefined {
-  if (typeof err !== "object" || err === null || !("metadata" in err)) return undefined;
-  const md = (err as { metadata?: unknown }).metadata;
-  if (!(md instanceof Metadata)) return undefined;
-  const raw = md.get(STATUS_DETAILS_KEY)[0];
-  if (!(raw instanceof Buffer)) return undefined;
-  try {
-    const st = Status.decode(raw);
-    for (const any of st.details) {
-      if (any.typeUrl === ERROR_INFO_TYPE_URL) {
-        const info = ErrorInfo.decode(any.value);
-        return { reason: info.reason, domain: info.domain, metadata: { ...info.metadata } };
-      }
-    }
-  } catch {
-    return undefined;
-  }
-  return undefined;
-}
-
-/** The retry delay an error's google.rpc.RetryInfo recommends, in milliseconds, if any. */
-export function readRetryDelayMs(err: unknown): number | undefined {
-  if (typeof err !== "object" || err === null || !("metadata" in err)) return undefined;
-  const md = (err as { metadata?: unknown }).metadata;
-  if (!(md instanceof Metadata)) return undefined;
-  const raw = md.get(STATUS_DETAILS_KEY)[0];
-  if (!(raw instanceof Buffer)) return undefined;
-  try {
-    for (const any of Status.decode(raw).details) {
-      if (any.typeUrl !== RETRY_INFO_TYPE_URL) continue;
-      const d = RetryInfo.decode(any.value).retryDelay;
-      return d ? d.seconds * 1000 + Math.floor(d.nanos / 1e6) : undefined;
-    }
-  } catch {
-    return undefined;
-  }
-  return undefined;
-}
-
 /** Options of {@link unaryHandler}. */
 export interface UnaryHandlerOptions {
   /**

@@ -1,7 +1,6 @@
-import { status } from "@grpc/grpc-js";
 import type { Collection, Db, Filter } from "mongodb";
 import type { CapabilityClaims, EffectName } from "../../common/src/capability";
-import { KeycapError } from "../../common/src/errors";
+import { Code, KeycapError } from "../../common/src/errors";
 import { isDuplicateKey } from "../../common/src/mongo";
 import { afterKeyset } from "../../common/src/paging";
 import { faultPoint } from "../../common/src/fault-points";
@@ -112,7 +111,7 @@ export class CallJournal {
     faultPoint("journal.begin.after-pending-copy");
     try {
       const res = await this.calls.insertOne(record, MAJORITY);
-      if (!res.acknowledged) throw new KeycapError(status.UNAVAILABLE, "JOURNAL_WRITE_UNACKNOWLEDGED", "the call journal did not acknowledge the write; retry");
+      if (!res.acknowledged) throw new KeycapError(Code.UNAVAILABLE, "JOURNAL_WRITE_UNACKNOWLEDGED", "the call journal did not acknowledge the write; retry");
       // A copy was already there: left by an earlier BeginCall of this id that crashed
       // before its journal write; the journal now says what the call is.
       if (!copyInserted) await this.pending.replaceOne({ _id: record._id }, record, MAJORITY);
@@ -121,12 +120,12 @@ export class CallJournal {
       if (!isDuplicateKey(err)) throw err;
     }
     const existing = await this.get(record._id);
-    if (!existing) throw new KeycapError(status.ABORTED, "CONCURRENT_BEGIN", "the call changed during BeginCall; retry");
+    if (!existing) throw new KeycapError(Code.ABORTED, "CONCURRENT_BEGIN", "the call changed during BeginCall; retry");
     if (existing.tool_id !== record.tool_id || existing.run_id !== record.run_id || existing.arguments_json !== record.arguments_json) {
       // Take back the copy this BeginCall inserted (only it has this created_at).
       if (copyInserted) await this.pending.deleteOne({ _id: record._id, created_at: record.created_at }, MAJORITY);
       throw new KeycapError(
-        status.ALREADY_EXISTS,
+        Code.ALREADY_EXISTS,
         "CALL_ID_CONFLICT",
         `call ${record._id} was already begun with a different tool, run id or arguments; a call id names one call`,
         { call_id: record._id },
@@ -183,11 +182,11 @@ export class CallJournal {
     const completion: CompletionDoc = { _id: callId, outcome, outcome_detail: detail, completed_at: new Date() };
     try {
       const res = await this.completions.insertOne(completion, MAJORITY);
-      if (!res.acknowledged) throw new KeycapError(status.UNAVAILABLE, "JOURNAL_WRITE_UNACKNOWLEDGED", "the call journal did not acknowledge the completion; retry");
+      if (!res.acknowledged) throw new KeycapError(Code.UNAVAILABLE, "JOURNAL_WRITE_UNACKNOWLEDGED", "the call journal did not acknowledge the completion; retry");
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;
       const earlier = await this.completions.findOne({ _id: callId });
-      if (!earlier) throw new KeycapError(status.ABORTED, "CONCURRENT_COMPLETE", `call ${callId} changed during CompleteCall; retry`, { call_id: callId });
+      if (!earlier) throw new KeycapError(Code.ABORTED, "CONCURRENT_COMPLETE", `call ${callId} changed during CompleteCall; retry`, { call_id: callId });
       await this.unmarkPending(callId); // heals a pending copy left by a crash after the first completion
       return sameOutcomeOrRefuse(withCompletion(call, earlier), outcome);
     }
@@ -208,7 +207,7 @@ export class CallJournal {
       { returnDocument: "after", ...MAJORITY },
     );
     if (!updated || (await this.completions.findOne({ _id: call._id }))) {
-      throw new KeycapError(status.ABORTED, "CONCURRENT_RESUME", `call ${call._id} was resumed or completed concurrently; list it again`, { call_id: call._id });
+      throw new KeycapError(Code.ABORTED, "CONCURRENT_RESUME", `call ${call._id} was resumed or completed concurrently; list it again`, { call_id: call._id });
     }
     // Keep the pending copy current (never re-created: a completion may have removed it).
     await this.pending.replaceOne({ _id: call._id }, updated, MAJORITY);
@@ -293,7 +292,7 @@ export class CallJournal {
   private async insertPendingCopy(call: CallRecord): Promise<boolean> {
     try {
       const res = await this.pending.insertOne({ ...call }, MAJORITY);
-      if (!res.acknowledged) throw new KeycapError(status.UNAVAILABLE, "JOURNAL_WRITE_UNACKNOWLEDGED", "the call journal did not acknowledge the write; retry");
+      if (!res.acknowledged) throw new KeycapError(Code.UNAVAILABLE, "JOURNAL_WRITE_UNACKNOWLEDGED", "the call journal did not acknowledge the write; retry");
       return true;
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;
@@ -315,7 +314,7 @@ export class CallJournal {
       if (!isDuplicateKey(err)) throw err;
     }
     const call = await this.get(copy._id);
-    if (!call) throw new KeycapError(status.ABORTED, "CONCURRENT_BEGIN", `call ${copy._id} changed while it was being recovered; list it again`, { call_id: copy._id });
+    if (!call) throw new KeycapError(Code.ABORTED, "CONCURRENT_BEGIN", `call ${copy._id} changed while it was being recovered; list it again`, { call_id: copy._id });
     return call;
   }
 
@@ -340,7 +339,7 @@ function withCompletion(call: CallRecord, c: CompletionDoc): CallRecord {
 function sameOutcomeOrRefuse(call: CallRecord, outcome: CallOutcomeName): { call: CallRecord; alreadyCompleted: true } {
   if (call.outcome === outcome) return { call, alreadyCompleted: true };
   throw new KeycapError(
-    status.FAILED_PRECONDITION,
+    Code.FAILED_PRECONDITION,
     "CALL_ALREADY_COMPLETED",
     `call ${call._id} is already completed with outcome ${call.outcome ?? "unknown"}; it cannot be completed as ${outcome}`,
     { call_id: call._id, outcome: call.outcome ?? "" },
@@ -348,5 +347,5 @@ function sameOutcomeOrRefuse(call: CallRecord, outcome: CallOutcomeName): { call
 }
 
 function notFound(callId: string): KeycapError {
-  return new KeycapError(status.NOT_FOUND, "CALL_NOT_FOUND", `call ${JSON.stringify(callId)} is not in the journal`, { call_id: callId });
+  return new KeycapError(Code.NOT_FOUND, "CALL_NOT_FOUND", `call ${JSON.stringify(callId)} is not in the journal`, { call_id: callId });
 }
