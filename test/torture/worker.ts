@@ -85,9 +85,12 @@ async function loop(lane: number): Promise<never> {
     // An agent retries a failed step in place (same call id, same arguments) when
     // the error says retry and the tool may run again; an Unsafe step never.
     const tries = tool === "torture.mail" ? 1 : 3;
+    // Recorded once: a retry sends the very same arguments (requested_at included), as an
+    // agent replaying its step would; new arguments under one call id are CALL_ID_CONFLICT.
+    const args = argumentsFor(tool, op);
     for (let i = 0; i < tries; i++) {
       try {
-        await pick(runtimes).run(tool, argumentsFor(tool, op), { callId: `c-${op}` });
+        await pick(runtimes).run(tool, args, { callId: `c-${op}` });
         log({ ev: "done", op });
         break;
       } catch (err) {

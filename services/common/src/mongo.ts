@@ -78,5 +78,10 @@ export function isDatabaseUnavailable(err: unknown): boolean {
     // Pool cleared after a network error (not exported as a class in driver 7).
     if (err.name === "MongoPoolClearedError" || err.name === "MongoWaitQueueTimeoutError") return true;
   }
-  return false;
+  // Node's socket errors reach us unwrapped when the driver writes to a socket the server
+  // has just closed ("This socket has been ended by the other party", EPIPE).
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === "string" && SOCKET_FAILURES.has(code);
 }
+
+const SOCKET_FAILURES = new Set(["EPIPE", "ECONNRESET", "ECONNREFUSED", "ECONNABORTED", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "ERR_SOCKET_CLOSED", "ERR_STREAM_DESTROYED"]);
