@@ -1,4 +1,6 @@
 import { expect } from "chai";
+import { unchecked } from "./support/unchecked-tool";
+import type { Tool } from "../gen/ts/keycap/kernel/v1/kernel";
 import { createLocalJWKSet, decodeProtectedHeader, generateKeyPair, jwtVerify, SignJWT } from "jose";
 import { CallState } from "../gen/ts/keycap/kernel/v1/kernel";
 import { defineTool, KernelClient, type ToolDefinition } from "../clients/ts/src";
@@ -67,7 +69,7 @@ describe("kernel: registry, key derivation, capabilities and the call journal (r
       expect(record).to.include({ method: "BeginCall", code: "NOT_FOUND", reason: "TOOL_NOT_FOUND" });
     });
 
-    const refused: [string, Parameters<KernelClient["registerToolProto"]>[0], string, string][] = [
+    const refused: [string, Tool, string, string][] = [
       [
         "an Idempotent tool without a KeyDerivation (names the field key)",
         { toolId: "r.nokey", effectClass: { kind: { $case: "idempotent", value: { key: undefined } } }, argumentsSchemaJson: "", registeredAt: undefined, owner: "" },
@@ -138,7 +140,7 @@ describe("kernel: registry, key derivation, capabilities and the call journal (r
         "a Queryable tool without a request-id field",
         { toolId: "r.noreq", effectClass: { kind: { $case: "queryable", value: { lookup: undefined } } }, argumentsSchemaJson: "", registeredAt: undefined, owner: "" },
         "REQUEST_ID_FIELD_REQUIRED",
-        "request_id_field",
+        "lookup",
       ],
       [
         "a tool without an effect class",
@@ -149,7 +151,7 @@ describe("kernel: registry, key derivation, capabilities and the call journal (r
     ];
     for (const [what, tool, reason, named] of refused) {
       it(`refuses ${what} with INVALID_ARGUMENT, and stores nothing`, async function () {
-        const err = await refusal(kernel.registerToolProto(tool));
+        const err = await refusal(kernel.registerToolProto(unchecked(tool)));
         expect(err.codeName).to.equal("INVALID_ARGUMENT");
         expect(err.reason).to.equal(reason);
         expect(err.message).to.include(named);
@@ -159,14 +161,14 @@ describe("kernel: registry, key derivation, capabilities and the call journal (r
     }
 
     it("names the refused field by its proto path: dotted, snake_case, no spaces (issue 14)", async function () {
-      const idem = (toolId: string, key: { fields: string[]; version: number; contextFields: [] }): Parameters<KernelClient["registerToolProto"]>[0] => ({
+      const idem = (toolId: string, key: { fields: string[]; version: number; contextFields: [] }): Tool => ({
         toolId,
         effectClass: { kind: { $case: "idempotent", value: { key } } },
         argumentsSchemaJson: "",
         registeredAt: undefined,
         owner: "",
       });
-      const cases: [Parameters<KernelClient["registerToolProto"]>[0], string][] = [
+      const cases: [Tool, string][] = [
         [idem("p.nofields", { fields: [], version: 1, contextFields: [] }), "tool.effect_class.idempotent.key.fields"],
         [idem("p.badptr", { fields: ["/a", "order_id"], version: 1, contextFields: [] }), "tool.effect_class.idempotent.key.fields[1]"],
         [
@@ -175,7 +177,7 @@ describe("kernel: registry, key derivation, capabilities and the call journal (r
         ],
       ];
       for (const [tool, field] of cases) {
-        const err = await refusal(kernel.registerToolProto(tool));
+        const err = await refusal(kernel.registerToolProto(unchecked(tool)));
         expect(err.metadata["field"], tool.toolId).to.equal(field);
       }
     });

@@ -4,6 +4,8 @@
  * MongoDB-protocol server. Each numbered step is its own test and guards one
  * feature; the comments say which false pass it rules out.
  */
+import { unchecked } from "./support/unchecked-tool";
+import type { Tool } from "../gen/ts/keycap/kernel/v1/kernel";
 import { expect } from "chai";
 import { execFile, spawn, type ChildProcess } from "node:child_process";
 import { MongoClient } from "mongodb";
@@ -117,7 +119,7 @@ describe("keyed capability: acceptance (real kernel, ledger and tool processes; 
 
   it("1b. over gRPC (any language) the same registration is refused with INVALID_ARGUMENT naming key", async function () {
     const err = await refusal(
-      kernel.registerToolProto({ toolId: "acceptance.nokey", effectClass: { kind: { $case: "idempotent", value: { key: undefined } } }, argumentsSchemaJson: "", registeredAt: undefined, owner: "" }),
+      kernel.registerToolProto(unchecked({ toolId: "acceptance.nokey", effectClass: { kind: { $case: "idempotent", value: { key: undefined } } }, argumentsSchemaJson: "", registeredAt: undefined, owner: "" })),
     );
     expect(err.codeName).to.equal("INVALID_ARGUMENT");
     expect(err.reason).to.equal("KEY_DERIVATION_REQUIRED");

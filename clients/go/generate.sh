@@ -17,4 +17,4 @@ fi
 # The client's contract only: effect, kernel, ledger (not proto/keycap/bench,
 # a benchmark baseline that no Go client needs).
 node_modules/.bin/buf generate --template clients/go/buf.gen.yaml \
-  --path proto/keycap/effect --path proto/keycap/kernel --path proto/keycap/ledger
+  --path proto/keycap/effect --path proto/keycap/kernel --path proto/keycap/ledger --path proto/keycap/rules

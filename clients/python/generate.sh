@@ -25,9 +25,12 @@ trap 'rm -rf "$STAGE"' EXIT
 export LC_ALL=C
 # The client's contract: effect, kernel, ledger (incl. admin). Not
 # proto/keycap/bench (a benchmark baseline no client needs).
-mapfile -t PROTOS < <(cd proto && find keycap/effect keycap/kernel keycap/ledger -name '*.proto' | sort)
+mapfile -t PROTOS < <(cd proto && find keycap/effect keycap/kernel keycap/ledger keycap/rules -name '*.proto' | sort)
 "$PY" -m grpc_tools.protoc -I proto -I third_party/proto \
   --python_out="$STAGE" --pyi_out="$STAGE" --grpc_python_out="$STAGE" "${PROTOS[@]}"
+# The protovalidate rules the protos carry (buf.validate options), vendored.
+"$PY" -m grpc_tools.protoc -I proto -I third_party/proto \
+  --python_out="$STAGE" --pyi_out="$STAGE" buf/validate/validate.proto
 # The status types errors carry, from the vendored protos (with any.proto etc.).
 mapfile -t RPC_PROTOS < <(cd third_party/proto && find google/rpc -name '*.proto' | sort)
 "$PY" -m grpc_tools.protoc -I proto -I third_party/proto \
@@ -37,6 +40,7 @@ mapfile -t RPC_PROTOS < <(cd third_party/proto && find google/rpc -name '*.proto
 # google.protobuf (the runtime's well-known types) stays where it is.
 find "$STAGE" -type f \( -name '*.py' -o -name '*.pyi' \) -print0 | xargs -0 sed -i -E \
   -e 's/^from keycap([. ])/from keycap_client._gen.keycap\1/' \
+  -e 's/^from buf([. ])/from keycap_client._gen.buf\1/' \
   -e 's/^import keycap\./import keycap_client._gen.keycap./'
 
 # Every directory is a regular package (importable, found by setuptools and mypy).

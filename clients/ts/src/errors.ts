@@ -1,5 +1,5 @@
 import { status, type ServiceError } from "@grpc/grpc-js";
-import { readErrorInfo } from "./status-details";
+import { readErrorInfo, readFieldViolations, type FieldViolation } from "./status-details";
 
 /**
  * Every error a keycap client raises: the gRPC code, and the machine-readable
@@ -13,6 +13,8 @@ export class KeycapClientError extends Error {
     message: string,
     readonly metadata: Readonly<Record<string, string>>,
     options?: { cause?: unknown },
+    /** For INVALID_ARGUMENT: every bad field the server named (google.rpc.BadRequest). */
+    readonly fieldViolations: readonly FieldViolation[] = [],
   ) {
     super(message, options);
     this.name = "KeycapClientError";
@@ -29,7 +31,7 @@ export class KeycapClientError extends Error {
     const se = err as Partial<ServiceError>;
     if (typeof se?.code === "number") {
       const info = readErrorInfo(err);
-      return new KeycapClientError(se.code, info?.reason ?? status[se.code] ?? "UNKNOWN", se.details || se.message || "", info?.metadata ?? {}, { cause: err });
+      return new KeycapClientError(se.code, info?.reason ?? status[se.code] ?? "UNKNOWN", se.details || se.message || "", info?.metadata ?? {}, { cause: err }, readFieldViolations(err));
     }
     return new KeycapClientError(status.UNKNOWN, "UNKNOWN", err instanceof Error ? err.message : String(err), {}, { cause: err });
   }

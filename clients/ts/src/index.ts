@@ -10,6 +10,7 @@ export { LedgerClient } from "./ledger-client";
 export { AdminClient, type RejectionFilter } from "./admin-client";
 export { AccessClient, type AccessClientOptions, type RoleName } from "./access-client";
 export { KeycapClientError } from "./errors";
+export type { FieldViolation } from "./status-details";
 export { channelCredentials, ClientConfigError, defaultDataDir, runtimeTokenFromEnv, tlsCredentials, tlsFromEnv, type TlsOptions } from "./credentials";
 export type { CallSettings } from "./rpc";
 export { Runtime, type RuntimeTool, type ToolHandler, type RecoveryStep, type RecoverOptions } from "./runtime";

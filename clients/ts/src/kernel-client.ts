@@ -11,6 +11,7 @@ import {
   type ResumeCallResponse,
   type Tool,
 } from "../../../gen/ts/keycap/kernel/v1/kernel";
+import type { ToolValid } from "../../../gen/ts/keycap/kernel/v1/kernel.valid";
 import { CapabilityHandle } from "./capability-handle";
 import { KeycapClientError } from "./errors";
 import { channelCredentials, runtimeTokenFromEnv, type TlsOptions } from "./credentials";
@@ -66,8 +67,12 @@ export class KernelClient {
     return callUnary(this.raw.registerTool, this.raw, { tool: toolToProto(def) }, this.token, s);
   }
 
-  /** Registers a tool from its wire form (for tools declared in another language). */
-  registerToolProto(tool: Tool, s?: CallSettings): Promise<RegisterToolResponse> {
+  /**
+   * Registers a tool from its wire form (for tools declared in another language).
+   * Takes the generated Valid type: a key-less Idempotent, empty key fields or an
+   * unset effect class do not compile (the proto's rules, ADR 0010).
+   */
+  registerToolProto(tool: ToolValid, s?: CallSettings): Promise<RegisterToolResponse> {
     return callUnary(this.raw.registerTool, this.raw, { tool }, this.token, s);
   }
 

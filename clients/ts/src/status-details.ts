@@ -5,11 +5,12 @@
  */
 import { Metadata } from "@grpc/grpc-js";
 import { Status } from "../../../gen/ts/google/rpc/status";
-import { ErrorInfo, RetryInfo } from "../../../gen/ts/google/rpc/error_details";
+import { BadRequest, ErrorInfo, RetryInfo } from "../../../gen/ts/google/rpc/error_details";
 
 const STATUS_DETAILS_KEY = "grpc-status-details-bin";
 const ERROR_INFO_TYPE_URL = "type.googleapis.com/google.rpc.ErrorInfo";
 const RETRY_INFO_TYPE_URL = "type.googleapis.com/google.rpc.RetryInfo";
+const BAD_REQUEST_TYPE_URL = "type.googleapis.com/google.rpc.BadRequest";
 
 export interface ErrorInfoData {
   reason: string;
@@ -55,4 +56,31 @@ export function readRetryDelayMs(err: unknown): number | undefined {
     return undefined;
   }
   return undefined;
+}
+
+/** One bad field of a refused request, from its google.rpc.BadRequest. */
+export interface FieldViolation {
+  /** The proto field path, e.g. `tool.effect_class.idempotent.key`. */
+  field: string;
+  description: string;
+  /** The refusal reason for this field (the ErrorInfo reason is the first's). */
+  reason: string;
+}
+
+/** The field violations of an INVALID_ARGUMENT refusal's google.rpc.BadRequest; [] without one. */
+export function readFieldViolations(err: unknown): FieldViolation[] {
+  if (typeof err !== "object" || err === null || !("metadata" in err)) return [];
+  const md = (err as { metadata?: unknown }).metadata;
+  if (!(md instanceof Metadata)) return [];
+  const raw = md.get(STATUS_DETAILS_KEY)[0];
+  if (!(raw instanceof Buffer)) return [];
+  try {
+    for (const any of Status.decode(raw).details) {
+      if (any.typeUrl !== BAD_REQUEST_TYPE_URL) continue;
+      return BadRequest.decode(any.value).fieldViolations.map((v) => ({ field: v.field, description: v.description, reason: v.reason }));
+    }
+  } catch {
+    return [];
+  }
+  return [];
 }

@@ -1,5 +1,6 @@
-import { ContextField, type EffectClass, type KeyDerivation } from "../../../gen/ts/keycap/effect/v1/effect";
-import type { Tool } from "../../../gen/ts/keycap/kernel/v1/kernel";
+import { ContextField, type KeyDerivation } from "../../../gen/ts/keycap/effect/v1/effect";
+import type { EffectClassValid } from "../../../gen/ts/keycap/effect/v1/effect.valid";
+import type { ToolValid } from "../../../gen/ts/keycap/kernel/v1/kernel.valid";
 
 /**
  * How an Idempotent tool's key is derived: built on the generated
@@ -51,9 +52,9 @@ export function defineTool<const T extends ToolDefinition>(definition: T): T {
   return definition;
 }
 
-/** The wire form of a definition. */
-export function toolToProto(def: ToolDefinition): Tool {
-  let effectClass: EffectClass;
+/** The wire form of a definition, in the generated shape the proto's rules require. */
+export function toolToProto(def: ToolDefinition): ToolValid {
+  let effectClass: EffectClassValid;
   switch (def.effect.kind) {
     case "idempotent":
       effectClass = {

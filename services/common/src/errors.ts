@@ -35,12 +35,22 @@ export type KeycapCode = (typeof Code)[keyof typeof Code];
  *
  * @example throw new KeycapError(Code.INVALID_ARGUMENT, "KEY_FIELD_MISSING", "arguments: /order_id is missing", { field: "/order_id" })
  */
+/** One bad field of a request (google.rpc.BadRequest.FieldViolation). */
+export interface FieldViolation {
+  /** The proto field path, e.g. `tool.effect_class.idempotent.key`. */
+  field: string;
+  description: string;
+  reason: string;
+}
+
 export class KeycapError extends Error {
   constructor(
     readonly code: KeycapCode,
     readonly reason: string,
     message: string,
     readonly metadata: Readonly<Record<string, string>> = {},
+    /** Every bad field, when the request had several; one from `metadata.field` otherwise. */
+    readonly violations: readonly FieldViolation[] = [],
   ) {
     super(message);
     this.name = "KeycapError";

@@ -1,4 +1,5 @@
 import { withUtf8Check } from "./utf8-check";
+import { RequestRules, withRequestRules } from "./request-rules";
 import * as fs from "node:fs";
 import { Server, type ServiceDefinition, type UntypedServiceImplementation } from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
@@ -78,8 +79,9 @@ export async function startListener(opts: ListenerOptions): Promise<RunningListe
     "grpc.max_connection_age_grace_ms": 30_000,
   });
   const statuses: Record<string, "SERVING"> = { "": "SERVING" };
+  const rules = RequestRules.load();
   for (const s of opts.services) {
-    server.addService(withUtf8Check(s.definition), s.implementation);
+    server.addService(withRequestRules(withUtf8Check(s.definition), rules), s.implementation);
     statuses[s.name] = "SERVING";
   }
   const health = new HealthImplementation(statuses);

@@ -1,13 +1,15 @@
 import { hadIllFormedUtf8 } from "./utf8-check";
+import { requestRuleRefusal } from "./request-rules";
 import { Metadata, status, type ServiceError, type sendUnaryData, type ServerUnaryCall } from "@grpc/grpc-js";
 import { Status } from "../../../gen/ts/google/rpc/status";
-import { ErrorInfo, RetryInfo } from "../../../gen/ts/google/rpc/error_details";
+import { BadRequest, ErrorInfo, RetryInfo } from "../../../gen/ts/google/rpc/error_details";
 import { ERROR_DOMAIN, KeycapError } from "./errors";
 import type { Logger } from "./logger";
 import { isDatabaseUnavailable } from "./mongo";
 
 const ERROR_INFO_TYPE_URL = "type.googleapis.com/google.rpc.ErrorInfo";
 const RETRY_INFO_TYPE_URL = "type.googleapis.com/google.rpc.RetryInfo";
+const BAD_REQUEST_TYPE_URL = "type.googleapis.com/google.rpc.BadRequest";
 /** What UNAVAILABLE answers recommend waiting before the retry they ask for. */
 const RETRY_DELAY = { seconds: 0, nanos: 500_000_000 };
 const STATUS_DETAILS_KEY = "grpc-status-details-bin";
@@ -28,12 +30,23 @@ export function toServiceError(err: KeycapError): Partial<ServiceError> {
         { typeUrl: ERROR_INFO_TYPE_URL, value: Buffer.from(ErrorInfo.encode(info).finish()) },
         // UNAVAILABLE is keycap's "retry": it says so in the standard detail too.
         ...(err.code === status.UNAVAILABLE ? [{ typeUrl: RETRY_INFO_TYPE_URL, value: Buffer.from(RetryInfo.encode({ retryDelay: RETRY_DELAY }).finish()) }] : []),
+        ...badRequestOf(err),
       ],
     }),
   ).finish();
   const metadata = new Metadata();
   metadata.set(STATUS_DETAILS_KEY, Buffer.from(details));
   return { code: err.code, details: err.message, metadata };
+}
+
+/** A google.rpc.BadRequest naming the bad fields of an INVALID_ARGUMENT refusal. */
+function badRequestOf(err: KeycapError): { typeUrl: string; value: Buffer }[] {
+  if (err.code !== status.INVALID_ARGUMENT) return [];
+  const field = err.metadata["field"];
+  const fieldViolations =
+    err.violations.length > 0 ? err.violations : field !== undefined ? [{ field, description: err.message, reason: err.reason }] : [];
+  if (fieldViolations.length === 0) return [];
+  return [{ typeUrl: BAD_REQUEST_TYPE_URL, value: Buffer.from(BadRequest.encode({ fieldViolations: fieldViolations.map((v) => ({ ...v, localizedMessage: undefined })) }).finish()) }];
 }
 
 /** What a client reads back from a keycap error. */
@@ -64,13 +77,16 @@ export function unaryHandler<Req, Res>(
   opts: UnaryHandlerOptions = {},
 ): (call: ServerUnaryCall<Req, Res>, callback: sendUnaryData<Res>) => void {
   return (call, callback) => {
+    const ruleRefusal = requestRuleRefusal(call.request);
     const run = hadIllFormedUtf8(call.request)
       ? Promise.reject(
           new KeycapError(status.INVALID_ARGUMENT, "INVALID_UTF8", "a string field of the request is not well-formed UTF-8; send the text exactly, as UTF-8", {
             field: "request",
           }),
         )
-      : handler(call.request, call);
+      : ruleRefusal
+        ? Promise.reject(ruleRefusal)
+        : handler(call.request, call);
     run.then(
       (response) => callback(null, response),
       async (err: unknown) => {

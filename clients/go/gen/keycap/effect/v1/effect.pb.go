@@ -10,6 +10,8 @@
 package effectv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
+	_ "github.com/keycap/keycap/clients/go/gen/keycap/rules/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -491,25 +493,36 @@ var File_keycap_effect_v1_effect_proto protoreflect.FileDescriptor
 
 const file_keycap_effect_v1_effect_proto_rawDesc = "" +
 	"\n" +
-	"\x1dkeycap/effect/v1/effect.proto\x12\x10keycap.effect.v1\"\xc6\x01\n" +
+	"\x1dkeycap/effect/v1/effect.proto\x12\x10keycap.effect.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1dkeycap/rules/v1/refusal.proto\"\xf2\x01\n" +
 	"\vEffectClass\x12>\n" +
 	"\n" +
 	"idempotent\x18\x01 \x01(\v2\x1c.keycap.effect.v1.IdempotentH\x00R\n" +
 	"idempotent\x12;\n" +
 	"\tqueryable\x18\x02 \x01(\v2\x1b.keycap.effect.v1.QueryableH\x00R\tqueryable\x122\n" +
-	"\x06unsafe\x18\x03 \x01(\v2\x18.keycap.effect.v1.UnsafeH\x00R\x06unsafeB\x06\n" +
-	"\x04kind\"?\n" +
+	"\x06unsafe\x18\x03 \x01(\v2\x18.keycap.effect.v1.UnsafeH\x00R\x06unsafeB2\n" +
+	"\x04kind\x12*\xbaH\x02\b\x01\xe2\xf9\x18!\n" +
+	"\brequired\x12\x15EFFECT_CLASS_REQUIRED\"n\n" +
 	"\n" +
-	"Idempotent\x121\n" +
-	"\x03key\x18\x01 \x01(\v2\x1f.keycap.effect.v1.KeyDerivationR\x03key\"\x88\x01\n" +
-	"\rKeyDerivation\x12\x16\n" +
-	"\x06fields\x18\x01 \x03(\tR\x06fields\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\rR\aversion\x12E\n" +
-	"\x0econtext_fields\x18\x03 \x03(\x0e2\x1e.keycap.effect.v1.ContextFieldR\rcontextFields\"F\n" +
-	"\tQueryable\x129\n" +
-	"\x06lookup\x18\x01 \x01(\v2!.keycap.effect.v1.RequestIdLookupR\x06lookup\";\n" +
-	"\x0fRequestIdLookup\x12(\n" +
-	"\x10request_id_field\x18\x01 \x01(\tR\x0erequestIdField\"\b\n" +
+	"Idempotent\x12`\n" +
+	"\x03key\x18\x01 \x01(\v2\x1f.keycap.effect.v1.KeyDerivationB-\xbaH\x03\xc8\x01\x01\xe2\xf9\x18#\n" +
+	"\brequired\x12\x17KEY_DERIVATION_REQUIREDR\x03key\"\xf9\x03\n" +
+	"\rKeyDerivation\x12\xce\x01\n" +
+	"\x06fields\x18\x01 \x03(\tB\xb5\x01\xbaH!\x92\x01\x1e\b\x01\x18\x01\"\x18r\x162\x14^(/([^/~]|~[01])*)+$\xe2\xf9\x18.\n" +
+	"\x12repeated.min_items\x12\x18KEY_DERIVATION_NO_FIELDS\xe2\xf9\x181\n" +
+	"\x0frepeated.unique\x12\x1eKEY_DERIVATION_DUPLICATE_FIELD\xe2\xf9\x18&\n" +
+	"\x0estring.pattern\x12\x14INVALID_JSON_POINTERR\x06fields\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\rR\aversion\x12\xfc\x01\n" +
+	"\x0econtext_fields\x18\x03 \x03(\x0e2\x1e.keycap.effect.v1.ContextFieldB\xb4\x01\xbaH\x0e\x92\x01\v\x18\x01\"\a\x82\x01\x04\x10\x01 \x00\xe2\xf9\x183\n" +
+	"\x0frepeated.unique\x12 KEY_DERIVATION_BAD_CONTEXT_FIELD\xe2\xf9\x185\n" +
+	"\x11enum.defined_only\x12 KEY_DERIVATION_BAD_CONTEXT_FIELD\xe2\xf9\x18/\n" +
+	"\venum.not_in\x12 KEY_DERIVATION_BAD_CONTEXT_FIELDR\rcontextFields\"w\n" +
+	"\tQueryable\x12j\n" +
+	"\x06lookup\x18\x01 \x01(\v2!.keycap.effect.v1.RequestIdLookupB/\xbaH\x03\xc8\x01\x01\xe2\xf9\x18%\n" +
+	"\brequired\x12\x19REQUEST_ID_FIELD_REQUIREDR\x06lookup\"\xb4\x01\n" +
+	"\x0fRequestIdLookup\x12\xa0\x01\n" +
+	"\x10request_id_field\x18\x01 \x01(\tBv\xbaH\x1ar\x18\x10\x012\x14^(/([^/~]|~[01])*)+$\xe2\xf9\x18+\n" +
+	"\x0estring.min_len\x12\x19REQUEST_ID_FIELD_REQUIRED\xe2\xf9\x18&\n" +
+	"\x0estring.pattern\x12\x14INVALID_JSON_POINTERR\x0erequestIdField\"\b\n" +
 	"\x06Unsafe*G\n" +
 	"\fContextField\x12\x1d\n" +
 	"\x19CONTEXT_FIELD_UNSPECIFIED\x10\x00\x12\x18\n" +

@@ -11,7 +11,9 @@
 package kernelv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	v1 "github.com/keycap/keycap/clients/go/gen/keycap/effect/v1"
+	_ "github.com/keycap/keycap/clients/go/gen/keycap/rules/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -200,7 +202,7 @@ type Tool struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Stable identifier of the tool, 1-128 characters of [A-Za-z0-9._:/-].
 	ToolId string `protobuf:"bytes,1,opt,name=tool_id,json=toolId,proto3" json:"tool_id,omitempty"`
-	// The declared effect class.
+	// The declared effect class. REQUIRED.
 	EffectClass *v1.EffectClass `protobuf:"bytes,2,opt,name=effect_class,json=effectClass,proto3" json:"effect_class,omitempty"`
 	// Optional JSON Schema (draft 2020-12) of the call arguments, as JSON text.
 	// Empty when none was registered.
@@ -282,7 +284,7 @@ func (x *Tool) GetOwner() string {
 // Request of RegisterTool.
 type RegisterToolRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The tool to register; `registered_at` is ignored.
+	// The tool to register; `registered_at` is ignored. REQUIRED.
 	Tool          *Tool `protobuf:"bytes,1,opt,name=tool,proto3" json:"tool,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1471,15 +1473,18 @@ var File_keycap_kernel_v1_kernel_proto protoreflect.FileDescriptor
 
 const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\n" +
-	"\x1dkeycap/kernel/v1/kernel.proto\x12\x10keycap.kernel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dkeycap/effect/v1/effect.proto\"\xec\x01\n" +
-	"\x04Tool\x12\x17\n" +
-	"\atool_id\x18\x01 \x01(\tR\x06toolId\x12@\n" +
-	"\feffect_class\x18\x02 \x01(\v2\x1d.keycap.effect.v1.EffectClassR\veffectClass\x122\n" +
+	"\x1dkeycap/kernel/v1/kernel.proto\x12\x10keycap.kernel.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dkeycap/effect/v1/effect.proto\x1a\x1dkeycap/rules/v1/refusal.proto\"\xe0\x02\n" +
+	"\x04Tool\x12^\n" +
+	"\atool_id\x18\x01 \x01(\tBE\xbaH\x1dr\x1b2\x19^[A-Za-z0-9._:/-]{1,128}$\xe2\xf9\x18!\n" +
+	"\x0estring.pattern\x12\x0fINVALID_TOOL_IDR\x06toolId\x12m\n" +
+	"\feffect_class\x18\x02 \x01(\v2\x1d.keycap.effect.v1.EffectClassB+\xbaH\x03\xc8\x01\x01\xe2\xf9\x18!\n" +
+	"\brequired\x12\x15EFFECT_CLASS_REQUIREDR\veffectClass\x122\n" +
 	"\x15arguments_schema_json\x18\x03 \x01(\tR\x13argumentsSchemaJson\x12?\n" +
 	"\rregistered_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\x12\x14\n" +
-	"\x05owner\x18\x05 \x01(\tR\x05owner\"A\n" +
-	"\x13RegisterToolRequest\x12*\n" +
-	"\x04tool\x18\x01 \x01(\v2\x16.keycap.kernel.v1.ToolR\x04tool\"q\n" +
+	"\x05owner\x18\x05 \x01(\tR\x05owner\"f\n" +
+	"\x13RegisterToolRequest\x12O\n" +
+	"\x04tool\x18\x01 \x01(\v2\x16.keycap.kernel.v1.ToolB#\xbaH\x03\xc8\x01\x01\xe2\xf9\x18\x19\n" +
+	"\brequired\x12\rTOOL_REQUIREDR\x04tool\"q\n" +
 	"\x14RegisterToolResponse\x12*\n" +
 	"\x04tool\x18\x01 \x01(\v2\x16.keycap.kernel.v1.ToolR\x04tool\x12-\n" +
 	"\x12already_registered\x18\x02 \x01(\bR\x11alreadyRegistered\")\n" +
