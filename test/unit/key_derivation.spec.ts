@@ -363,8 +363,8 @@ describe("key derivation", () => {
     });
 
     it("refuses a missing or null request id", () => {
-      expectRefused(() => read("{}"), "REQUEST_ID_MISSING");
-      expectRefused(() => read('{"request_id":null}'), "REQUEST_ID_MISSING");
+      expectRefused(() => read("{}"), "REQUEST_ID_FIELD_MISSING");
+      expectRefused(() => read('{"request_id":null}'), "REQUEST_ID_FIELD_MISSING");
     });
 
     it("refuses an empty, overlong, fractional, unsafe or structured request id", () => {

@@ -167,13 +167,13 @@ export function canonicalKeyDocument(toolId: string, spec: KeyDerivationSpec, ar
  * Reads a Queryable tool's request id from its arguments: a non-empty string of
  * at most 256 code points, or a safe integer (returned in decimal).
  *
- * @throws KeycapError reason `INVALID_JSON_POINTER`, `REQUEST_ID_MISSING`
+ * @throws KeycapError reason `INVALID_JSON_POINTER`, `REQUEST_ID_FIELD_MISSING`
  *   (absent or null) or `REQUEST_ID_INVALID` (any other value).
  */
 export function readRequestId(args: ParsedArguments, pointer: string): string {
   const value = resolveJsonPointer(args.value, parseJsonPointer(pointer));
   if (value === undefined || value === null) {
-    throw invalidArgument("REQUEST_ID_MISSING", `arguments: request id field ${pointer} is ${value === null ? "null" : "missing"}`, {
+    throw invalidArgument("REQUEST_ID_FIELD_MISSING", `arguments: request id field ${pointer} is ${value === null ? "null" : "missing"}`, {
       field: pointer,
     });
   }
