@@ -79,7 +79,7 @@ run: build
 torture: build
 	node dist/test/torture/main.js --kills $${TORTURE_KILLS:-1000} --backend $${TORTURE_BACKEND:-both} $(if $(SEED),--seed $(SEED),)
 
-## torture-short: a seeded 40-kill pass (about a minute); not yet part of make test (see the closing note of 2026-12-03)
+## torture-short: the seeded 40-kill pass make test runs (test/it_torture.spec.ts), alone
 torture-short: build
 	node dist/test/torture/main.js --kills 40 --backend $${TORTURE_BACKEND:-ferretdb-sqlite} --seed $${SEED:-20261203}
 
