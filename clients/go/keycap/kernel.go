@@ -157,7 +157,7 @@ func (c *KernelClient) BeginCall(ctx context.Context, toolID string, argumentsJS
 	for field, text := range map[string]string{"arguments_json": req.ArgumentsJson, "run_id": req.RunId} {
 		if !utf8.ValidString(text) {
 			return nil, &Error{
-				Code: codes.InvalidArgument, Reason: "INVALID_UTF8", Domain: "keycap.dev/client", Metadata: map[string]string{"field": field},
+				Code: codes.InvalidArgument, Reason: "INVALID_UTF8", Domain: ClientDomain, Metadata: map[string]string{"field": field},
 				Message: field + " is not well-formed UTF-8 (not sent)",
 			}
 		}

@@ -86,7 +86,7 @@ func call[Req, Res any](
 		if len(bearer) > MaxBearerBytes {
 			var zero Res
 			return zero, &Error{
-				Code: codes.InvalidArgument, Reason: "CAPABILITY_TOO_LARGE", Domain: "keycap.dev/client", Metadata: map[string]string{},
+				Code: codes.InvalidArgument, Reason: "CAPABILITY_TOO_LARGE", Domain: ClientDomain, Metadata: map[string]string{},
 				Message: fmt.Sprintf("the credential is %d bytes; keycap credentials are at most 4096 bytes, and this client sends none over %d (not sent)", len(bearer), MaxBearerBytes),
 			}
 		}
