@@ -13,8 +13,9 @@ import (
 const Domain = "keycap.dev"
 
 // ClientDomain is the domain of a refusal this client makes before sending
-// anything (ill-formed UTF-8, an oversized credential). Where a keycap
-// service would refuse the same request, the reason is the one it would give.
+// anything (a request rule written in proto/ that fails, ill-formed UTF-8, an
+// oversized credential). Where a keycap service would refuse the same request,
+// the reason is the one it would give.
 const ClientDomain = "keycap.dev/client"
 
 // Reasons a client commonly branches on (google.rpc.ErrorInfo.reason). The
@@ -55,6 +56,11 @@ const (
 	ReasonRuntimeRequired = "RUNTIME_REQUIRED"
 	// The kernel: the RPC needs an operator, and the caller is a runtime.
 	ReasonOperatorRequired = "OPERATOR_REQUIRED"
+	// Any service: a request rule written in proto/ failed, and the proto
+	// states no reason for it (keycap.rules.v1). The rules' own reasons
+	// (KEY_DERIVATION_REQUIRED, …) are read from the descriptors, not copied
+	// here.
+	ReasonRequestInvalid = "REQUEST_INVALID"
 )
 
 // Error is every RPC failure this package returns: the gRPC code, and the
