@@ -13,6 +13,11 @@
 //		// the ledger refused a write under a key the kernel did not derive
 //	}
 //
+// A request that breaks a rule written in proto/ (protovalidate; today those
+// of RegisterTool) is refused before sending with the reason the kernel would
+// give, read from the generated descriptors, and a FieldViolation per broken
+// rule; Tool.Validate reports the same refusal without a connection.
+//
 // The kernel authenticates every caller. A KernelClient sends the runtime's
 // bearer secret: WithToken's, else by the default lookup (RuntimeTokenFromEnv:
 // KEYCAP_RUNTIME_TOKEN, the file KEYCAP_RUNTIME_TOKEN_FILE names, else

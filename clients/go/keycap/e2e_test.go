@@ -338,19 +338,6 @@ func TestResumeReissuesACapabilityForTheSameKey(t *testing.T) {
 	}
 }
 
-func TestIdempotentWithoutKeyDerivationIsRefusedAtRegistration(t *testing.T) {
-	ctx := testContext(t)
-	c := newClients(t)
-	_, err := c.kernel.RegisterToolProto(ctx, &kernelv1.Tool{
-		ToolId:      uniqueID("go.e2e.nokey"),
-		EffectClass: &effectv1.EffectClass{Kind: &effectv1.EffectClass_Idempotent{Idempotent: &effectv1.Idempotent{}}},
-	})
-	var kerr *keycap.Error
-	if !errors.As(err, &kerr) || kerr.Code != codes.InvalidArgument {
-		t.Fatalf("RegisterTool(Idempotent without key) = %v, want INVALID_ARGUMENT", err)
-	}
-}
-
 func TestAdminRefusesWithoutTheCredential(t *testing.T) {
 	ctx := testContext(t)
 	a, err := keycap.NewAdminClient(stack.Admin, "wrong-token")

@@ -12,6 +12,12 @@ import (
 // Domain is the google.rpc.ErrorInfo domain of every keycap refusal.
 const Domain = "keycap.dev"
 
+// ClientDomain is the domain of a refusal this client makes before sending
+// anything (a request rule written in proto/ that fails, ill-formed UTF-8, an
+// oversized credential). Where a keycap service would refuse the same request,
+// the reason is the one it would give.
+const ClientDomain = "keycap.dev/client"
+
 // Reasons a client commonly branches on (google.rpc.ErrorInfo.reason). The
 // services may send others; Error.Reason carries whatever was sent.
 const (
@@ -50,12 +56,19 @@ const (
 	ReasonRuntimeRequired = "RUNTIME_REQUIRED"
 	// The kernel: the RPC needs an operator, and the caller is a runtime.
 	ReasonOperatorRequired = "OPERATOR_REQUIRED"
+	// Any service: a request rule written in proto/ failed, and the proto
+	// states no reason for it (keycap.rules.v1). The rules' own reasons
+	// (KEY_DERIVATION_REQUIRED, …) are read from the descriptors, not copied
+	// here.
+	ReasonRequestInvalid = "REQUEST_INVALID"
 )
 
 // Error is every RPC failure this package returns: the gRPC code, and the
 // reason, domain and metadata of the google.rpc.ErrorInfo read from the
-// grpc-status-details-bin trailer. When the server sent no ErrorInfo, Reason is
-// the code's name (e.g. "UNAVAILABLE") and Domain is empty.
+// grpc-status-details-bin trailer, with its google.rpc.BadRequest field
+// violations. When the server sent no ErrorInfo, Reason is the code's name
+// (e.g. "UNAVAILABLE") and Domain is empty. A refusal made by this client
+// before sending (Domain ClientDomain) has the same shape.
 //
 // Reach it with errors.As; the original gRPC error stays reachable through
 // Unwrap, and status.FromError(err) keeps working because *Error implements
@@ -71,9 +84,26 @@ type Error struct {
 	Metadata map[string]string
 	// Message is the human-readable status message. Do not branch on it.
 	Message string
+	// FieldViolations are the google.rpc.BadRequest field violations of an
+	// INVALID_ARGUMENT refusal: one per failing rule, each with its proto
+	// path. Nil when none was sent.
+	FieldViolations []FieldViolation
 
 	st    *status.Status
 	cause error
+}
+
+// FieldViolation is one bad field of a refused request
+// (google.rpc.BadRequest.FieldViolation).
+type FieldViolation struct {
+	// Field is the proto path of the field, e.g. "tool.tool_id" or
+	// "tool.effect_class.idempotent.key.fields[1]".
+	Field string
+	// Description says what is wrong, for people. Do not branch on it.
+	Description string
+	// Reason is the machine-readable reason of this field's refusal
+	// (UPPER_SNAKE_CASE), e.g. "INVALID_JSON_POINTER".
+	Reason string
 }
 
 // Error implements error: "keycap: PERMISSION_DENIED KEY_MISMATCH: <message>".
@@ -125,16 +155,29 @@ func FromError(err error) *Error {
 		return &Error{Code: codes.Unknown, Reason: "UNKNOWN", Metadata: map[string]string{}, Message: err.Error(), st: st, cause: err}
 	}
 	out := &Error{Code: st.Code(), Reason: codeName(st.Code()), Metadata: map[string]string{}, Message: st.Message(), st: st, cause: err}
+	seenInfo, seenBadRequest := false, false
 	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			if info.GetReason() != "" {
-				out.Reason = info.GetReason()
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			if seenInfo {
+				continue
 			}
-			out.Domain = info.GetDomain()
-			for k, v := range info.GetMetadata() {
+			seenInfo = true
+			if d.GetReason() != "" {
+				out.Reason = d.GetReason()
+			}
+			out.Domain = d.GetDomain()
+			for k, v := range d.GetMetadata() {
 				out.Metadata[k] = v
 			}
-			break
+		case *errdetails.BadRequest:
+			if seenBadRequest {
+				continue
+			}
+			seenBadRequest = true
+			for _, v := range d.GetFieldViolations() {
+				out.FieldViolations = append(out.FieldViolations, FieldViolation{Field: v.GetField(), Description: v.GetDescription(), Reason: v.GetReason()})
+			}
 		}
 	}
 	return out

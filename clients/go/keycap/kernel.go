@@ -95,8 +95,8 @@ func NewKernelClient(address string, opts ...Option) (*KernelClient, error) {
 
 // Raw is the generated client, for RPCs in their wire form; its calls carry the
 // bearer token too. Its errors are plain gRPC status errors; FromError reads them.
-// Its calls are sent as it sends them: no default deadline, no wait for the
-// kernel to be ready, no resend of UNAVAILABLE.
+// Its calls are sent as it sends them: no request rules checked, no default
+// deadline, no wait for the kernel to be ready, no resend of UNAVAILABLE.
 func (c *KernelClient) Raw() kernelv1.KernelServiceClient { return c.raw }
 
 // Close closes the kernel connection and the ledger connection, if any.
@@ -110,12 +110,16 @@ func (c *KernelClient) Close() error {
 
 // RegisterTool registers a tool; the same definition again is a no-op
 // (AlreadyRegistered), another definition under the same id is refused with
-// ALREADY_EXISTS.
+// ALREADY_EXISTS. A tool that breaks a request rule written in proto/ is
+// refused before sending with INVALID_ARGUMENT and the kernel's reason for it
+// (see Tool.Validate).
 func (c *KernelClient) RegisterTool(ctx context.Context, t Tool) (*kernelv1.RegisterToolResponse, error) {
 	return c.RegisterToolProto(ctx, t.Proto())
 }
 
-// RegisterToolProto registers a tool given in its wire form.
+// RegisterToolProto registers a tool given in its wire form, checked against
+// the request rules before sending as RegisterTool's is (nil is refused
+// TOOL_REQUIRED). Raw().RegisterTool sends it unchecked.
 func (c *KernelClient) RegisterToolProto(ctx context.Context, t *kernelv1.Tool) (*kernelv1.RegisterToolResponse, error) {
 	return invoke(ctx, c.o.callTimeout, "", c.raw.RegisterTool, &kernelv1.RegisterToolRequest{Tool: t})
 }
@@ -157,7 +161,7 @@ func (c *KernelClient) BeginCall(ctx context.Context, toolID string, argumentsJS
 	for field, text := range map[string]string{"arguments_json": req.ArgumentsJson, "run_id": req.RunId} {
 		if !utf8.ValidString(text) {
 			return nil, &Error{
-				Code: codes.InvalidArgument, Reason: "INVALID_UTF8", Domain: "keycap.dev/client", Metadata: map[string]string{"field": field},
+				Code: codes.InvalidArgument, Reason: "INVALID_UTF8", Domain: ClientDomain, Metadata: map[string]string{"field": field},
 				Message: field + " is not well-formed UTF-8 (not sent)",
 			}
 		}

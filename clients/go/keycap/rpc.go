@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // Backoff between resends of a call answered UNAVAILABLE: the first wait,
@@ -55,7 +56,9 @@ func invoke[Req, Res any](
 	return call(ctx, timeout, bearer, retryUnavailable, method, req)
 }
 
-// call runs one unary RPC: the default deadline when ctx has none, the bearer
+// call runs one unary RPC: the request's rules checked first (a request that
+// breaks one is refused with the service's reason and not sent; see
+// checkRequest), the default deadline when ctx has none, the bearer
 // credential (when not empty) as `authorization` metadata, and errors
 // normalised to *Error.
 //
@@ -77,6 +80,12 @@ func call[Req, Res any](
 	method func(context.Context, Req, ...grpc.CallOption) (Res, error),
 	req Req,
 ) (Res, error) {
+	if m, ok := any(req).(proto.Message); ok {
+		if refusal := checkRequest(m); refusal != nil {
+			var zero Res
+			return zero, refusal
+		}
+	}
 	if _, ok := ctx.Deadline(); !ok && timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
@@ -86,7 +95,7 @@ func call[Req, Res any](
 		if len(bearer) > MaxBearerBytes {
 			var zero Res
 			return zero, &Error{
-				Code: codes.InvalidArgument, Reason: "CAPABILITY_TOO_LARGE", Domain: "keycap.dev/client", Metadata: map[string]string{},
+				Code: codes.InvalidArgument, Reason: "CAPABILITY_TOO_LARGE", Domain: ClientDomain, Metadata: map[string]string{},
 				Message: fmt.Sprintf("the credential is %d bytes; keycap credentials are at most 4096 bytes, and this client sends none over %d (not sent)", len(bearer), MaxBearerBytes),
 			}
 		}

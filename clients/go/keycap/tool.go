@@ -7,7 +7,10 @@ import (
 	kernelv1 "github.com/keycap/keycap/clients/go/gen/keycap/kernel/v1"
 )
 
-// Tool is a tool as the runtime declares it to the kernel.
+// Tool is a tool as the runtime declares it to the kernel. Validate (and
+// RegisterTool, before sending) checks it against the request rules written in
+// proto/ and refuses it with the kernel's reason; the helpers below build the
+// valid shape from valid input and cannot hide bad input from that check.
 type Tool struct {
 	// ID is the stable tool id, 1-128 of [A-Za-z0-9._:/-].
 	ID string
@@ -26,7 +29,10 @@ type Effect struct {
 // KeyDerivation says how an Idempotent tool's key is derived.
 type KeyDerivation struct {
 	// Fields are RFC 6901 JSON Pointers into the arguments, e.g. "/order_id".
-	// At least one; the kernel refuses an empty list with INVALID_ARGUMENT.
+	// At least one, each once: an empty list is refused with
+	// KEY_DERIVATION_NO_FIELDS, a field named twice with
+	// KEY_DERIVATION_DUPLICATE_FIELD, a field that is not a pointer with
+	// INVALID_JSON_POINTER (before sending, as the kernel would).
 	Fields []string
 	// Version is hashed into the key; 0 is sent as 1.
 	Version uint32
@@ -50,7 +56,9 @@ func Idempotent(k KeyDerivation) Effect {
 }
 
 // Queryable declares a tool that is not retry-safe but whose effect can be
-// looked up by the request id found at requestIDField (an RFC 6901 pointer).
+// looked up by the request id found at requestIDField (an RFC 6901 pointer:
+// "" is refused with REQUEST_ID_FIELD_REQUIRED, anything else that is not a
+// pointer with INVALID_JSON_POINTER).
 func Queryable(requestIDField string) Effect {
 	return Effect{pb: &effectv1.EffectClass{Kind: &effectv1.EffectClass_Queryable{Queryable: &effectv1.Queryable{
 		Lookup: &effectv1.RequestIdLookup{RequestIdField: requestIDField},
@@ -62,7 +70,23 @@ func Unsafe() Effect {
 	return Effect{pb: &effectv1.EffectClass{Kind: &effectv1.EffectClass_Unsafe{Unsafe: &effectv1.Unsafe{}}}}
 }
 
-// Proto returns the wire form of the tool.
+// Validate checks the tool against the request rules written in proto/
+// (protovalidate), as RegisterTool does before sending it: nil, or the
+// *Error RegisterTool would return, with the reason the kernel gives for the
+// same tool (e.g. KEY_DERIVATION_NO_FIELDS for Idempotent with no Fields,
+// INVALID_JSON_POINTER for a field or request id field that is not an RFC 6901
+// pointer, EFFECT_CLASS_REQUIRED for a zero Effect, INVALID_TOOL_ID) and a
+// FieldViolation per broken rule. The kernel's other checks (the arguments
+// schema, key fields defined there) are not made here.
+func (t Tool) Validate() error {
+	if refusal := checkRequest(&kernelv1.RegisterToolRequest{Tool: t.Proto()}); refusal != nil {
+		return refusal
+	}
+	return nil
+}
+
+// Proto returns the wire form of the tool, as given: a tool that breaks a
+// request rule (see Validate) is refused by RegisterToolProto before sending.
 func (t Tool) Proto() *kernelv1.Tool {
 	return &kernelv1.Tool{ToolId: t.ID, EffectClass: t.Effect.pb, ArgumentsSchemaJson: string(t.ArgumentsSchema)}
 }
