@@ -8,8 +8,8 @@ import { status } from "@grpc/grpc-js";
 import { KeycapError, type KeycapCode } from "../../common/src/errors";
 
 /**
- * Every reason a capability can be refused with (ErrorInfo.reason), in the order the
- * verifier checks for them (docs/decisions/0003-capability-format.md).
+ * Every reason a capability can be refused with (ErrorInfo.reason); ADR 0003 says when
+ * each is given (docs/decisions/0003-capability-format.md).
  */
 export const CAPABILITY_REFUSAL_REASONS = [
   "CAPABILITY_MISSING",

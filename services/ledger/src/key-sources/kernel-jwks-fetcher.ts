@@ -11,7 +11,9 @@ import { formatHostPort, type HostPort } from "../../../common/src/config";
  * One gRPC client to the kernel, remade when the address changes; its `fetch` is what a
  * RemoteJwksSource is given.
  *
- * @example new RemoteJwksSource(() => new KernelJwksFetcher(() => config.kernelAddress).fetch())
+ * @example
+ * const fetcher = new KernelJwksFetcher(() => config.kernelAddress, () => peerChannelCredentials(config.tls));
+ * const source = new RemoteJwksSource(() => fetcher.fetch());
  */
 export class KernelJwksFetcher {
   private client: KernelServiceClient | undefined;
