@@ -19,15 +19,9 @@ import {
   rotateSigningKeys,
   type SigningKeys,
 } from "../../services/kernel/src/signing-keys";
-import {
-  CapabilityRefusal,
-  CapabilityVerifier,
-  FileJwksSource,
-  JwksError,
-  RemoteJwksSource,
-  type CapabilityRefusalReason,
-  type PublicKeySource,
-} from "../../services/ledger/src/capability-verifier";
+import { CapabilityRefusal, type CapabilityRefusalReason } from "../../services/ledger/src/capability-refusal";
+import { CapabilityVerifier } from "../../services/ledger/src/capability-verifier";
+import { FileJwksSource, JwksError, RemoteJwksSource, type PublicKeySource } from "../../services/ledger/src/key-sources";
 
 // A fixed, controllable clock shared by kernel and ledger objects in a test.
 const T0 = Date.UTC(2030, 0, 1);

@@ -10,9 +10,9 @@ import { RejectionAudit } from "../../common/src/rejection-audit";
 import { runServices, type RunningService, type ServiceDeps } from "../../common/src/service-runner";
 import { loadAdminCredential } from "../../common/src/admin-credential";
 import { adminServiceImpl, LedgerAdmin } from "./admin-service";
-import { CapabilityVerifier, FileJwksSource, JwksError, RemoteJwksSource, type PublicKeySource } from "./capability-verifier";
+import { CapabilityVerifier } from "./capability-verifier";
 import { EntryStore } from "./entry-store";
-import { KernelJwksFetcher } from "./kernel-jwks-fetch";
+import { FileJwksSource, JwksError, KernelJwksFetcher, RemoteJwksSource, type PublicKeySource } from "./key-sources";
 import { Ledger, ledgerServiceImpl } from "./ledger-service";
 
 export const LEDGER_SERVICE_NAME = "keycap.ledger.v1.LedgerService";

@@ -4,9 +4,17 @@
  * kernel, and a kernel started in the same process on port 0 is found once it is bound.
  */
 import { credentials, Metadata, type ChannelCredentials, type ServiceError } from "@grpc/grpc-js";
-import { KernelServiceClient } from "../../../gen/ts/keycap/kernel/v1/kernel";
-import { formatHostPort, type HostPort } from "../../common/src/config";
+import { KernelServiceClient } from "../../../../gen/ts/keycap/kernel/v1/kernel";
+import { formatHostPort, type HostPort } from "../../../common/src/config";
 
+/**
+ * One gRPC client to the kernel, remade when the address changes; its `fetch` is what a
+ * RemoteJwksSource is given.
+ *
+ * @example
+ * const fetcher = new KernelJwksFetcher(() => config.kernelAddress, () => peerChannelCredentials(config.tls));
+ * const source = new RemoteJwksSource(() => fetcher.fetch());
+ */
 export class KernelJwksFetcher {
   private client: KernelServiceClient | undefined;
   private clientAddress = "";
@@ -40,6 +48,7 @@ export class KernelJwksFetcher {
     });
   }
 
+  /** Closes the client; a later `fetch` opens a new one. */
   close(): void {
     this.client?.close();
     this.client = undefined;
