@@ -8,7 +8,7 @@ CLI := node dist/services/cli/src/main.js
 # buf breaking compares the protos with this git ref (override for branches/PRs).
 BREAKING_AGAINST ?= .git\#branch=main
 
-.PHONY: all install generate generate-ts build lint breaking test test-ts test-ts-pg torture torture-short test-go test-python run bench ferretdb clean
+.PHONY: all format install generate generate-ts build lint breaking test test-ts test-ts-pg torture torture-short test-go test-python run bench ferretdb clean
 
 all: build
 
@@ -29,10 +29,15 @@ generate-ts: $(NPM_STAMP)
 build: generate-ts
 	npx tsc -p tsconfig.json
 
-## lint: buf lint (STANDARD), buf breaking against main, import boundaries, strict type check
+## format: rewrite the TypeScript sources in the project's style (prettier; make lint checks it)
+format: $(NPM_STAMP)
+	npx prettier --write .
+
+## lint: buf lint (STANDARD), buf breaking against main, import boundaries, formatting, strict type check
 lint: $(NPM_STAMP)
 	npx buf lint
 	npx depcruise --config .dependency-cruiser.cjs services clients/ts
+	npx prettier --check .
 	$(MAKE) --no-print-directory breaking
 	npx tsc -p tsconfig.json --noEmit
 

@@ -47,7 +47,14 @@ export class CapabilityFactory {
     const run = randomBytes(4).toString("hex");
     for (let i = 0; i < n; i++) {
       const key = keyOf(i);
-      const { token } = await this.minter.mint({ principal: "bench-runtime", toolId, effect: "idempotent", callId: `bench-${run}-${i}`, attempt: opts.attempt ?? 1, key });
+      const { token } = await this.minter.mint({
+        principal: "bench-runtime",
+        toolId,
+        effect: "idempotent",
+        callId: `bench-${run}-${i}`,
+        attempt: opts.attempt ?? 1,
+        key,
+      });
       out[i] = { key: opts.requestKeyOf ? opts.requestKeyOf(i) : key, token };
     }
     return out;

@@ -133,15 +133,23 @@ export async function runMicro(seconds: number): Promise<MicroResult[]> {
       ),
     );
     const tokens = await Promise.all(
-      Array.from({ length: 1024 }, (_, i) => minter.mint({ principal: "bench-runtime", toolId: "bench.write", effect: "idempotent", callId: `c-${i}`, attempt: 1, key })),
+      Array.from({ length: 1024 }, (_, i) =>
+        minter.mint({ principal: "bench-runtime", toolId: "bench.write", effect: "idempotent", callId: `c-${i}`, attempt: 1, key }),
+      ),
     );
     const jwks = keys.publicJwks();
     const parsedKeys = parseJwks(JSON.stringify(jwks));
     const source: PublicKeySource = { getKey: async (kid: string) => parsedKeys.get(kid) };
     const verifier = new CapabilityVerifier(source);
     const bearers = tokens.map((t) => `Bearer ${t.token}`);
-    out.push(await loopAsync("capability verify (1 in flight)", seconds, 1, "CapabilityVerifier.verify (node:crypto Ed25519 verify + claim checks)", (i) => verifier.verify(bearers[i & 1023])));
-    out.push(await loopAsync("capability verify (32 in flight)", seconds, 32, "as above, 32 concurrent verifications", (i) => verifier.verify(bearers[i & 1023])));
+    out.push(
+      await loopAsync("capability verify (1 in flight)", seconds, 1, "CapabilityVerifier.verify (node:crypto Ed25519 verify + claim checks)", (i) =>
+        verifier.verify(bearers[i & 1023]),
+      ),
+    );
+    out.push(
+      await loopAsync("capability verify (32 in flight)", seconds, 32, "as above, 32 concurrent verifications", (i) => verifier.verify(bearers[i & 1023])),
+    );
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }

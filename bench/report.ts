@@ -59,7 +59,14 @@ export interface BenchRecord {
   micro: MicroResult[];
   runs: RunResult[];
   targets: TargetCheck[];
-  soak?: { seconds: number; concurrency: number; requests: number; throughput: number; rssMiB: { ledgerStart: number; ledgerEnd: number; kernelStart: number; kernelEnd: number }; timeline: { t: number; ledgerRssMiB: number }[] };
+  soak?: {
+    seconds: number;
+    concurrency: number;
+    requests: number;
+    throughput: number;
+    rssMiB: { ledgerStart: number; ledgerEnd: number; kernelStart: number; kernelEnd: number };
+    timeline: { t: number; ledgerRssMiB: number }[];
+  };
   notes: string[];
 }
 
@@ -76,7 +83,9 @@ export function markdown(rec: BenchRecord): string {
       `MongoDB backend: ${rec.versions.mongoBackend}${rec.versions.ferretdb ? ` ${rec.versions.ferretdb}` : ""}; ${rec.parameters.secondsPerRun} s per run`,
   );
   lines.push("");
-  lines.push("| scenario | driver | c | req/s | p50 ms | p90 ms | p99 ms | max ms | errors | ×base req/s | ×base p99 | ledger CPU µs/req | ledger peak RSS MiB | kernel CPU µs/req | kernel peak RSS MiB | db CPU µs/req |");
+  lines.push(
+    "| scenario | driver | c | req/s | p50 ms | p90 ms | p99 ms | max ms | errors | ×base req/s | ×base p99 | ledger CPU µs/req | ledger peak RSS MiB | kernel CPU µs/req | kernel peak RSS MiB | db CPU µs/req |",
+  );
   lines.push("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
   for (const r of rec.runs) {
     const s = (n: string): (ProcUsage & { cpuMicrosPerRequest: number }) | undefined => r.services[n];
@@ -135,7 +144,11 @@ export function checkTargets(runs: RunResult[], micro: MicroResult[], soak: Benc
     met: x?.vsBaseline ? x.vsBaseline.throughput >= 0.8 : undefined,
   });
   const k = micro.find((m) => m.name === "key derivation (10 fields)");
-  out.push({ target: "key derivation > 100,000/s on one core (10 fields)", measured: k ? `${fmtInt(k.opsPerSecond)}/s best, ${fmtInt(k.medianOpsPerSecond)}/s median` : "–", met: k ? k.opsPerSecond > 100_000 : undefined });
+  out.push({
+    target: "key derivation > 100,000/s on one core (10 fields)",
+    measured: k ? `${fmtInt(k.opsPerSecond)}/s best, ${fmtInt(k.medianOpsPerSecond)}/s median` : "–",
+    met: k ? k.opsPerSecond > 100_000 : undefined,
+  });
   if (soak) {
     const growth = soak.rssMiB.ledgerEnd - soak.rssMiB.ledgerStart;
     out.push({ target: "memory flat over the soak (ledger RSS growth < 10%)", measured: `${fmt(growth, 1)} MiB`, met: growth < 0.1 * soak.rssMiB.ledgerStart });
@@ -184,8 +197,12 @@ function panel(runs: RunResult[], title: string, value: (r: RunResult) => number
       if (!Number.isFinite(v)) return;
       const bh = (h * v) / max;
       const x = gx + ci * barW;
-      parts.push(`<rect x="${x.toFixed(1)}" y="${(top + h - bh).toFixed(1)}" width="${(barW - 2).toFixed(1)}" height="${bh.toFixed(1)}" fill="${COLORS[ci % COLORS.length]}"><title>${esc(`${s} c=${c}: ${v.toFixed(2)} ${unit}`)}</title></rect>`);
-      parts.push(`<text x="${(x + barW / 2 - 1).toFixed(1)}" y="${(top + h - bh - 3).toFixed(1)}" font-size="9" text-anchor="middle">${v >= 100 ? Math.round(v) : v.toFixed(1)}</text>`);
+      parts.push(
+        `<rect x="${x.toFixed(1)}" y="${(top + h - bh).toFixed(1)}" width="${(barW - 2).toFixed(1)}" height="${bh.toFixed(1)}" fill="${COLORS[ci % COLORS.length]}"><title>${esc(`${s} c=${c}: ${v.toFixed(2)} ${unit}`)}</title></rect>`,
+      );
+      parts.push(
+        `<text x="${(x + barW / 2 - 1).toFixed(1)}" y="${(top + h - bh - 3).toFixed(1)}" font-size="9" text-anchor="middle">${v >= 100 ? Math.round(v) : v.toFixed(1)}</text>`,
+      );
     });
     parts.push(`<text x="${(left + gi * groupW + groupW / 2).toFixed(1)}" y="${top + h + 16}" font-size="11" text-anchor="middle">${esc(s)}</text>`);
   });
@@ -197,7 +214,10 @@ export function svgChart(rec: BenchRecord): string {
   const width = 960;
   const cs = [...new Set(rec.runs.map((r) => r.concurrency))].sort((a, b) => a - b);
   const legend = cs
-    .map((c, i) => `<rect x="${width - 300 + i * 90}" y="8" width="12" height="12" fill="${COLORS[i % COLORS.length]}"/><text x="${width - 284 + i * 90}" y="18" font-size="11">c = ${c}</text>`)
+    .map(
+      (c, i) =>
+        `<rect x="${width - 300 + i * 90}" y="8" width="12" height="12" fill="${COLORS[i % COLORS.length]}"/><text x="${width - 284 + i * 90}" y="18" font-size="11">c = ${c}</text>`,
+    )
     .join("");
   const height = 700;
   return [

@@ -238,7 +238,12 @@ function machine(): BenchRecord["machine"] {
 function gitCommit(): string {
   try {
     const head = execFileSync("git", ["rev-parse", "--short", "HEAD"], { cwd: projectRoot(), encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim();
-    const dirty = execFileSync("git", ["status", "--porcelain", "--untracked-files=no"], { cwd: projectRoot(), encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim() !== "";
+    const dirty =
+      execFileSync("git", ["status", "--porcelain", "--untracked-files=no"], {
+        cwd: projectRoot(),
+        encoding: "utf8",
+        stdio: ["ignore", "pipe", "ignore"],
+      }).trim() !== "";
     return dirty ? `${head}+dirty` : head;
   } catch {
     return "unknown";
@@ -401,7 +406,9 @@ async function main(): Promise<void> {
     r.vsBaseline = { throughput: r.throughput / throughput, p99: r.latencyMs.p99 / p99 };
   }
   if (machineInfo.cores <= 2) {
-    notes.push(`${machineInfo.cores} cores: ghz (or the Node driver), the ledger, the kernel and the database share them; absolute numbers are bounded by that, ratios are the result.`);
+    notes.push(
+      `${machineInfo.cores} cores: ghz (or the Node driver), the ledger, the kernel and the database share them; absolute numbers are bounded by that, ratios are the result.`,
+    );
   }
   const pkg = JSON.parse(fs.readFileSync(path.join(projectRoot(), "package.json"), "utf8")) as { version: string };
   const rec: BenchRecord = {
@@ -460,7 +467,10 @@ async function runSoak(bench: Bench, write: Scenario, stack: Stack, seconds: num
   const kernelStart = memoryOf(stack.pids["kernel"]!)?.rssMiB ?? Number.NaN;
   const t0 = Date.now();
   const timeline: { t: number; ledgerRssMiB: number }[] = [{ t: 0, ledgerRssMiB: ledgerStart }];
-  const timer = setInterval(() => timeline.push({ t: Math.round((Date.now() - t0) / 1000), ledgerRssMiB: memoryOf(stack.pids["ledger"]!)?.rssMiB ?? Number.NaN }), 10_000);
+  const timer = setInterval(
+    () => timeline.push({ t: Math.round((Date.now() - t0) / 1000), ledgerRssMiB: memoryOf(stack.pids["ledger"]!)?.rssMiB ?? Number.NaN }),
+    10_000,
+  );
   try {
     const r = toResult(write, 64, await bench.measure(write, 64, seconds));
     return {

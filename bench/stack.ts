@@ -125,7 +125,12 @@ function need(endpoints: Record<string, string>, name: string): string {
 }
 
 /** Starts `keycap serve <which>` (or the bench-only baseline process) and waits for its "ready" log line. */
-async function startService(which: "kernel" | "ledger" | "baseline", env: Record<string, string>, readyTimeoutMs = 60_000, nodeFlags: string[] = []): Promise<ServiceProc> {
+async function startService(
+  which: "kernel" | "ledger" | "baseline",
+  env: Record<string, string>,
+  readyTimeoutMs = 60_000,
+  nodeFlags: string[] = [],
+): Promise<ServiceProc> {
   const args =
     which === "baseline"
       ? [path.join(projectRoot(), "dist/bench/baseline-server.js")]

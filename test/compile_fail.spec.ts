@@ -6,7 +6,21 @@ import * as path from "node:path";
 const FIXTURES = path.resolve(process.cwd(), "test/compile-fail");
 const TSC = path.resolve(process.cwd(), "node_modules/typescript/bin/tsc");
 // The project's own compiler settings (tsconfig.json), applied to one file.
-const TSC_FLAGS = ["--noEmit", "--strict", "--noUncheckedIndexedAccess", "--target", "ES2022", "--module", "node20", "--skipLibCheck", "--esModuleInterop", "--types", "node", "--pretty", "false"];
+const TSC_FLAGS = [
+  "--noEmit",
+  "--strict",
+  "--noUncheckedIndexedAccess",
+  "--target",
+  "ES2022",
+  "--module",
+  "node20",
+  "--skipLibCheck",
+  "--esModuleInterop",
+  "--types",
+  "node",
+  "--pretty",
+  "false",
+];
 
 function tsc(file: string): Promise<{ code: number; output: string }> {
   return new Promise((resolve) => {
@@ -24,7 +38,10 @@ function tokenAt(file: string, line: number, col: number): string {
 
 describe("compile-time rule: an Idempotent tool without a key derivation does not compile (tsc on fixtures)", function () {
   this.timeout(120_000);
-  const files = fs.readdirSync(FIXTURES).filter((f) => f.endsWith(".ts")).sort();
+  const files = fs
+    .readdirSync(FIXTURES)
+    .filter((f) => f.endsWith(".ts"))
+    .sort();
 
   it("has failing fixtures and a compile-pass twin", function () {
     expect(files.filter((f) => f.endsWith(".fail.ts"))).to.have.length.greaterThan(0);
@@ -42,7 +59,11 @@ describe("compile-time rule: an Idempotent tool without a key derivation does no
       continue;
     }
     it(`${name} is refused by the compiler with the expected error`, async function () {
-      const expected = fs.readFileSync(file.replace(/\.ts$/, ".expected"), "utf8").split("\n").map((l) => l.trim()).filter((l) => l && !l.startsWith("#"));
+      const expected = fs
+        .readFileSync(file.replace(/\.ts$/, ".expected"), "utf8")
+        .split("\n")
+        .map((l) => l.trim())
+        .filter((l) => l && !l.startsWith("#"));
       const { code, output } = await tsc(file);
       expect(code, output).to.not.equal(0);
       // Every error must be in the fixture itself, not in the library it imports.

@@ -155,7 +155,12 @@ describe("access: who may mint a capability (issue 10)", function () {
       expect((await viaSecond.beginCall(tool.id, "{}")).capability).to.not.equal("");
       await access.revokePrincipal("access-replicated"); // through the first replica
       const started = Date.now();
-      const e = await eventually(async () => viaSecond.beginCall(tool.id, "{}").then(() => undefined, (err: unknown) => KeycapClientError.from(err)));
+      const e = await eventually(async () =>
+        viaSecond.beginCall(tool.id, "{}").then(
+          () => undefined,
+          (err: unknown) => KeycapClientError.from(err),
+        ),
+      );
       expect(e.reason).to.equal("PRINCIPAL_REVOKED");
       expect(Date.now() - started).to.be.below(5000);
     } finally {
@@ -223,7 +228,12 @@ describe("access: who may mint a capability (issue 10)", function () {
       // The call the owner began still names the owner.
       expect((await runtime.listPendingCalls(tool.id)).find((c) => c.callId === ownCall)?.principal).to.equal("local-runtime");
       await access.removeGrant(tool.id, "access-team-b");
-      const e = await eventually(async () => other.beginCall(tool.id, JSON.stringify({ n: 4 })).then(() => undefined, (err: unknown) => KeycapClientError.from(err)));
+      const e = await eventually(async () =>
+        other.beginCall(tool.id, JSON.stringify({ n: 4 })).then(
+          () => undefined,
+          (err: unknown) => KeycapClientError.from(err),
+        ),
+      );
       expect(e.reason).to.equal("TOOL_NOT_GRANTED");
     });
 
@@ -296,9 +306,7 @@ describe("access: who may mint a capability (issue 10)", function () {
     const ledger = await startService("ledger", serviceEnv({ KEYCAP_BENCH_BASELINE: "1" }));
     const client = new BaselineServiceClient(ledger.endpoints.ledger!, credentials.createInsecure());
     try {
-      const code = await new Promise<number>((resolve) =>
-        client.write({ key: "k", payload: Buffer.from("x") }, (err) => resolve(err ? err.code : status.OK)),
-      );
+      const code = await new Promise<number>((resolve) => client.write({ key: "k", payload: Buffer.from("x") }, (err) => resolve(err ? err.code : status.OK)));
       expect(code).to.equal(status.UNIMPLEMENTED);
     } finally {
       client.close();
@@ -340,7 +348,8 @@ describe("access: TLS on every listener (issue 10)", function () {
           // The ledger's key fetch must present a certificate too when the kernel requires one.
           KEYCAP_TLS_CLIENT_CERT_FILE: pki.server.cert,
           KEYCAP_TLS_CLIENT_KEY_FILE: pki.server.key,
-          KEYCAP_CERT_PRINCIPALS: JSON.stringify({ [mapped]: "tls-runner", "CN=cn-runner": "tls-runner" }) }),
+          KEYCAP_CERT_PRINCIPALS: JSON.stringify({ [mapped]: "tls-runner", "CN=cn-runner": "tls-runner" }),
+        }),
       );
       const a = new AccessClient(proc.endpoints.kernel!, ADMIN, { tls: { caFile: pki.ca.cert, ...certOf("operator-client") } });
       try {
@@ -418,7 +427,15 @@ describe("access: TLS on every listener (issue 10)", function () {
         unmapped.close();
       }
       // A certificate from another CA does not even connect.
-      const foreign = new AccessClient(proc.endpoints.kernel!, "", { tls: { caFile: pki.ca.cert, ...(() => { const c = pki.clientFor("tls-runner", { ca: pki.otherCa }); return { certFile: c.cert, keyFile: c.key }; })() } });
+      const foreign = new AccessClient(proc.endpoints.kernel!, "", {
+        tls: {
+          caFile: pki.ca.cert,
+          ...(() => {
+            const c = pki.clientFor("tls-runner", { ca: pki.otherCa });
+            return { certFile: c.cert, keyFile: c.key };
+          })(),
+        },
+      });
       try {
         expect((await refusal(foreign.whoAmI({ timeoutMs: 3000 }))).codeName).to.be.oneOf(["UNAVAILABLE", "DEADLINE_EXCEEDED"]);
       } finally {
@@ -480,7 +497,8 @@ describe("access: TLS on every listener (issue 10)", function () {
     const keys = await loadOrCreateSigningKeys(path.join(fs.mkdtempSync(path.join(dir, "fake-")), "keys.json"), { retiredGraceSeconds: 60 });
     const server = new Server();
     const impl: UntypedServiceImplementation = {
-      getSigningKeys: (_call: unknown, cb: (e: null, r: { jwksJson: string; currentKeyId: string }) => void) => cb(null, { jwksJson: JSON.stringify(keys.publicJwks()), currentKeyId: keys.currentKid }),
+      getSigningKeys: (_call: unknown, cb: (e: null, r: { jwksJson: string; currentKeyId: string }) => void) =>
+        cb(null, { jwksJson: JSON.stringify(keys.publicJwks()), currentKeyId: keys.currentKid }),
     };
     server.addService(KernelServiceService, impl);
     const creds = ServerCredentials.createSsl(null, [{ cert_chain: fs.readFileSync(cert.cert), private_key: fs.readFileSync(cert.key) }], false);
@@ -493,7 +511,14 @@ describe("access: TLS on every listener (issue 10)", function () {
     const ledger = await startService("ledger", tlsEnv({ KEYCAP_KERNEL_ADDRESS: kernel.address }));
     const client = new LedgerClient(ledger.endpoints.ledger!, tlsCredentials({ caFile: pki.ca.cert }));
     try {
-      const { token } = await kernel.minter.mint({ principal: "local-runtime", toolId: "fake.tool", effect: "idempotent", callId: "fake-1", attempt: 1, key: "k-fake" });
+      const { token } = await kernel.minter.mint({
+        principal: "local-runtime",
+        toolId: "fake.tool",
+        effect: "idempotent",
+        callId: "fake-1",
+        attempt: 1,
+        key: "k-fake",
+      });
       return await client.writeWithCapability(token, { key: "k-fake", payload: Buffer.from("x") }).then(
         () => "written",
         (err: unknown) => `${KeycapClientError.from(err).codeName} ${KeycapClientError.from(err).reason}`,

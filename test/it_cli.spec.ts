@@ -21,7 +21,9 @@ describe("keycap CLI: operators read the ledger through the admin API", function
     // A misbehaving write: the capability is valid, the key is not the kernel's.
     const begun = await kernel.beginCall("cli.charge", '{"order_id":"C-2"}');
     const ledger = new LedgerClient(proc.endpoints.ledger!);
-    const err = await ledger.writeWithCapability(begun.capability, { key: "not-the-kernels-key", payload: Buffer.from("x") }).catch((e: unknown) => KeycapClientError.from(e));
+    const err = await ledger
+      .writeWithCapability(begun.capability, { key: "not-the-kernels-key", payload: Buffer.from("x") })
+      .catch((e: unknown) => KeycapClientError.from(e));
     expect((err as KeycapClientError).reason).to.equal("KEY_MISMATCH");
     ledger.close();
   });

@@ -59,21 +59,24 @@ describe("ledger: Queryable effects across crashes and tools (issue 15)", functi
     const db = s.ledger.env["KEYCAP_MONGODB_DATABASE"]!;
     const client = await MongoClient.connect(testMongoUri());
     try {
-      await client.db(db).collection("entries").insertOne({
-        _id: "req:legacy.notify:L-1" as never,
-        entry_id: "e_legacy_1",
-        tool_id: "legacy.notify",
-        effect: "queryable",
-        call_id: "c-legacy",
-        attempt: 1,
-        capability_id: "jti-legacy",
-        key: "",
-        request_id: "L-1",
-        payload: Buffer.from("old"),
-        payload_sha256: "0".repeat(64),
-        recorded_at: new Date(),
-        payload_mismatch: false,
-      });
+      await client
+        .db(db)
+        .collection("entries")
+        .insertOne({
+          _id: "req:legacy.notify:L-1" as never,
+          entry_id: "e_legacy_1",
+          tool_id: "legacy.notify",
+          effect: "queryable",
+          call_id: "c-legacy",
+          attempt: 1,
+          capability_id: "jti-legacy",
+          key: "",
+          request_id: "L-1",
+          payload: Buffer.from("old"),
+          payload_sha256: "0".repeat(64),
+          recorded_at: new Date(),
+          payload_mismatch: false,
+        });
     } finally {
       await client.close();
     }

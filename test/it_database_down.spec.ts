@@ -19,7 +19,10 @@ describe("database down (issue 15)", function () {
   before(async function () {
     if (process.env["MONGODB_URI"]) this.skip(); // needs a server of its own to stop
     mongo = await startMongoServer({ logger: createLogger("db-down-test", "warn") });
-    proc = await startService("all", serviceEnv({ MONGODB_URI: mongo.uri, KEYCAP_MONGODB_TIMEOUT_MS: "1500", KEYCAP_ADMIN_TOKEN: "db-down-admin-token-000000" }));
+    proc = await startService(
+      "all",
+      serviceEnv({ MONGODB_URI: mongo.uri, KEYCAP_MONGODB_TIMEOUT_MS: "1500", KEYCAP_ADMIN_TOKEN: "db-down-admin-token-000000" }),
+    );
   });
   after(async () => {
     await proc?.stop();

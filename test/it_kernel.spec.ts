@@ -7,7 +7,6 @@ import { defineTool, KernelClient, type ToolDefinition } from "../clients/ts/src
 import { refusal } from "./support/refusal";
 import { serviceEnv, startService, type ServiceProcess } from "./support/processes";
 
-
 const charge = defineTool({
   id: "payments.charge",
   effect: { kind: "idempotent", key: { fields: ["/order_id", "/amount"], contextFields: ["run_id"] } },
@@ -72,19 +71,37 @@ describe("kernel: registry, key derivation, capabilities and the call journal (r
     const refused: [string, Tool, string, string][] = [
       [
         "an Idempotent tool without a KeyDerivation (names the field key)",
-        { toolId: "r.nokey", effectClass: { kind: { $case: "idempotent", value: { key: undefined } } }, argumentsSchemaJson: "", registeredAt: undefined, owner: "" },
+        {
+          toolId: "r.nokey",
+          effectClass: { kind: { $case: "idempotent", value: { key: undefined } } },
+          argumentsSchemaJson: "",
+          registeredAt: undefined,
+          owner: "",
+        },
         "KEY_DERIVATION_REQUIRED",
         "idempotent.key",
       ],
       [
         "a derivation with no fields",
-        { toolId: "r.nofields", effectClass: { kind: { $case: "idempotent", value: { key: { fields: [], version: 1, contextFields: [] } } } }, argumentsSchemaJson: "", registeredAt: undefined, owner: "" },
+        {
+          toolId: "r.nofields",
+          effectClass: { kind: { $case: "idempotent", value: { key: { fields: [], version: 1, contextFields: [] } } } },
+          argumentsSchemaJson: "",
+          registeredAt: undefined,
+          owner: "",
+        },
         "KEY_DERIVATION_NO_FIELDS",
         "fields",
       ],
       [
         "a field that is not an RFC 6901 JSON Pointer",
-        { toolId: "r.badptr", effectClass: { kind: { $case: "idempotent", value: { key: { fields: ["order_id"], version: 1, contextFields: [] } } } }, argumentsSchemaJson: "", registeredAt: undefined, owner: "" },
+        {
+          toolId: "r.badptr",
+          effectClass: { kind: { $case: "idempotent", value: { key: { fields: ["order_id"], version: 1, contextFields: [] } } } },
+          argumentsSchemaJson: "",
+          registeredAt: undefined,
+          owner: "",
+        },
         "INVALID_JSON_POINTER",
         "order_id",
       ],
@@ -138,7 +155,13 @@ describe("kernel: registry, key derivation, capabilities and the call journal (r
       ],
       [
         "a Queryable tool without a request-id field",
-        { toolId: "r.noreq", effectClass: { kind: { $case: "queryable", value: { lookup: undefined } } }, argumentsSchemaJson: "", registeredAt: undefined, owner: "" },
+        {
+          toolId: "r.noreq",
+          effectClass: { kind: { $case: "queryable", value: { lookup: undefined } } },
+          argumentsSchemaJson: "",
+          registeredAt: undefined,
+          owner: "",
+        },
         "REQUEST_ID_FIELD_REQUIRED",
         "lookup",
       ],
@@ -172,7 +195,13 @@ describe("kernel: registry, key derivation, capabilities and the call journal (r
         [idem("p.nofields", { fields: [], version: 1, contextFields: [] }), "tool.effect_class.idempotent.key.fields"],
         [idem("p.badptr", { fields: ["/a", "order_id"], version: 1, contextFields: [] }), "tool.effect_class.idempotent.key.fields[1]"],
         [
-          { toolId: "p.req", effectClass: { kind: { $case: "queryable", value: { lookup: { requestIdField: "nope" } } } }, argumentsSchemaJson: "", registeredAt: undefined, owner: "" },
+          {
+            toolId: "p.req",
+            effectClass: { kind: { $case: "queryable", value: { lookup: { requestIdField: "nope" } } } },
+            argumentsSchemaJson: "",
+            registeredAt: undefined,
+            owner: "",
+          },
           "tool.effect_class.queryable.lookup.request_id_field",
         ],
       ];
@@ -209,7 +238,11 @@ describe("kernel: registry, key derivation, capabilities and the call journal (r
   });
 
   describe("BeginCall refuses bad input with INVALID_ARGUMENT and journals nothing", function () {
-    const tool = defineTool({ id: "refusals.tool", effect: { kind: "idempotent", key: { fields: ["/id"] } }, argumentsSchema: { type: "object", properties: { id: {}, n: { type: "integer", maximum: 10 } } } });
+    const tool = defineTool({
+      id: "refusals.tool",
+      effect: { kind: "idempotent", key: { fields: ["/id"] } },
+      argumentsSchema: { type: "object", properties: { id: {}, n: { type: "integer", maximum: 10 } } },
+    });
     before(async function () {
       await kernel.registerTool(tool);
     });

@@ -20,14 +20,20 @@ import { runCli, serviceEnv, startService, type ServiceProcess } from "./support
 
 const ADMIN_TOKEN = "acceptance-admin-token-0123456789";
 
-
 /** Runs one call in a tool-runner process that stops at a crash point; resolves once it is there. */
-async function runnerAtCrashPoint(point: "before-write" | "after-write", kernel: string, ledger: string, toolId: string, args: object, runId: string, callId: string): Promise<ChildProcess> {
-  const child = spawn(
-    process.execPath,
-    [path.resolve("dist/test/support/tool-runner.js"), kernel, ledger, toolId, JSON.stringify(args), runId, callId],
-    { env: { ...process.env, KEYCAP_TEST_CRASH_POINT: point }, stdio: ["ignore", "pipe", "pipe"] },
-  );
+async function runnerAtCrashPoint(
+  point: "before-write" | "after-write",
+  kernel: string,
+  ledger: string,
+  toolId: string,
+  args: object,
+  runId: string,
+  callId: string,
+): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [path.resolve("dist/test/support/tool-runner.js"), kernel, ledger, toolId, JSON.stringify(args), runId, callId], {
+    env: { ...process.env, KEYCAP_TEST_CRASH_POINT: point },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let err = "";
   child.stderr!.on("data", (d: Buffer) => (err += d.toString()));
   await new Promise<void>((resolve, reject) => {
@@ -107,7 +113,22 @@ describe("keyed capability: acceptance (real kernel, ledger and tool processes; 
     const twin = "test/compile-fail/idempotent-with-key.pass.ts";
     const tsc = (file: string): Promise<{ code: number; out: string }> =>
       new Promise((resolve) => {
-        const args = ["node_modules/typescript/bin/tsc", "--noEmit", "--strict", "--target", "ES2022", "--module", "node20", "--skipLibCheck", "--esModuleInterop", "--types", "node", "--pretty", "false", file];
+        const args = [
+          "node_modules/typescript/bin/tsc",
+          "--noEmit",
+          "--strict",
+          "--target",
+          "ES2022",
+          "--module",
+          "node20",
+          "--skipLibCheck",
+          "--esModuleInterop",
+          "--types",
+          "node",
+          "--pretty",
+          "false",
+          file,
+        ];
         execFile(process.execPath, args, (err, stdout, stderr) => resolve({ code: err ? 1 : 0, out: stdout + stderr }));
       });
     const [fail, pass] = await Promise.all([tsc(fixture), tsc(twin)]);
@@ -119,7 +140,15 @@ describe("keyed capability: acceptance (real kernel, ledger and tool processes; 
 
   it("1b. over gRPC (any language) the same registration is refused with INVALID_ARGUMENT naming key", async function () {
     const err = await refusal(
-      kernel.registerToolProto(unchecked({ toolId: "acceptance.nokey", effectClass: { kind: { $case: "idempotent", value: { key: undefined } } }, argumentsSchemaJson: "", registeredAt: undefined, owner: "" })),
+      kernel.registerToolProto(
+        unchecked({
+          toolId: "acceptance.nokey",
+          effectClass: { kind: { $case: "idempotent", value: { key: undefined } } },
+          argumentsSchemaJson: "",
+          registeredAt: undefined,
+          owner: "",
+        }),
+      ),
     );
     expect(err.codeName).to.equal("INVALID_ARGUMENT");
     expect(err.reason).to.equal("KEY_DERIVATION_REQUIRED");

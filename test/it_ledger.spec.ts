@@ -210,7 +210,10 @@ describe("ledger: capability-enforced writes, key-only exactly-once, per-tool re
     });
 
     it("garbage instead of a capability: CAPABILITY_MALFORMED", async function () {
-      await expectRefusedAndRecorded(() => s.ledgerCalls.write("garbage", { key: "k", payload: payload("x") }), { code: unauth, reason: "CAPABILITY_MALFORMED" });
+      await expectRefusedAndRecorded(() => s.ledgerCalls.write("garbage", { key: "k", payload: payload("x") }), {
+        code: unauth,
+        reason: "CAPABILITY_MALFORMED",
+      });
     });
 
     it("a valid shape signed by a foreign Ed25519 key under the kernel's key id: BAD_SIGNATURE, tool id not verified", async function () {
@@ -251,7 +254,14 @@ describe("ledger: capability-enforced writes, key-only exactly-once, per-tool re
 
     it("expired (minted with the kernel's own key by a clock an hour behind): EXPIRED, tool id verified", async function () {
       const minter = await s.minter({ now: () => Date.now() - 3600_000 });
-      const { token } = await minter.mint({ principal: "test-runtime", toolId: forged("expired"), effect: "idempotent", callId: "c-exp", attempt: 1, key: "k" });
+      const { token } = await minter.mint({
+        principal: "test-runtime",
+        toolId: forged("expired"),
+        effect: "idempotent",
+        callId: "c-exp",
+        attempt: 1,
+        key: "k",
+      });
       const rec = await expectRefusedAndRecorded(() => s.ledgerCalls.write(token, { key: "k", payload: payload("x") }), {
         code: unauth,
         reason: "EXPIRED",
@@ -399,17 +409,17 @@ describe("ledger: capability-enforced writes, key-only exactly-once, per-tool re
   });
 
   describe("the payload limit", function () {
-  it("refuses a payload over the limit (INVALID_ARGUMENT PAYLOAD_TOO_LARGE) and records it against the tool", async function () {
-    const begun = await beginOrder("o-big");
-    const rec = await expectRefusedAndRecorded(
-      () => s.ledgerCalls.write(begun.capability, { key: begun.call!.key, payload: Buffer.alloc(1024 * 1024 + 1, 1) }),
-      { code: status.INVALID_ARGUMENT, reason: "PAYLOAD_TOO_LARGE", toolId: ORDERS },
-    );
-    expect(rec).to.deep.include({ toolIdVerified: true, code: "INVALID_ARGUMENT", attemptedKey: begun.call!.key });
-    // The limit is inclusive: exactly 1 MiB is accepted.
-    const ok = await s.ledgerCalls.write(begun.capability, { key: begun.call!.key, payload: Buffer.alloc(1024 * 1024, 1) });
-    expect(ok.duplicate).to.equal(false);
-  });
+    it("refuses a payload over the limit (INVALID_ARGUMENT PAYLOAD_TOO_LARGE) and records it against the tool", async function () {
+      const begun = await beginOrder("o-big");
+      const rec = await expectRefusedAndRecorded(
+        () => s.ledgerCalls.write(begun.capability, { key: begun.call!.key, payload: Buffer.alloc(1024 * 1024 + 1, 1) }),
+        { code: status.INVALID_ARGUMENT, reason: "PAYLOAD_TOO_LARGE", toolId: ORDERS },
+      );
+      expect(rec).to.deep.include({ toolIdVerified: true, code: "INVALID_ARGUMENT", attemptedKey: begun.call!.key });
+      // The limit is inclusive: exactly 1 MiB is accepted.
+      const ok = await s.ledgerCalls.write(begun.capability, { key: begun.call!.key, payload: Buffer.alloc(1024 * 1024, 1) });
+      expect(ok.duplicate).to.equal(false);
+    });
   });
 
   describe("the admin API", function () {
@@ -492,7 +502,10 @@ describe("ledger: capability-enforced writes, key-only exactly-once, per-tool re
         const ms = Date.now() - started;
         const ids = new Set(results.map((r) => r.entry!.entryId));
         expect(ids.size, "one entry id in every response").to.equal(1);
-        expect(results.filter((r) => !r.duplicate), "exactly one first write").to.have.length(1);
+        expect(
+          results.filter((r) => !r.duplicate),
+          "exactly one first write",
+        ).to.have.length(1);
         const stored = (await s.admin.getEntry({ key })).entry!;
         expect(stored.entryId).to.equal([...ids][0]);
         // Every retry is counted exactly: duplicates are recorded by insert, not by

@@ -12,7 +12,10 @@ import { expect } from "chai";
 const root = process.cwd();
 
 function depcruise(cwd: string): { code: number | null; out: string } {
-  const r = spawnSync(path.join(root, "node_modules", ".bin", "depcruise"), ["--config", ".dependency-cruiser.cjs", "services", "clients/ts"], { cwd, encoding: "utf8" });
+  const r = spawnSync(path.join(root, "node_modules", ".bin", "depcruise"), ["--config", ".dependency-cruiser.cjs", "services", "clients/ts"], {
+    cwd,
+    encoding: "utf8",
+  });
   return { code: r.status, out: `${r.stdout}${r.stderr}` };
 }
 

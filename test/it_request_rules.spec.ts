@@ -24,7 +24,13 @@ describe("request rules from the proto (issue 14)", function () {
     await kernel.stop();
   });
 
-  const tool = (toolId: string, effectClass: EffectClass | undefined): Tool => ({ toolId, effectClass, argumentsSchemaJson: "", registeredAt: undefined, owner: "" });
+  const tool = (toolId: string, effectClass: EffectClass | undefined): Tool => ({
+    toolId,
+    effectClass,
+    argumentsSchemaJson: "",
+    registeredAt: undefined,
+    owner: "",
+  });
   const idem = (fields: string[], contextFields: ContextField[] = []): EffectClass => ({
     kind: { $case: "idempotent", value: { key: { fields, version: 1, contextFields } } },
   });
@@ -40,14 +46,29 @@ describe("request rules from the proto (issue 14)", function () {
   }
 
   const cases: [string, Tool, string, string][] = [
-    ["an Idempotent without a key", tool("rules.nokey", { kind: { $case: "idempotent", value: { key: undefined } } }), "KEY_DERIVATION_REQUIRED", "tool.effect_class.idempotent.key"],
+    [
+      "an Idempotent without a key",
+      tool("rules.nokey", { kind: { $case: "idempotent", value: { key: undefined } } }),
+      "KEY_DERIVATION_REQUIRED",
+      "tool.effect_class.idempotent.key",
+    ],
     ["an Idempotent with no fields", tool("rules.nofields", idem([])), "KEY_DERIVATION_NO_FIELDS", "tool.effect_class.idempotent.key.fields"],
     ["a field named twice", tool("rules.twice", idem(["/a", "/a"])), "KEY_DERIVATION_DUPLICATE_FIELD", "tool.effect_class.idempotent.key.fields"],
     ["a field that is not a JSON Pointer", tool("rules.pointer", idem(["/a", "b"])), "INVALID_JSON_POINTER", "tool.effect_class.idempotent.key.fields[1]"],
-    ["an unspecified context field", tool("rules.context", idem(["/a"], [ContextField.CONTEXT_FIELD_UNSPECIFIED])), "KEY_DERIVATION_BAD_CONTEXT_FIELD", "tool.effect_class.idempotent.key.context_fields[0]"],
+    [
+      "an unspecified context field",
+      tool("rules.context", idem(["/a"], [ContextField.CONTEXT_FIELD_UNSPECIFIED])),
+      "KEY_DERIVATION_BAD_CONTEXT_FIELD",
+      "tool.effect_class.idempotent.key.context_fields[0]",
+    ],
     ["no effect class", tool("rules.noeffect", undefined), "EFFECT_CLASS_REQUIRED", "tool.effect_class"],
     ["an empty effect class", tool("rules.emptyeffect", { kind: undefined }), "EFFECT_CLASS_REQUIRED", "tool.effect_class.kind"],
-    ["a Queryable without a lookup", tool("rules.nolookup", { kind: { $case: "queryable", value: { lookup: undefined } } }), "REQUEST_ID_FIELD_REQUIRED", "tool.effect_class.queryable.lookup"],
+    [
+      "a Queryable without a lookup",
+      tool("rules.nolookup", { kind: { $case: "queryable", value: { lookup: undefined } } }),
+      "REQUEST_ID_FIELD_REQUIRED",
+      "tool.effect_class.queryable.lookup",
+    ],
     ["a tool id with a space", tool("rules bad", idem(["/a"])), "INVALID_TOOL_ID", "tool.tool_id"],
   ];
   for (const [what, t, reason, field] of cases) {

@@ -110,7 +110,9 @@ describe("ill-formed UTF-8 (issue 14)", function () {
 
   it("decodes through the checking reader (ts-proto's requestDeserialize passes a reader on to decode)", function () {
     const checked = withUtf8Check(KernelServiceService).beginCall!;
-    const ok = checked.requestDeserialize(Buffer.from(BeginCallRequest.encode({ toolId: "t", callId: "c", runId: "", argumentsJson: "{}" }).finish())) as BeginCallRequest;
+    const ok = checked.requestDeserialize(
+      Buffer.from(BeginCallRequest.encode({ toolId: "t", callId: "c", runId: "", argumentsJson: "{}" }).finish()),
+    ) as BeginCallRequest;
     expect(ok.toolId).to.equal("t");
   });
 });
@@ -120,7 +122,11 @@ describe("ill-formed UTF-8 in the TypeScript client (issue 14)", function () {
     // Nothing listens here: a refusal that came from a server would time out instead.
     const client = new KernelClient("127.0.0.1:1");
     try {
-      for (const [args, runId] of [['{"v":"\uD800"}', ""], ['{"v":"\uDC00x"}', ""], ["{}", "run-\uD83D"]] as const) {
+      for (const [args, runId] of [
+        ['{"v":"\uD800"}', ""],
+        ['{"v":"\uDC00x"}', ""],
+        ["{}", "run-\uD83D"],
+      ] as const) {
         const e = await client.beginCall("utf8.charge", args, { runId, timeoutMs: 500 }).then(
           () => undefined,
           (err: unknown) => err as { codeName?: string; reason?: string },

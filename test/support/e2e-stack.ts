@@ -85,18 +85,18 @@ async function main(): Promise<void> {
   const runtimeToken = `keycap_rt_${crypto.randomBytes(24).toString("base64url")}`;
   const tls = process.env["KEYCAP_E2E_TLS"] === "1" ? tlsSetup(dataDir) : undefined;
   const env: NodeJS.ProcessEnv = {
-      ...process.env,
-      MONGODB_URI: mongo.uri,
-      KEYCAP_MONGODB_DATABASE: `e2e_${crypto.randomBytes(4).toString("hex")}`,
-      KEYCAP_DATA_DIR: dataDir,
-      KEYCAP_KERNEL_LISTEN: "127.0.0.1:0",
-      KEYCAP_LEDGER_LISTEN: "127.0.0.1:0",
-      KEYCAP_ADMIN_LISTEN: "127.0.0.1:0",
-      KEYCAP_ADMIN_TOKEN: adminToken,
-      KEYCAP_RUNTIME_TOKEN: runtimeToken,
-      // info: the "ready" line this script waits for is an info record (stdout is parsed, not shown).
-      KEYCAP_LOG_LEVEL: "info",
-      ...tls?.env,
+    ...process.env,
+    MONGODB_URI: mongo.uri,
+    KEYCAP_MONGODB_DATABASE: `e2e_${crypto.randomBytes(4).toString("hex")}`,
+    KEYCAP_DATA_DIR: dataDir,
+    KEYCAP_KERNEL_LISTEN: "127.0.0.1:0",
+    KEYCAP_LEDGER_LISTEN: "127.0.0.1:0",
+    KEYCAP_ADMIN_LISTEN: "127.0.0.1:0",
+    KEYCAP_ADMIN_TOKEN: adminToken,
+    KEYCAP_RUNTIME_TOKEN: runtimeToken,
+    // info: the "ready" line this script waits for is an info record (stdout is parsed, not shown).
+    KEYCAP_LOG_LEVEL: "info",
+    ...tls?.env,
   };
   const child = spawn(process.execPath, [path.join(projectRoot(), "dist/services/cli/src/main.js"), "serve", "all"], {
     env,
@@ -125,7 +125,14 @@ async function main(): Promise<void> {
         const e = Object.fromEntries(rec.endpoints.map((x) => [x.listener, x.address]));
         const announce = (): void => {
           process.stdout.write(
-            JSON.stringify({ ...e, admin_token: adminToken, runtime_token: runtimeToken, mongo_backend: mongo.backend, data_dir: dataDir, ...(tls ? { tls: tls.info } : {}) }) + "\n",
+            JSON.stringify({
+              ...e,
+              admin_token: adminToken,
+              runtime_token: runtimeToken,
+              mongo_backend: mongo.backend,
+              data_dir: dataDir,
+              ...(tls ? { tls: tls.info } : {}),
+            }) + "\n",
           );
         };
         if (!tls) return announce();

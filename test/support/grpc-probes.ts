@@ -32,7 +32,10 @@ export function reflectServices(address: string): Promise<string[]> {
   const Reflection = dig(load(REFLECTION_PROTO), "grpc.reflection.v1.ServerReflection");
   const client = new Reflection(address, grpc.credentials.createInsecure());
   return new Promise((resolve, reject) => {
-    const call = client["ServerReflectionInfo"]!({ deadline: Date.now() + 5000 }) as grpc.ClientDuplexStream<unknown, { list_services_response?: { service: { name: string }[] } }>;
+    const call = client["ServerReflectionInfo"]!({ deadline: Date.now() + 5000 }) as grpc.ClientDuplexStream<
+      unknown,
+      { list_services_response?: { service: { name: string }[] } }
+    >;
     call.on("data", (res) => {
       resolve((res.list_services_response?.service ?? []).map((s: { name: string }) => s.name));
       call.end();

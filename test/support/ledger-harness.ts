@@ -126,7 +126,10 @@ export class AdminCalls {
 /** The kernel as the agent runtime calls it (as the bootstrap runtime principal unless told otherwise). */
 export class KernelCalls {
   readonly client: KernelServiceClient;
-  constructor(address: string, private readonly bearer: string | undefined = TEST_RUNTIME_TOKEN) {
+  constructor(
+    address: string,
+    private readonly bearer: string | undefined = TEST_RUNTIME_TOKEN,
+  ) {
     this.client = new KernelServiceClient(address, credentials.createInsecure());
   }
   private md(): Metadata {
@@ -190,8 +193,7 @@ export async function startLedgerStack(ledgerEnv: Record<string, string> = {}): 
   const kernelCalls = new KernelCalls(kernel.endpoints.kernel!);
   const ledgerCalls = new LedgerCalls(ledger.endpoints.ledger!);
   const admin = new AdminCalls(ledger.endpoints.admin!, `Bearer ${adminToken}`);
-  const signingKeys = (): Promise<SigningKeys> =>
-    loadOrCreateSigningKeys(path.join(env.KEYCAP_DATA_DIR!, "signing-keys.json"), { retiredGraceSeconds: 86400 });
+  const signingKeys = (): Promise<SigningKeys> => loadOrCreateSigningKeys(path.join(env.KEYCAP_DATA_DIR!, "signing-keys.json"), { retiredGraceSeconds: 86400 });
   return {
     env,
     kernel,

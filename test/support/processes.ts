@@ -115,7 +115,11 @@ export async function startService(which: "all" | "kernel" | "ledger", env: Reco
 }
 
 /** Runs the CLI to completion (for config-failure and operator-command tests). */
-export function runCli(args: string[], env: Record<string, string>, timeoutMs = 30000): Promise<{ code: number | null; stdout: string; stderr: string; ms: number }> {
+export function runCli(
+  args: string[],
+  env: Record<string, string>,
+  timeoutMs = 30000,
+): Promise<{ code: number | null; stdout: string; stderr: string; ms: number }> {
   const started = Date.now();
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [CLI_ENTRY, ...args], {

@@ -33,8 +33,30 @@ function openssl(args: string[], cwd: string): void {
 function makeCa(dir: string, name: string): CertFiles {
   const key = path.join(dir, `${name}.key`);
   const cert = path.join(dir, `${name}.crt`);
-  openssl(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", `/CN=${name}`,
-    "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"], dir);
+  openssl(
+    [
+      "req",
+      "-x509",
+      "-newkey",
+      "ec",
+      "-pkeyopt",
+      "ec_paramgen_curve:P-256",
+      "-nodes",
+      "-keyout",
+      key,
+      "-out",
+      cert,
+      "-days",
+      "2",
+      "-subj",
+      `/CN=${name}`,
+      "-addext",
+      "basicConstraints=critical,CA:TRUE",
+      "-addext",
+      "keyUsage=critical,keyCertSign,cRLSign",
+    ],
+    dir,
+  );
   return { cert, key };
 }
 
@@ -49,7 +71,8 @@ function makeLeaf(dir: string, name: string, ca: CertFiles, subject: string, ext
   return { cert, key };
 }
 
-const SERVER_EXT = "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n";
+const SERVER_EXT =
+  "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n";
 
 /** Creates a test PKI under `dir` (which must exist). */
 export function createTestPki(dir: string): TestPki {
@@ -65,7 +88,13 @@ export function createTestPki(dir: string): TestPki {
     otherServer,
     clientFor(name, opts = {}) {
       const san = opts.uri === false ? "" : `subjectAltName=URI:spiffe://keycap.test/runtime/${name}\n`;
-      return makeLeaf(dir, `client-${name}`, opts.ca ?? ca, `/CN=${name}`, `basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n${san}`);
+      return makeLeaf(
+        dir,
+        `client-${name}`,
+        opts.ca ?? ca,
+        `/CN=${name}`,
+        `basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n${san}`,
+      );
     },
   };
 }

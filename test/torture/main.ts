@@ -40,7 +40,11 @@ async function main(): Promise<void> {
   }
   const stamp = new Date().toISOString().replace(/[:.]/g, "-");
   const file = path.join(outDir, `torture-${stamp}.json`);
-  fs.writeFileSync(file, JSON.stringify({ at: new Date().toISOString(), reports, verdicts: reports.map((r) => ({ backend: r.backend, violations: violations(r) })) }, null, 2) + "\n");
+  fs.writeFileSync(
+    file,
+    JSON.stringify({ at: new Date().toISOString(), reports, verdicts: reports.map((r) => ({ backend: r.backend, violations: violations(r) })) }, null, 2) +
+      "\n",
+  );
   process.stderr.write(`report: ${path.relative(process.cwd(), file)}\n`);
   process.exit(failed ? 1 : 0);
 }

@@ -120,7 +120,11 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
   function armFaultPoint(target: Target): string | undefined {
     if (random() >= 0.25) return undefined;
     const points =
-      target === "kernel" ? ["journal.begin.after-pending-copy", "journal.indeterminate.after-mark"] : target === "worker" || target === "db" ? [] : ["ledger.write.after-spend"];
+      target === "kernel"
+        ? ["journal.begin.after-pending-copy", "journal.indeterminate.after-mark"]
+        : target === "worker" || target === "db"
+          ? []
+          : ["ledger.write.after-spend"];
     if (points.length === 0) return undefined;
     return `${points[Math.floor(random() * points.length)]!}@${between(1, 40)}`;
   }
@@ -139,7 +143,9 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     }
     const which = target === "kernel" ? "kernel" : "ledger";
     const listen: Record<string, string> =
-      target === "kernel" ? { KEYCAP_KERNEL_LISTEN: kernelAddress } : { KEYCAP_LEDGER_LISTEN: target === "ledger-a" ? ledgerAddresses[0]! : ledgerAddresses[1]! };
+      target === "kernel"
+        ? { KEYCAP_KERNEL_LISTEN: kernelAddress }
+        : { KEYCAP_LEDGER_LISTEN: target === "ledger-a" ? ledgerAddresses[0]! : ledgerAddresses[1]! };
     for (let tries = 1; ; tries++) {
       try {
         m.proc = await startService(which, { ...baseEnv, ...listen, ...faults }, { readyTimeoutMs: 60_000 });
@@ -216,7 +222,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
 
   try {
     await ensureUp();
-    for (let k = 0; k < opts.kills; ) {
+    for (let k = 0; k < opts.kills;) {
       const [lo, hi] = opts.loadMs ?? [300, 1500];
       await new Promise((r) => setTimeout(r, between(lo, hi)));
       const first = TARGETS[Math.floor(random() * TARGETS.length)]!;
@@ -226,7 +232,8 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       k += targets.size;
       await new Promise((r) => setTimeout(r, between(0, 400)));
       await ensureUp();
-      if (process.env["KEYCAP_TORTURE_VERBOSE"] === "1" || k % 10 < targets.size) progress(`${k}/${opts.kills} kills ${JSON.stringify(kills)} fault points ${JSON.stringify(faultPointKills)}`);
+      if (process.env["KEYCAP_TORTURE_VERBOSE"] === "1" || k % 10 < targets.size)
+        progress(`${k}/${opts.kills} kills ${JSON.stringify(kills)} fault points ${JSON.stringify(faultPointKills)}`);
     }
     // The end: the worker dies one last time, the services stay up, and a
     // recovery-only runtime finishes whatever is left.

@@ -5,20 +5,9 @@ import { join } from "node:path";
 import { status } from "@grpc/grpc-js";
 import { expect } from "chai";
 import { calculateJwkThumbprint } from "jose";
-import {
-  CAPABILITY_TYP,
-  DEFAULT_AUDIENCE,
-  DEFAULT_ISSUER,
-  parseBearer,
-  type CapabilityClaims,
-} from "../../services/common/src/capability";
+import { CAPABILITY_TYP, DEFAULT_AUDIENCE, DEFAULT_ISSUER, parseBearer, type CapabilityClaims } from "../../services/common/src/capability";
 import { CapabilityMinter } from "../../services/kernel/src/capability-minter";
-import {
-  SigningKeyFileError,
-  loadOrCreateSigningKeys,
-  rotateSigningKeys,
-  type SigningKeys,
-} from "../../services/kernel/src/signing-keys";
+import { SigningKeyFileError, loadOrCreateSigningKeys, rotateSigningKeys, type SigningKeys } from "../../services/kernel/src/signing-keys";
 import { CapabilityRefusal, type CapabilityRefusalReason } from "../../services/ledger/src/capability-refusal";
 import { CapabilityVerifier } from "../../services/ledger/src/capability-verifier";
 import { FileJwksSource, JwksError, RemoteJwksSource, type PublicKeySource } from "../../services/ledger/src/key-sources";
@@ -138,11 +127,7 @@ describe("capability", () => {
     it("refuses a key on the wrong curve", async () => {
       const path = join(dir, "k.json");
       const x448 = generateKeyPairSync("ed448").privateKey.export({ format: "jwk" });
-      await writeFile(
-        path,
-        JSON.stringify({ version: 1, current: { ...x448, kid: "k", alg: "EdDSA", created_at: 1 }, retired: [] }),
-        { mode: 0o600 },
-      );
+      await writeFile(path, JSON.stringify({ version: 1, current: { ...x448, kid: "k", alg: "EdDSA", created_at: 1 }, retired: [] }), { mode: 0o600 });
       await expectFileError(path, /not an Ed25519 key/);
       const p256 = generateKeyPairSync("ec", { namedCurve: "P-256" }).privateKey.export({ format: "jwk" });
       await writeFile(path, JSON.stringify({ version: 1, current: { ...p256, kid: "k", alg: "EdDSA", created_at: 1 }, retired: [] }), { mode: 0o600 });
@@ -227,7 +212,8 @@ describe("capability", () => {
     }
 
     it("round-trips every claim of an idempotent capability, with the signing kid", async () => {
-      const { token, claims, expiresAt } = await minter.mint({ principal: "test-runtime",
+      const { token, claims, expiresAt } = await minter.mint({
+        principal: "test-runtime",
         toolId: "payments.charge",
         effect: "idempotent",
         callId: "call-1",
@@ -470,7 +456,10 @@ describe("capability", () => {
     it("honours nbf, and refuses time claims that are not numbers, naming them", async () => {
       const iat = goodClaims()["iat"] as number;
       await verifier.verify(bearer(signEd25519(goodHeader(), { ...goodClaims(), nbf: iat + 5 }, keys.privateKey)));
-      const early = await expectRefusal(verifier.verify(bearer(signEd25519(goodHeader(), { ...goodClaims(), nbf: iat + 6 }, keys.privateKey))), "NOT_YET_VALID");
+      const early = await expectRefusal(
+        verifier.verify(bearer(signEd25519(goodHeader(), { ...goodClaims(), nbf: iat + 6 }, keys.privateKey))),
+        "NOT_YET_VALID",
+      );
       expect(early.signatureVerified).to.equal(true);
       for (const claim of ["iat", "exp", "nbf"]) {
         const token = signEd25519(goodHeader(), { ...goodClaims(), [claim]: String(iat) }, keys.privateKey);
@@ -569,11 +558,7 @@ describe("capability", () => {
       await verifier.verify(bearer(known.token));
       expect(fetches).to.equal(1);
 
-      const stranger = signEd25519(
-        { alg: "EdDSA", typ: CAPABILITY_TYP, kid: "unknown-kid" },
-        known.claims,
-        generateKeyPairSync("ed25519").privateKey,
-      );
+      const stranger = signEd25519({ alg: "EdDSA", typ: CAPABILITY_TYP, kid: "unknown-kid" }, known.claims, generateKeyPairSync("ed25519").privateKey);
       clock += 1000;
       await expectRefusal(verifier.verify(bearer(stranger)), "UNKNOWN_KEY_ID");
       expect(waits).to.deep.equal([4000]); // waited out the cooldown of the first fetch
@@ -655,7 +640,10 @@ describe("capability", () => {
         caught = err;
       }
       expect(caught).to.be.instanceOf(JwksError);
-      expect((caught as Error).message).to.include(path).and.match(problem).and.not.include("\n");
+      expect((caught as Error).message)
+        .to.include(path)
+        .and.match(problem)
+        .and.not.include("\n");
     }
 
     it("refuses a JWKS file holding a private JWK", async () => {

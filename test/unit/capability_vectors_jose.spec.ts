@@ -11,13 +11,7 @@ import { createLocalJWKSet, errors as joseErrors, jwtVerify, type JSONWebKeySet,
 import { REQUIRED_CLAIMS } from "../../services/common/src/capability";
 import { CapabilityRefusal, type CapabilityRefusalReason } from "../../services/ledger/src/capability-refusal";
 import type { VerifiedCapability } from "../../services/ledger/src/capability-verifier";
-import {
-  authorizationOf,
-  ledgerVerifierFor,
-  loadCapabilityVectors,
-  type CapabilityVector,
-  type CapabilityVectorFile,
-} from "../support/capability-vectors";
+import { authorizationOf, ledgerVerifierFor, loadCapabilityVectors, type CapabilityVector, type CapabilityVectorFile } from "../support/capability-vectors";
 
 /**
  * The vectors only the ledger refuses (jose accepts them), each with the ledger's reason
@@ -29,15 +23,24 @@ const REFUSED_ONLY_BY_KEYCAP: Record<string, { reason: CapabilityRefusalReason; 
   "refuses-oversized-authorization": { reason: "CAPABILITY_TOO_LARGE", why: "as above, refused on the metadata length before parsing" },
   // Header: jose picks a key without a kid, ignores jku, and compares typ as a media type.
   "refuses-header-without-kid": { reason: "CAPABILITY_MALFORMED", why: "the profile requires a kid; jose falls back to the only key in the set" },
-  "refuses-jku-header": { reason: "CAPABILITY_MALFORMED", why: "the profile refuses any header member but alg/typ/kid; jose ignores jku (it does not fetch it)" },
+  "refuses-jku-header": {
+    reason: "CAPABILITY_MALFORMED",
+    why: "the profile refuses any header member but alg/typ/kid; jose ignores jku (it does not fetch it)",
+  },
   "refuses-typ-with-application-prefix": { reason: "WRONG_TOKEN_TYPE", why: "typ is compared exactly; jose normalises the 'application/' prefix" },
   "refuses-typ-in-upper-case": { reason: "WRONG_TOKEN_TYPE", why: "typ is compared exactly; jose compares it case-insensitively" },
   // Encoding: on Node 20 jose decodes base64url with atob, which allows padding and stray bits.
   "refuses-signature-with-stray-bits": { reason: "CAPABILITY_MALFORMED", why: "one token, one spelling: jose's decoder drops the stray bits" },
   "refuses-padded-signature": { reason: "CAPABILITY_MALFORMED", why: "JWS base64url is unpadded; jose's decoder accepts '=' padding" },
-  "refuses-payload-with-stray-bits-signed-as-spelled": { reason: "CAPABILITY_MALFORMED", why: "as for the signature: jose verifies the spelled input and decodes leniently" },
+  "refuses-payload-with-stray-bits-signed-as-spelled": {
+    reason: "CAPABILITY_MALFORMED",
+    why: "as for the signature: jose verifies the spelled input and decodes leniently",
+  },
   // Key set: the ledger refuses a whole set holding a non-Ed25519 key; jose selects by kid.
-  "refuses-when-key-set-holds-non-ed25519-key": { reason: "SIGNING_KEYS_UNAVAILABLE", why: "a key set with a non-Ed25519 key is a misconfiguration, refused whole; jose uses the matching key" },
+  "refuses-when-key-set-holds-non-ed25519-key": {
+    reason: "SIGNING_KEYS_UNAVAILABLE",
+    why: "a key set with a non-Ed25519 key is a misconfiguration, refused whole; jose uses the matching key",
+  },
   // Claims: the capability contract (findClaimProblem, the lifetime bound) is keycap's own.
   "refuses-audience-array-naming-this-ledger": { reason: "WRONG_AUDIENCE", why: "aud must be one string; jose accepts an array containing the audience" },
   "refuses-idempotent-without-key": { reason: "CLAIM_MISSING", why: "the effect/key pairing is keycap's contract, not a registered claim" },

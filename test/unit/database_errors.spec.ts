@@ -16,7 +16,8 @@ describe("database errors a client should retry (issue 15)", () => {
   // closed, and the bare Node error was answered INTERNAL.
   it("counts a write to a socket the server closed (EPIPE) and other socket failures as unavailable", () => {
     expect(isDatabaseUnavailable(socketError("This socket has been ended by the other party", "EPIPE"))).to.equal(true);
-    for (const code of ["ECONNRESET", "ECONNREFUSED", "ETIMEDOUT", "ERR_SOCKET_CLOSED"]) expect(isDatabaseUnavailable(socketError("x", code)), code).to.equal(true);
+    for (const code of ["ECONNRESET", "ECONNREFUSED", "ETIMEDOUT", "ERR_SOCKET_CLOSED"])
+      expect(isDatabaseUnavailable(socketError("x", code)), code).to.equal(true);
   });
 
   it("does not count other errors", () => {

@@ -120,10 +120,16 @@ describe("key derivation", () => {
     });
     it("the derivation before the fields, then the fields in listed order, then the run id", () => {
       const args = parseArguments('{"b":null}');
-      expectRefused(() => deriveKey("t", { fields: ["/a", "/a"], version: 1, contextFields: ["run_id"] }, args, { runId: "" }), "KEY_DERIVATION_DUPLICATE_FIELD");
+      expectRefused(
+        () => deriveKey("t", { fields: ["/a", "/a"], version: 1, contextFields: ["run_id"] }, args, { runId: "" }),
+        "KEY_DERIVATION_DUPLICATE_FIELD",
+      );
       expectRefused(() => deriveKey("t", { fields: ["/b", "/a"], version: 1, contextFields: ["run_id"] }, args, { runId: "" }), "KEY_FIELD_NULL");
       expectRefused(() => deriveKey("t", { fields: ["/a", "/b"], version: 1, contextFields: ["run_id"] }, args, { runId: "" }), "KEY_FIELD_MISSING");
-      expectRefused(() => deriveKey("t", { fields: ["/c"], version: 1, contextFields: ["run_id"] }, parseArguments('{"c":1}'), { runId: "" }), "RUN_ID_REQUIRED");
+      expectRefused(
+        () => deriveKey("t", { fields: ["/c"], version: 1, contextFields: ["run_id"] }, parseArguments('{"c":1}'), { runId: "" }),
+        "RUN_ID_REQUIRED",
+      );
     });
   });
 

@@ -213,7 +213,12 @@ function cases(): Case[] {
 
   return [
     // ---- accepted ----
-    { name: "accepts-idempotent", note: "The reference capability: every claim of an idempotent grant, signed by the current key.", token: good, expect: verified(idempotent()) },
+    {
+      name: "accepts-idempotent",
+      note: "The reference capability: every claim of an idempotent grant, signed by the current key.",
+      token: good,
+      expect: verified(idempotent()),
+    },
     { name: "accepts-queryable", note: "A queryable grant carries request_id and no key.", token: jws(header(), queryable()), expect: verified(queryable()) },
     { name: "accepts-unsafe", note: "An unsafe grant carries neither key nor request_id.", token: jws(header(), unsafe()), expect: verified(unsafe()) },
     {
@@ -280,8 +285,20 @@ function cases(): Case[] {
     },
 
     // ---- CAPABILITY_MISSING ----
-    { name: "refuses-no-authorization", note: "The call carries no authorization metadata at all.", token: "", authorization: null, expect: refused("CAPABILITY_MISSING") },
-    { name: "refuses-blank-authorization", note: "An authorization value of only spaces is no capability.", token: "", authorization: "   ", expect: refused("CAPABILITY_MISSING") },
+    {
+      name: "refuses-no-authorization",
+      note: "The call carries no authorization metadata at all.",
+      token: "",
+      authorization: null,
+      expect: refused("CAPABILITY_MISSING"),
+    },
+    {
+      name: "refuses-blank-authorization",
+      note: "An authorization value of only spaces is no capability.",
+      token: "",
+      authorization: "   ",
+      expect: refused("CAPABILITY_MISSING"),
+    },
 
     // ---- CAPABILITY_TOO_LARGE ----
     {
@@ -298,7 +315,13 @@ function cases(): Case[] {
     },
 
     // ---- CAPABILITY_MALFORMED ----
-    { name: "refuses-basic-credentials", note: "Not a Bearer credential.", token: "dXNlcjpwYXNz", authorization: "Basic dXNlcjpwYXNz", expect: refused("CAPABILITY_MALFORMED") },
+    {
+      name: "refuses-basic-credentials",
+      note: "Not a Bearer credential.",
+      token: "dXNlcjpwYXNz",
+      authorization: "Basic dXNlcjpwYXNz",
+      expect: refused("CAPABILITY_MALFORMED"),
+    },
     { name: "refuses-garbage", note: "One part, not a compact JWS.", token: "not-a-jws", expect: refused("CAPABILITY_MALFORMED") },
     { name: "refuses-four-parts", note: "A fourth part (JWE has five, JWS compact has three).", token: `${good}.e30`, expect: refused("CAPABILITY_MALFORMED") },
     {
@@ -313,7 +336,12 @@ function cases(): Case[] {
       token: jws({ alg: "EdDSA", typ: TYP }, idempotent()),
       expect: refused("CAPABILITY_MALFORMED"),
     },
-    { name: "refuses-empty-kid", note: "kid must be a non-empty string.", token: jws(header({ kid: "" }), idempotent()), expect: refused("CAPABILITY_MALFORMED") },
+    {
+      name: "refuses-empty-kid",
+      note: "kid must be a non-empty string.",
+      token: jws(header({ kid: "" }), idempotent()),
+      expect: refused("CAPABILITY_MALFORMED"),
+    },
     {
       name: "refuses-jku-header",
       note: "jku points at a key set elsewhere; the profile never fetches keys, so any jku is refused, even on a token the kernel's key signed.",
@@ -395,7 +423,12 @@ function cases(): Case[] {
     },
 
     // ---- ALGORITHM_NOT_ALLOWED ----
-    { name: "refuses-alg-none", note: "Unsecured JWT: alg none, empty signature.", token: `${b64json(header({ alg: "none" }))}.${goodP}.`, expect: refused("ALGORITHM_NOT_ALLOWED") },
+    {
+      name: "refuses-alg-none",
+      note: "Unsecured JWT: alg none, empty signature.",
+      token: `${b64json(header({ alg: "none" }))}.${goodP}.`,
+      expect: refused("ALGORITHM_NOT_ALLOWED"),
+    },
     {
       name: "refuses-alg-none-with-junk-signature",
       note: "alg none with a signature part present: still the algorithm that is refused.",
@@ -414,7 +447,12 @@ function cases(): Case[] {
       token: `${hs256Input}.${createHmac("sha256", JSON.stringify(current.publicJwk)).update(hs256Input).digest("base64url")}`,
       expect: refused("ALGORITHM_NOT_ALLOWED"),
     },
-    { name: "refuses-alg-lower-case", note: "alg is compared exactly: 'eddsa' is not 'EdDSA', even with a valid Ed25519 signature.", token: jws(header({ alg: "eddsa" }), idempotent()), expect: refused("ALGORITHM_NOT_ALLOWED") },
+    {
+      name: "refuses-alg-lower-case",
+      note: "alg is compared exactly: 'eddsa' is not 'EdDSA', even with a valid Ed25519 signature.",
+      token: jws(header({ alg: "eddsa" }), idempotent()),
+      expect: refused("ALGORITHM_NOT_ALLOWED"),
+    },
     {
       name: "refuses-alg-ed25519-fully-specified",
       note: "RFC 9864's fully-specified 'Ed25519' names the same signature, but the profile pins 'EdDSA'.",
@@ -424,15 +462,30 @@ function cases(): Case[] {
     { name: "refuses-alg-missing", note: "No alg at all.", token: jws({ typ: TYP, kid: current.kid }, idempotent()), expect: refused("ALGORITHM_NOT_ALLOWED") },
 
     // ---- WRONG_TOKEN_TYPE ----
-    { name: "refuses-typ-jwt", note: "A plain JWT (an ID or access token signed by the same key) is not a capability.", token: jws(header({ typ: "JWT" }), idempotent()), expect: refused("WRONG_TOKEN_TYPE") },
-    { name: "refuses-typ-missing", note: "No typ: explicit typing is required (RFC 8725 §3.11).", token: jws({ alg: "EdDSA", kid: current.kid }, idempotent()), expect: refused("WRONG_TOKEN_TYPE") },
+    {
+      name: "refuses-typ-jwt",
+      note: "A plain JWT (an ID or access token signed by the same key) is not a capability.",
+      token: jws(header({ typ: "JWT" }), idempotent()),
+      expect: refused("WRONG_TOKEN_TYPE"),
+    },
+    {
+      name: "refuses-typ-missing",
+      note: "No typ: explicit typing is required (RFC 8725 §3.11).",
+      token: jws({ alg: "EdDSA", kid: current.kid }, idempotent()),
+      expect: refused("WRONG_TOKEN_TYPE"),
+    },
     {
       name: "refuses-typ-with-application-prefix",
       note: "typ is compared exactly: the media-type spelling with 'application/' is refused.",
       token: jws(header({ typ: `application/${TYP}` }), idempotent()),
       expect: refused("WRONG_TOKEN_TYPE"),
     },
-    { name: "refuses-typ-in-upper-case", note: "typ is compared exactly, not case-insensitively.", token: jws(header({ typ: TYP.toUpperCase() }), idempotent()), expect: refused("WRONG_TOKEN_TYPE") },
+    {
+      name: "refuses-typ-in-upper-case",
+      note: "typ is compared exactly, not case-insensitively.",
+      token: jws(header({ typ: TYP.toUpperCase() }), idempotent()),
+      expect: refused("WRONG_TOKEN_TYPE"),
+    },
 
     // ---- UNKNOWN_KEY_ID ----
     {
@@ -517,7 +570,12 @@ function cases(): Case[] {
     },
 
     // ---- EXPIRED ----
-    { name: "refuses-expired-at-skew", note: "exp exactly 5 s in the past: the tolerance is exclusive at its edge.", token: jws(header(), idempotent({ iat: T - 305, exp: T - 5 })), expect: refused("EXPIRED") },
+    {
+      name: "refuses-expired-at-skew",
+      note: "exp exactly 5 s in the past: the tolerance is exclusive at its edge.",
+      token: jws(header(), idempotent({ iat: T - 305, exp: T - 5 })),
+      expect: refused("EXPIRED"),
+    },
     {
       name: "refuses-expired-an-hour-ago",
       note: "The reference capability presented an hour after it was minted.",
@@ -533,12 +591,32 @@ function cases(): Case[] {
     },
 
     // ---- NOT_YET_VALID ----
-    { name: "refuses-issued-in-the-future", note: "iat 60 s ahead of the ledger's clock.", token: jws(header(), idempotent({ iat: T + 60, exp: T + 360 })), expect: refused("NOT_YET_VALID") },
-    { name: "refuses-nbf-in-the-future", note: "nbf 6 s ahead: past the 5 s tolerance.", token: jws(header(), idempotent({ nbf: T + 6 })), expect: refused("NOT_YET_VALID") },
+    {
+      name: "refuses-issued-in-the-future",
+      note: "iat 60 s ahead of the ledger's clock.",
+      token: jws(header(), idempotent({ iat: T + 60, exp: T + 360 })),
+      expect: refused("NOT_YET_VALID"),
+    },
+    {
+      name: "refuses-nbf-in-the-future",
+      note: "nbf 6 s ahead: past the 5 s tolerance.",
+      token: jws(header(), idempotent({ nbf: T + 6 })),
+      expect: refused("NOT_YET_VALID"),
+    },
 
     // ---- WRONG_ISSUER / WRONG_AUDIENCE ----
-    { name: "refuses-wrong-issuer", note: "Signed by the kernel's key but issued as someone else.", token: jws(header(), idempotent({ iss: "not-the-kernel" })), expect: refused("WRONG_ISSUER") },
-    { name: "refuses-wrong-audience", note: "Addressed to another ledger.", token: jws(header(), idempotent({ aud: "some-other-ledger" })), expect: refused("WRONG_AUDIENCE") },
+    {
+      name: "refuses-wrong-issuer",
+      note: "Signed by the kernel's key but issued as someone else.",
+      token: jws(header(), idempotent({ iss: "not-the-kernel" })),
+      expect: refused("WRONG_ISSUER"),
+    },
+    {
+      name: "refuses-wrong-audience",
+      note: "Addressed to another ledger.",
+      token: jws(header(), idempotent({ aud: "some-other-ledger" })),
+      expect: refused("WRONG_AUDIENCE"),
+    },
     {
       name: "refuses-audience-array-naming-this-ledger",
       note: "aud as an array that includes this ledger: the profile says one string, so a token meant for several parties is not ours.",
@@ -553,9 +631,19 @@ function cases(): Case[] {
     },
 
     // ---- CLAIM_MISSING ----
-    { name: "refuses-missing-call-id", note: "A required claim (call_id) absent.", token: jws(header(), without(idempotent(), "call_id")), expect: refused("CLAIM_MISSING") },
+    {
+      name: "refuses-missing-call-id",
+      note: "A required claim (call_id) absent.",
+      token: jws(header(), without(idempotent(), "call_id")),
+      expect: refused("CLAIM_MISSING"),
+    },
     { name: "refuses-missing-sub", note: "The principal (sub) absent.", token: jws(header(), without(idempotent(), "sub")), expect: refused("CLAIM_MISSING") },
-    { name: "refuses-missing-exp", note: "No expiry: a capability without exp would never expire.", token: jws(header(), without(idempotent(), "exp")), expect: refused("CLAIM_MISSING") },
+    {
+      name: "refuses-missing-exp",
+      note: "No expiry: a capability without exp would never expire.",
+      token: jws(header(), without(idempotent(), "exp")),
+      expect: refused("CLAIM_MISSING"),
+    },
     {
       name: "refuses-idempotent-without-key",
       note: "effect idempotent requires the derived key.",
@@ -576,10 +664,30 @@ function cases(): Case[] {
     },
 
     // ---- CLAIM_INVALID ----
-    { name: "refuses-attempt-zero", note: "attempt must be a positive integer.", token: jws(header(), idempotent({ attempt: 0 })), expect: refused("CLAIM_INVALID") },
-    { name: "refuses-attempt-as-string", note: "attempt must be a number, not its decimal text.", token: jws(header(), idempotent({ attempt: "1" })), expect: refused("CLAIM_INVALID") },
-    { name: "refuses-unknown-effect", note: "effect must be idempotent, queryable or unsafe.", token: jws(header(), idempotent({ effect: "maybe" })), expect: refused("CLAIM_INVALID") },
-    { name: "refuses-empty-tool-id", note: "tool_id must be a non-empty string.", token: jws(header(), idempotent({ tool_id: "" })), expect: refused("CLAIM_INVALID") },
+    {
+      name: "refuses-attempt-zero",
+      note: "attempt must be a positive integer.",
+      token: jws(header(), idempotent({ attempt: 0 })),
+      expect: refused("CLAIM_INVALID"),
+    },
+    {
+      name: "refuses-attempt-as-string",
+      note: "attempt must be a number, not its decimal text.",
+      token: jws(header(), idempotent({ attempt: "1" })),
+      expect: refused("CLAIM_INVALID"),
+    },
+    {
+      name: "refuses-unknown-effect",
+      note: "effect must be idempotent, queryable or unsafe.",
+      token: jws(header(), idempotent({ effect: "maybe" })),
+      expect: refused("CLAIM_INVALID"),
+    },
+    {
+      name: "refuses-empty-tool-id",
+      note: "tool_id must be a non-empty string.",
+      token: jws(header(), idempotent({ tool_id: "" })),
+      expect: refused("CLAIM_INVALID"),
+    },
     {
       name: "refuses-key-on-unsafe",
       note: "A key on an unsafe capability would suggest a keyed write that nothing enforces.",
@@ -592,9 +700,24 @@ function cases(): Case[] {
       token: jws(header(), idempotent({ request_id: "req-1" })),
       expect: refused("CLAIM_INVALID"),
     },
-    { name: "refuses-iat-as-string", note: "Time claims must be numbers.", token: jws(header(), idempotent({ iat: String(T - 10) })), expect: refused("CLAIM_INVALID") },
-    { name: "refuses-exp-as-string", note: "Time claims must be numbers.", token: jws(header(), idempotent({ exp: String(T + 290) })), expect: refused("CLAIM_INVALID") },
-    { name: "refuses-nbf-as-string", note: "nbf, when present, must be a number.", token: jws(header(), idempotent({ nbf: String(T - 10) })), expect: refused("CLAIM_INVALID") },
+    {
+      name: "refuses-iat-as-string",
+      note: "Time claims must be numbers.",
+      token: jws(header(), idempotent({ iat: String(T - 10) })),
+      expect: refused("CLAIM_INVALID"),
+    },
+    {
+      name: "refuses-exp-as-string",
+      note: "Time claims must be numbers.",
+      token: jws(header(), idempotent({ exp: String(T + 290) })),
+      expect: refused("CLAIM_INVALID"),
+    },
+    {
+      name: "refuses-nbf-as-string",
+      note: "nbf, when present, must be a number.",
+      token: jws(header(), idempotent({ nbf: String(T - 10) })),
+      expect: refused("CLAIM_INVALID"),
+    },
     {
       name: "refuses-fractional-exp",
       note: "Times are whole seconds: the kernel never mints a fraction.",

@@ -36,7 +36,11 @@ export class AccessClient {
   readonly raw: AccessServiceClient;
   private readonly bearer: string | undefined;
 
-  constructor(readonly address: string, token: string, opts: AccessClientOptions = {}) {
+  constructor(
+    readonly address: string,
+    token: string,
+    opts: AccessClientOptions = {},
+  ) {
     this.raw = new AccessServiceClient(address, opts.credentials ?? channelCredentials(opts.tls));
     this.bearer = token === "" ? undefined : token;
   }
@@ -67,7 +71,13 @@ export class AccessClient {
 
   listGrants(filter: { toolId?: string; principal?: string } = {}, s?: CallSettings): Promise<Grant[]> {
     return collectPages(async (pageToken) => {
-      const res = await callUnary(this.raw.listGrants, this.raw, { toolId: filter.toolId ?? "", principal: filter.principal ?? "", pageSize: 1000, pageToken }, this.bearer, s);
+      const res = await callUnary(
+        this.raw.listGrants,
+        this.raw,
+        { toolId: filter.toolId ?? "", principal: filter.principal ?? "", pageSize: 1000, pageToken },
+        this.bearer,
+        s,
+      );
       return { items: res.grants, nextPageToken: res.nextPageToken };
     });
   }

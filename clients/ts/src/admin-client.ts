@@ -25,7 +25,11 @@ export interface RejectionFilter {
 export class AdminClient {
   readonly raw: LedgerAdminServiceClient;
 
-  constructor(readonly address: string, private readonly token: string, creds?: ChannelCredentials) {
+  constructor(
+    readonly address: string,
+    private readonly token: string,
+    creds?: ChannelCredentials,
+  ) {
     this.raw = new LedgerAdminServiceClient(address, creds ?? credentials.createInsecure());
   }
 

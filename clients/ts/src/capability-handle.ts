@@ -52,7 +52,11 @@ export class CapabilityHandle {
     // A single-use capability's write is not retried blindly: if the first try took
     // effect and only its answer was lost, a retry would be refused CAPABILITY_REUSED.
     const singleUse = this.call.effectKind !== EffectKind.EFFECT_KIND_IDEMPOTENT;
-    return this.ledger.writeWithCapability(this.#capability, { key: this.call.key, requestId: this.call.requestId, payload: body }, singleUse ? { retry: false, ...s } : s);
+    return this.ledger.writeWithCapability(
+      this.#capability,
+      { key: this.call.key, requestId: this.call.requestId, payload: body },
+      singleUse ? { retry: false, ...s } : s,
+    );
   }
 
   /** Queryable: asks the ledger whether this call's request already took effect. */

@@ -24,7 +24,10 @@ export interface TlsOptions {
 
 /** A TLS-related setting that cannot be used; the message names it. */
 export class ClientConfigError extends Error {
-  constructor(readonly setting: string, problem: string) {
+  constructor(
+    readonly setting: string,
+    problem: string,
+  ) {
     super(`${setting}: ${problem}`);
     this.name = "ClientConfigError";
   }

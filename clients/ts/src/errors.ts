@@ -31,7 +31,14 @@ export class KeycapClientError extends Error {
     const se = err as Partial<ServiceError>;
     if (typeof se?.code === "number") {
       const info = readErrorInfo(err);
-      return new KeycapClientError(se.code, info?.reason ?? status[se.code] ?? "UNKNOWN", se.details || se.message || "", info?.metadata ?? {}, { cause: err }, readFieldViolations(err));
+      return new KeycapClientError(
+        se.code,
+        info?.reason ?? status[se.code] ?? "UNKNOWN",
+        se.details || se.message || "",
+        info?.metadata ?? {},
+        { cause: err },
+        readFieldViolations(err),
+      );
     }
     return new KeycapClientError(status.UNKNOWN, "UNKNOWN", err instanceof Error ? err.message : String(err), {}, { cause: err });
   }

@@ -54,7 +54,10 @@ export class KernelClient {
   private readonly ledger: LedgerClient | undefined;
   private readonly token: string | undefined;
 
-  constructor(readonly address: string, opts: KernelClientOptions = {}) {
+  constructor(
+    readonly address: string,
+    opts: KernelClientOptions = {},
+  ) {
     const creds = opts.credentials ?? channelCredentials(opts.tls);
     this.raw = new KernelServiceClient(address, creds);
     this.ledger = opts.ledgerAddress ? new LedgerClient(opts.ledgerAddress, creds) : undefined;
@@ -91,10 +94,15 @@ export class KernelClient {
   beginCall(toolId: string, argumentsJson: string, opts: BeginOptions = {}): Promise<BeginCallResponse> {
     // A lone surrogate cannot be sent as UTF-8: the encoder would silently replace it
     // with U+FFFD, so two different arguments would reach the kernel as one.
-    for (const [field, text] of [["arguments_json", argumentsJson], ["run_id", opts.runId ?? ""]] as const) {
+    for (const [field, text] of [
+      ["arguments_json", argumentsJson],
+      ["run_id", opts.runId ?? ""],
+    ] as const) {
       if (LONE_SURROGATE.test(text)) {
         return Promise.reject(
-          new KeycapClientError(status.INVALID_ARGUMENT, "INVALID_UTF8", `${field} holds a lone surrogate, which is not text UTF-8 can carry (not sent)`, { field }),
+          new KeycapClientError(status.INVALID_ARGUMENT, "INVALID_UTF8", `${field} holds a lone surrogate, which is not text UTF-8 can carry (not sent)`, {
+            field,
+          }),
         );
       }
     }

@@ -10,7 +10,10 @@ import { callUnary, type CallSettings } from "./rpc";
 export class LedgerClient {
   readonly raw: LedgerServiceClient;
 
-  constructor(readonly address: string, creds?: ChannelCredentials) {
+  constructor(
+    readonly address: string,
+    creds?: ChannelCredentials,
+  ) {
     this.raw = new LedgerServiceClient(address, creds ?? credentials.createInsecure());
   }
 

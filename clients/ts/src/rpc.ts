@@ -97,7 +97,14 @@ export async function callUnary<Req, Res>(
   }
 }
 
-function callOnce<Req, Res>(method: UnaryMethod<Req, Res>, self: object, request: Req, md: Metadata, deadline: number, signal: AbortSignal | undefined): Promise<Res> {
+function callOnce<Req, Res>(
+  method: UnaryMethod<Req, Res>,
+  self: object,
+  request: Req,
+  md: Metadata,
+  deadline: number,
+  signal: AbortSignal | undefined,
+): Promise<Res> {
   return new Promise<Res>((resolve, reject) => {
     const call = method.call(self, request, md, { deadline }, (err, res) => {
       signal?.removeEventListener("abort", onAbort);

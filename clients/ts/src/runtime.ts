@@ -49,7 +49,10 @@ export interface RecoverOptions {
 export class Runtime {
   private readonly tools = new Map<string, RuntimeTool>();
 
-  constructor(private readonly kernel: KernelClient, tools: readonly RuntimeTool[] = []) {
+  constructor(
+    private readonly kernel: KernelClient,
+    tools: readonly RuntimeTool[] = [],
+  ) {
     for (const t of tools) this.tools.set(t.definition.id, t);
   }
 

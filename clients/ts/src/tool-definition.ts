@@ -25,10 +25,7 @@ export interface IdempotentEffect {
  * `KeyDerivation | undefined`; here it is required, so an Idempotent tool
  * without a key derivation does not compile.
  */
-export type EffectSpec =
-  | IdempotentEffect
-  | { kind: "queryable"; requestIdField: string }
-  | { kind: "unsafe" };
+export type EffectSpec = IdempotentEffect | { kind: "queryable"; requestIdField: string } | { kind: "unsafe" };
 
 /** A tool as the runtime declares it. */
 export interface ToolDefinition {

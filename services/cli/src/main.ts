@@ -43,7 +43,9 @@ export function buildProgram(): Command {
     .command("keys")
     .description("the kernel's signing keys")
     .command("rotate")
-    .description("make a new current signing key; the old one stays published for KEYCAP_RETIRED_KEY_GRACE_SECONDS (SIGHUP the kernel to sign with the new key)")
+    .description(
+      "make a new current signing key; the old one stays published for KEYCAP_RETIRED_KEY_GRACE_SECONDS (SIGHUP the kernel to sign with the new key)",
+    )
     .action(async () => {
       const config = loadConfig();
       const keys = await rotateSigningKeys(config.signingKeyFile, { retiredGraceSeconds: config.retiredKeyGraceSeconds });

@@ -7,7 +7,18 @@ import type { Entry } from "../../../gen/ts/keycap/ledger/v1/ledger";
 import type { Rejection } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
 import { KernelClient, Runtime, type RuntimeTool } from "../../../clients/ts/src";
 import { addAccessCommands } from "./access-commands";
-import { adminToken, explain, kernelAddress, ledgerAddress, OperatorError, runtimeToken, tlsOptions, withAdmin, withTlsOptions, type OperatorOptions } from "./operator-context";
+import {
+  adminToken,
+  explain,
+  kernelAddress,
+  ledgerAddress,
+  OperatorError,
+  runtimeToken,
+  tlsOptions,
+  withAdmin,
+  withTlsOptions,
+  type OperatorOptions,
+} from "./operator-context";
 
 export function print(opts: OperatorOptions, json: unknown, table: () => string): void {
   process.stdout.write(opts.json ? JSON.stringify(json, jsonReplacer, 2) + "\n" : table() + "\n");
@@ -34,7 +45,20 @@ function rejectionsTable(rows: Rejection[]): string {
   if (rows.length === 0) return "no rejections";
   const t = new Table({ head: ["time", "service", "principal", "tool", "verified", "reason", "code", "attempted key", "bound key", "call", "peer", "count"] });
   for (const r of rows) {
-    t.push([time(r.rejectedAt), r.service || "ledger", r.principal || "", r.toolId || "(unknown)", r.toolIdVerified ? "yes" : "no", r.reason, r.code, short(r.attemptedKey || r.attemptedRequestId), short(r.capabilityKey || r.capabilityRequestId), short(r.callId), r.peer, String(r.count)]);
+    t.push([
+      time(r.rejectedAt),
+      r.service || "ledger",
+      r.principal || "",
+      r.toolId || "(unknown)",
+      r.toolIdVerified ? "yes" : "no",
+      r.reason,
+      r.code,
+      short(r.attemptedKey || r.attemptedRequestId),
+      short(r.capabilityKey || r.capabilityRequestId),
+      short(r.callId),
+      r.peer,
+      String(r.count),
+    ]);
   }
   return t.toString();
 }
@@ -43,7 +67,17 @@ function entriesTable(rows: Entry[]): string {
   if (rows.length === 0) return "no entries";
   const t = new Table({ head: ["recorded", "tool", "class", "key / request id", "call", "attempt", "duplicates", "payload mismatch", "payload sha256"] });
   for (const e of rows) {
-    t.push([time(e.recordedAt), e.toolId, kind(e.effectKind), short(e.key || e.requestId, 24), short(e.callId), String(e.attempt), String(e.duplicateCount), e.payloadMismatch ? `yes (${e.payloadMismatchCount})` : "no", short(e.payloadSha256)]);
+    t.push([
+      time(e.recordedAt),
+      e.toolId,
+      kind(e.effectKind),
+      short(e.key || e.requestId, 24),
+      short(e.callId),
+      String(e.attempt),
+      String(e.duplicateCount),
+      e.payloadMismatch ? `yes (${e.payloadMismatchCount})` : "no",
+      short(e.payloadSha256),
+    ]);
   }
   return t.toString();
 }
@@ -89,8 +123,14 @@ export function addOperatorCommands(program: Command): void {
     .option("--since <time>", "ISO time or a duration ago (15m, 2h, 1d)")
     .option("--limit <n>", "at most this many (1-1000)", parseLimit, 100)
     .action(async (o: OperatorOptions & { service: string; tool?: string; reason?: string; since?: string; limit: number }) => {
-      if (!["kernel", "ledger", "all"].includes(o.service)) throw new OperatorError(`--service: expected kernel, ledger or all, got ${JSON.stringify(o.service)}`);
-      const filter = { ...(o.service !== "all" ? { service: o.service } : {}), ...(o.tool ? { toolId: o.tool } : {}), ...(o.reason ? { reason: o.reason } : {}), ...(o.since ? { since: parseTime(o.since) } : {}) };
+      if (!["kernel", "ledger", "all"].includes(o.service))
+        throw new OperatorError(`--service: expected kernel, ledger or all, got ${JSON.stringify(o.service)}`);
+      const filter = {
+        ...(o.service !== "all" ? { service: o.service } : {}),
+        ...(o.tool ? { toolId: o.tool } : {}),
+        ...(o.reason ? { reason: o.reason } : {}),
+        ...(o.since ? { since: parseTime(o.since) } : {}),
+      };
       const rows = await withAdmin(o, async (a) => (await a.listRejectionsPage(filter, "", o.limit)).rejections);
       print(o, rows, () => rejectionsTable(rows));
     });
@@ -112,23 +152,28 @@ export function addOperatorCommands(program: Command): void {
       print(o, entry, () => (entry ? entriesTable([entry]) : "not found"));
     });
 
-  common(program.command("stats").description("counts of entries, duplicates, mismatches and refusals"))
-    .action(async (o: OperatorOptions) => {
-      const s = await withAdmin(o, (a) => a.stats());
-      print(o, s, () => {
-        const t = new Table();
-        t.push({ entries: String(s.entries) }, { duplicates: String(s.duplicates) }, { "payload mismatches": String(s.payloadMismatches) }, { rejections: String(s.rejections) });
-        for (const [r, n] of Object.entries(s.rejectionsByReason)) t.push({ [`  reason ${r}`]: String(n) });
-        for (const [tool, n] of Object.entries(s.rejectionsByTool)) t.push({ [`  tool ${tool || "(unknown)"}`]: String(n) });
-        return t.toString();
-      });
+  common(program.command("stats").description("counts of entries, duplicates, mismatches and refusals")).action(async (o: OperatorOptions) => {
+    const s = await withAdmin(o, (a) => a.stats());
+    print(o, s, () => {
+      const t = new Table();
+      t.push(
+        { entries: String(s.entries) },
+        { duplicates: String(s.duplicates) },
+        { "payload mismatches": String(s.payloadMismatches) },
+        { rejections: String(s.rejections) },
+      );
+      for (const [r, n] of Object.entries(s.rejectionsByReason)) t.push({ [`  reason ${r}`]: String(n) });
+      for (const [tool, n] of Object.entries(s.rejectionsByTool)) t.push({ [`  tool ${tool || "(unknown)"}`]: String(n) });
+      return t.toString();
     });
+  });
 
   kernelOperator(program.command("calls").description("calls left for recovery (pending) or for an operator (indeterminate)"))
     .option("--state <state>", "pending | indeterminate", "pending")
     .option("--tool <id>", "only calls of this tool")
     .action(async (o: OperatorOptions & { state: string; tool?: string }) => {
-      if (o.state !== "pending" && o.state !== "indeterminate") throw new OperatorError(`--state: expected pending or indeterminate, got ${JSON.stringify(o.state)}`);
+      if (o.state !== "pending" && o.state !== "indeterminate")
+        throw new OperatorError(`--state: expected pending or indeterminate, got ${JSON.stringify(o.state)}`);
       const address = kernelAddress(o);
       const tls = tlsOptions(o);
       const kernel = new KernelClient(address, { token: adminToken(o), ...(tls ? { tls } : {}) });
@@ -137,7 +182,8 @@ export function addOperatorCommands(program: Command): void {
         print(o, calls, () => {
           if (calls.length === 0) return `no ${o.state} calls`;
           const t = new Table({ head: ["call", "tool", "class", "attempt", "begun", "key / request id", "arguments"] });
-          for (const c of calls) t.push([c.callId, c.toolId, kind(c.effectKind), String(c.attempt), time(c.createdAt), short(c.key || c.requestId, 24), short(c.argumentsJson, 40)]);
+          for (const c of calls)
+            t.push([c.callId, c.toolId, kind(c.effectKind), String(c.attempt), time(c.createdAt), short(c.key || c.requestId, 24), short(c.argumentsJson, 40)]);
           return t.toString();
         });
       } catch (err) {
@@ -152,7 +198,8 @@ export function addOperatorCommands(program: Command): void {
     .requiredOption("--outcome <outcome>", "succeeded | failed")
     .option("--detail <text>", "why (recorded with the call)", "")
     .action(async (callId: string, o: OperatorOptions & { outcome: string; detail: string }) => {
-      if (o.outcome !== "succeeded" && o.outcome !== "failed") throw new OperatorError(`--outcome: expected succeeded or failed, got ${JSON.stringify(o.outcome)}`);
+      if (o.outcome !== "succeeded" && o.outcome !== "failed")
+        throw new OperatorError(`--outcome: expected succeeded or failed, got ${JSON.stringify(o.outcome)}`);
       const address = kernelAddress(o);
       const tls = tlsOptions(o);
       const kernel = new KernelClient(address, { token: adminToken(o), ...(tls ? { tls } : {}) });
@@ -168,7 +215,10 @@ export function addOperatorCommands(program: Command): void {
 
   withTlsOptions(program.command("recover"))
     .description("resume calls a crash left pending, each by its effect class (as a runtime principal: its credential by the clients' default lookup)")
-    .option("--runtime-token-file <path>", "runtime principal's secret (default: KEYCAP_RUNTIME_TOKEN, KEYCAP_RUNTIME_TOKEN_FILE, $KEYCAP_DATA_DIR/runtime-token)")
+    .option(
+      "--runtime-token-file <path>",
+      "runtime principal's secret (default: KEYCAP_RUNTIME_TOKEN, KEYCAP_RUNTIME_TOKEN_FILE, $KEYCAP_DATA_DIR/runtime-token)",
+    )
     .option("--tool <id...>", "only calls of these tools")
     .option("--dry-run", "show what would be done, do nothing")
     .option("--handlers <module>", "a JS module exporting `tools: RuntimeTool[]` (the tools' code, to re-run Idempotent/Queryable calls)")

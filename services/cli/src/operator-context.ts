@@ -44,7 +44,10 @@ export function runtimeToken(opts: { runtimeTokenFile?: string }): string {
     }
   }
   const token = runtimeTokenFromEnv();
-  if (token === undefined) throw new OperatorError("no runtime credential: set KEYCAP_RUNTIME_TOKEN, KEYCAP_RUNTIME_TOKEN_FILE or pass --runtime-token-file (make run creates $KEYCAP_DATA_DIR/runtime-token)");
+  if (token === undefined)
+    throw new OperatorError(
+      "no runtime credential: set KEYCAP_RUNTIME_TOKEN, KEYCAP_RUNTIME_TOKEN_FILE or pass --runtime-token-file (make run creates $KEYCAP_DATA_DIR/runtime-token)",
+    );
   return token;
 }
 
@@ -56,10 +59,7 @@ export function runtimeToken(opts: { runtimeTokenFile?: string }): string {
 export function adminToken(opts: OperatorOptions): string {
   const fromEnv = process.env["KEYCAP_ADMIN_TOKEN"]?.trim();
   if (fromEnv && !opts.tokenFile) return fromEnv;
-  const file =
-    opts.tokenFile ??
-    process.env["KEYCAP_ADMIN_TOKEN_FILE"] ??
-    path.join(path.resolve(process.env["KEYCAP_DATA_DIR"] ?? ".keycap"), "admin-token");
+  const file = opts.tokenFile ?? process.env["KEYCAP_ADMIN_TOKEN_FILE"] ?? path.join(path.resolve(process.env["KEYCAP_DATA_DIR"] ?? ".keycap"), "admin-token");
   try {
     return fs.readFileSync(file, "utf8").trim();
   } catch {
@@ -86,7 +86,8 @@ export class OperatorError extends Error {}
 export function explain(err: unknown, what: string, address: string): OperatorError {
   if (err instanceof OperatorError) return err;
   const e = KeycapClientError.from(err);
-  if (e.codeName === "UNAVAILABLE" || e.codeName === "DEADLINE_EXCEEDED") return new OperatorError(`cannot reach the ${what} at ${address} (${e.codeName}: ${e.message})`);
+  if (e.codeName === "UNAVAILABLE" || e.codeName === "DEADLINE_EXCEEDED")
+    return new OperatorError(`cannot reach the ${what} at ${address} (${e.codeName}: ${e.message})`);
   if (e.codeName === "UNAUTHENTICATED") return new OperatorError(`the ${what} at ${address} refused the credential (${e.reason})`);
   if (e.codeName === "PERMISSION_DENIED") return new OperatorError(`the ${what} at ${address} refused: ${e.reason}: ${e.message}`);
   return new OperatorError(`${what} at ${address}: ${e.codeName} ${e.reason}: ${e.message}`);

@@ -64,18 +64,7 @@ export interface CapabilityClaims {
 }
 
 /** Claims every capability must carry, whatever its effect. */
-export const REQUIRED_CLAIMS: readonly string[] = [
-  "iss",
-  "aud",
-  "sub",
-  "tool_id",
-  "effect",
-  "call_id",
-  "attempt",
-  "jti",
-  "iat",
-  "exp",
-];
+export const REQUIRED_CLAIMS: readonly string[] = ["iss", "aud", "sub", "tool_id", "effect", "call_id", "attempt", "jti", "iat", "exp"];
 
 /** What is wrong with a claims object: a claim that is absent, or present with a bad value. */
 export interface ClaimProblem {
@@ -128,12 +117,7 @@ export function findClaimProblem(value: Record<string, unknown>): ClaimProblem |
   return pairedClaimProblem(value, "request_id", effect === "queryable", "queryable");
 }
 
-function pairedClaimProblem(
-  value: Record<string, unknown>,
-  claim: string,
-  required: boolean,
-  effect: EffectName,
-): ClaimProblem | undefined {
+function pairedClaimProblem(value: Record<string, unknown>, claim: string, required: boolean, effect: EffectName): ClaimProblem | undefined {
   const present = Object.hasOwn(value, claim) && value[claim] !== undefined;
   if (required && !present) {
     return { kind: "missing", claim, detail: `capability claim "${claim}" is required when effect is ${effect}` };

@@ -8,7 +8,10 @@ import { loadTlsSettings, type TlsSettings } from "./tls-config";
  * the setting; `main` prints it and exits non-zero.
  */
 export class ConfigError extends Error {
-  constructor(readonly setting: string, problem: string) {
+  constructor(
+    readonly setting: string,
+    problem: string,
+  ) {
     super(`${setting}: ${problem}`);
     this.name = "ConfigError";
   }
@@ -129,10 +132,7 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
   const capabilityTtlSeconds = int(env, "KEYCAP_CAPABILITY_TTL_SECONDS", 300, 5, MAX_LIFETIME_SECONDS);
   const capabilityMaxLifetimeSeconds = int(env, "KEYCAP_CAPABILITY_MAX_LIFETIME_SECONDS", 900, 5, 86400);
   if (capabilityTtlSeconds > capabilityMaxLifetimeSeconds) {
-    throw new ConfigError(
-      "KEYCAP_CAPABILITY_TTL_SECONDS",
-      `must not exceed KEYCAP_CAPABILITY_MAX_LIFETIME_SECONDS (${capabilityMaxLifetimeSeconds})`,
-    );
+    throw new ConfigError("KEYCAP_CAPABILITY_TTL_SECONDS", `must not exceed KEYCAP_CAPABILITY_MAX_LIFETIME_SECONDS (${capabilityMaxLifetimeSeconds})`);
   }
 
   const jwksFile = str(env, "KEYCAP_JWKS_FILE");

@@ -76,7 +76,10 @@ export function ferretdbBinaryPath(): string {
   if (explicit) return explicit;
   const source = path.join(projectRoot(), "tools", "ferretdb");
   const digest = crypto.createHash("sha256");
-  for (const file of fs.readdirSync(source).filter((f) => /\.go$|^go\.(mod|sum)$/.test(f)).sort()) {
+  for (const file of fs
+    .readdirSync(source)
+    .filter((f) => /\.go$|^go\.(mod|sum)$/.test(f))
+    .sort()) {
     digest.update(file).update(fs.readFileSync(path.join(source, file)));
   }
   return path.join(keycapCacheDir(), `keycap-ferretdb-${FERRETDB_VERSION}-${digest.digest("hex").slice(0, 12)}`);
@@ -140,9 +143,14 @@ export function ensurePostgres(logger: Logger): Promise<string> {
     const found = findPostgres();
     if (found) return found;
     if (process.getuid?.() !== 0) {
-      throw new Error("KEYCAP_EMBEDDED_MONGO=ferretdb-pg needs PostgreSQL: run `apt-get install postgresql` as root, or set KEYCAP_PG_BIN to its bin directory");
+      throw new Error(
+        "KEYCAP_EMBEDDED_MONGO=ferretdb-pg needs PostgreSQL: run `apt-get install postgresql` as root, or set KEYCAP_PG_BIN to its bin directory",
+      );
     }
-    logger.info({}, "installing PostgreSQL from Debian's packages for the ferretdb-pg backend (first run only, about a minute): apt-get update && apt-get install postgresql");
+    logger.info(
+      {},
+      "installing PostgreSQL from Debian's packages for the ferretdb-pg backend (first run only, about a minute): apt-get update && apt-get install postgresql",
+    );
     const run = promisify(execFile);
     const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
     try {
@@ -315,5 +323,5 @@ function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
 }
 
 function errorText(err: unknown): string {
-  return err instanceof Error ? err.message.split("\n")[0] ?? err.name : String(err);
+  return err instanceof Error ? (err.message.split("\n")[0] ?? err.name) : String(err);
 }

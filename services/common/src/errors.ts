@@ -58,10 +58,6 @@ export class KeycapError extends Error {
 }
 
 /** Shorthand for the most common refusal: bad input. */
-export function invalidArgument(
-  reason: string,
-  message: string,
-  metadata: Record<string, string> = {},
-): KeycapError {
+export function invalidArgument(reason: string, message: string, metadata: Record<string, string> = {}): KeycapError {
   return new KeycapError(Code.INVALID_ARGUMENT, reason, message, metadata);
 }

@@ -9,7 +9,10 @@ const ENV = "KEYCAP_TEST_FAULT_POINTS";
 
 function parse(raw: string | undefined): Map<string, number> {
   const points = new Map<string, number>();
-  for (const part of (raw ?? "").split(",").map((p) => p.trim()).filter(Boolean)) {
+  for (const part of (raw ?? "")
+    .split(",")
+    .map((p) => p.trim())
+    .filter(Boolean)) {
     const [name, nth] = part.split("@") as [string, string | undefined];
     points.set(name, nth === undefined ? 1 : Math.max(1, Number.parseInt(nth, 10) || 1));
   }
@@ -20,10 +23,7 @@ const armed = parse(process.env[ENV]);
 const hits = new Map<string, number>();
 
 /** Names of the points the services expose (tests refer to these). */
-export type FaultPoint =
-  | "journal.begin.after-pending-copy"
-  | "journal.indeterminate.after-mark"
-  | "ledger.write.after-spend";
+export type FaultPoint = "journal.begin.after-pending-copy" | "journal.indeterminate.after-mark" | "ledger.write.after-spend";
 
 /** Kills this process here when the test setting arms `name`. */
 export function faultPoint(name: FaultPoint): void {

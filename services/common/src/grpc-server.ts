@@ -90,14 +90,18 @@ export async function startListener(opts: ListenerOptions): Promise<RunningListe
 
   const creds = serverCredentials(opts.tls);
   const port = await new Promise<number>((resolve, reject) => {
-    server.bindAsync(formatHostPort(opts.address), creds, (err, p) =>
-      err ? reject(err) : resolve(p),
-    );
+    server.bindAsync(formatHostPort(opts.address), creds, (err, p) => (err ? reject(err) : resolve(p)));
   });
   const address = { host: opts.address.host, port };
   const transport = opts.tls ? "tls" : "plaintext";
   opts.logger.info(
-    { listener: opts.name, address: formatHostPort(address), transport, clientAuth: opts.tls?.clientAuth ?? "none", services: opts.services.map((s) => s.name) },
+    {
+      listener: opts.name,
+      address: formatHostPort(address),
+      transport,
+      clientAuth: opts.tls?.clientAuth ?? "none",
+      services: opts.services.map((s) => s.name),
+    },
     "listening",
   );
 

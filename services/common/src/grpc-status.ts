@@ -29,7 +29,9 @@ export function toServiceError(err: KeycapError): Partial<ServiceError> {
       details: [
         { typeUrl: ERROR_INFO_TYPE_URL, value: Buffer.from(ErrorInfo.encode(info).finish()) },
         // UNAVAILABLE is keycap's "retry": it says so in the standard detail too.
-        ...(err.code === status.UNAVAILABLE ? [{ typeUrl: RETRY_INFO_TYPE_URL, value: Buffer.from(RetryInfo.encode({ retryDelay: RETRY_DELAY }).finish()) }] : []),
+        ...(err.code === status.UNAVAILABLE
+          ? [{ typeUrl: RETRY_INFO_TYPE_URL, value: Buffer.from(RetryInfo.encode({ retryDelay: RETRY_DELAY }).finish()) }]
+          : []),
         ...badRequestOf(err),
       ],
     }),
@@ -43,10 +45,14 @@ export function toServiceError(err: KeycapError): Partial<ServiceError> {
 function badRequestOf(err: KeycapError): { typeUrl: string; value: Buffer }[] {
   if (err.code !== status.INVALID_ARGUMENT) return [];
   const field = err.metadata["field"];
-  const fieldViolations =
-    err.violations.length > 0 ? err.violations : field !== undefined ? [{ field, description: err.message, reason: err.reason }] : [];
+  const fieldViolations = err.violations.length > 0 ? err.violations : field !== undefined ? [{ field, description: err.message, reason: err.reason }] : [];
   if (fieldViolations.length === 0) return [];
-  return [{ typeUrl: BAD_REQUEST_TYPE_URL, value: Buffer.from(BadRequest.encode({ fieldViolations: fieldViolations.map((v) => ({ ...v, localizedMessage: undefined })) }).finish()) }];
+  return [
+    {
+      typeUrl: BAD_REQUEST_TYPE_URL,
+      value: Buffer.from(BadRequest.encode({ fieldViolations: fieldViolations.map((v) => ({ ...v, localizedMessage: undefined })) }).finish()),
+    },
+  ];
 }
 
 /** What a client reads back from a keycap error. */
@@ -93,10 +99,7 @@ export function unaryHandler<Req, Res>(
         if (err instanceof KeycapError) {
           if (opts.onRefusal) await opts.onRefusal(err, call.getPeer());
           if (opts.logRefusals) {
-            logger.info(
-              { method, code: status[err.code], reason: err.reason, metadata: err.metadata, peer: call.getPeer(), refusal: err.message },
-              "refused",
-            );
+            logger.info({ method, code: status[err.code], reason: err.reason, metadata: err.metadata, peer: call.getPeer(), refusal: err.message }, "refused");
           }
           callback(toServiceError(err), null);
           return;
@@ -110,10 +113,7 @@ export function unaryHandler<Req, Res>(
           return;
         }
         logger.error({ method, err }, "unexpected error in handler");
-        callback(
-          toServiceError(new KeycapError(status.INTERNAL, "INTERNAL", "internal error; see the service log")),
-          null,
-        );
+        callback(toServiceError(new KeycapError(status.INTERNAL, "INTERNAL", "internal error; see the service log")), null);
       },
     );
   };
@@ -121,6 +121,5 @@ export function unaryHandler<Req, Res>(
 
 /** Handler that answers UNIMPLEMENTED (for RPCs not built yet). */
 export function unimplemented(method: string): (call: unknown, callback: sendUnaryData<never>) => void {
-  return (_call, callback) =>
-    callback(toServiceError(new KeycapError(status.UNIMPLEMENTED, "NOT_IMPLEMENTED", `${method} is not implemented yet`)), null);
+  return (_call, callback) => callback(toServiceError(new KeycapError(status.UNIMPLEMENTED, "NOT_IMPLEMENTED", `${method} is not implemented yet`)), null);
 }

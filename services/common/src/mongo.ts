@@ -84,4 +84,14 @@ export function isDatabaseUnavailable(err: unknown): boolean {
   return typeof code === "string" && SOCKET_FAILURES.has(code);
 }
 
-const SOCKET_FAILURES = new Set(["EPIPE", "ECONNRESET", "ECONNREFUSED", "ECONNABORTED", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "ERR_SOCKET_CLOSED", "ERR_STREAM_DESTROYED"]);
+const SOCKET_FAILURES = new Set([
+  "EPIPE",
+  "ECONNRESET",
+  "ECONNREFUSED",
+  "ECONNABORTED",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ERR_SOCKET_CLOSED",
+  "ERR_STREAM_DESTROYED",
+]);

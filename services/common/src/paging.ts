@@ -21,7 +21,9 @@ const MAX_TIME_MS = 8.64e15; // the largest time a JavaScript Date can hold
 const MAX_ID_CHARS = 1024;
 
 function pageTokenError(): Error {
-  return invalidArgument("INVALID_PAGE_TOKEN", "page_token is not a token this service issued (pass the next_page_token of the previous page unchanged)", { field: "page_token" });
+  return invalidArgument("INVALID_PAGE_TOKEN", "page_token is not a token this service issued (pass the next_page_token of the previous page unchanged)", {
+    field: "page_token",
+  });
 }
 
 /**

@@ -10,7 +10,16 @@
  * with descriptors from the descriptor set `make generate` builds.
  */
 import * as fs from "node:fs";
-import { createFileRegistry, fromBinary, getOption, type DescExtension, type DescField, type DescMessage, type DescOneof, type FileRegistry } from "@bufbuild/protobuf";
+import {
+  createFileRegistry,
+  fromBinary,
+  getOption,
+  type DescExtension,
+  type DescField,
+  type DescMessage,
+  type DescOneof,
+  type FileRegistry,
+} from "@bufbuild/protobuf";
 import { isReflectList, isReflectMessage, pathToString, reflect, type Path } from "@bufbuild/protobuf/reflect";
 import { FileDescriptorSetSchema } from "@bufbuild/protobuf/wkt";
 import { createValidator, type Validator } from "@bufbuild/protovalidate";

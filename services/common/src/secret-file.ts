@@ -4,7 +4,10 @@ import { basename, dirname, join } from "node:path";
 
 /** Why a secret file could not be written: the errno code, or "unknown error". */
 export class SecretFileWriteError extends Error {
-  constructor(readonly path: string, readonly errno: string) {
+  constructor(
+    readonly path: string,
+    readonly errno: string,
+  ) {
     super(`${path} cannot be written (${errno})`);
     this.name = "SecretFileWriteError";
   }

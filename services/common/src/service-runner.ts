@@ -94,9 +94,7 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
       `\nkeycap is running (MongoDB: ${mongo.backend})\n` +
         endpoints.map((e) => `  ${e.listener.padEnd(7)} ${e.address} (${e.transport})\n`).join("") +
         `  data    ${config.dataDir}\n` +
-        (running.some((s) => s.name === "ledger")
-          ? `  admin credential: ${config.adminToken ? "KEYCAP_ADMIN_TOKEN" : config.adminTokenFile}\n`
-          : "") +
+        (running.some((s) => s.name === "ledger") ? `  admin credential: ${config.adminToken ? "KEYCAP_ADMIN_TOKEN" : config.adminTokenFile}\n` : "") +
         (running.some((s) => s.name === "kernel") && config.bootstrapRuntime
           ? `  runtime credential (principal local-runtime): ${config.runtimeToken ? "KEYCAP_RUNTIME_TOKEN" : config.runtimeTokenFile}\n`
           : "") +

@@ -82,7 +82,8 @@ function certPrincipals(env: Env): Map<string, string> {
   } catch {
     throw new ConfigError("KEYCAP_CERT_PRINCIPALS", 'expected a JSON object like {"spiffe://example.org/runtime/a":"team-a","CN=runner-b":"team-b"}');
   }
-  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new ConfigError("KEYCAP_CERT_PRINCIPALS", "expected a JSON object of identity → principal name");
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
+    throw new ConfigError("KEYCAP_CERT_PRINCIPALS", "expected a JSON object of identity → principal name");
   for (const [identity, principal] of Object.entries(parsed)) {
     if (typeof principal !== "string" || !/^[A-Za-z0-9._-]{1,64}$/.test(principal)) {
       throw new ConfigError("KEYCAP_CERT_PRINCIPALS", `the principal for ${JSON.stringify(identity)} must be a name of 1-64 [A-Za-z0-9._-]`);
@@ -127,11 +128,17 @@ export function loadTlsSettings(
     ];
     for (const [setting, a, tls] of listeners) {
       if (!tls && !isLoopback(a.host)) {
-        throw new ConfigError(setting, `${a.host} is not a loopback address and the listener has no TLS: set KEYCAP_TLS_CERT_FILE and KEYCAP_TLS_KEY_FILE (or KEYCAP_ALLOW_PLAINTEXT=1 behind a TLS-terminating proxy)`);
+        throw new ConfigError(
+          setting,
+          `${a.host} is not a loopback address and the listener has no TLS: set KEYCAP_TLS_CERT_FILE and KEYCAP_TLS_KEY_FILE (or KEYCAP_ALLOW_PLAINTEXT=1 behind a TLS-terminating proxy)`,
+        );
       }
     }
     if (settings.peerCaFile === undefined && !isLoopback(addresses.ledgerAddress.host)) {
-      throw new ConfigError("KEYCAP_LEDGER_ADDRESS", `${addresses.ledgerAddress.host} is not loopback: set KEYCAP_TLS_CA_FILE to dial the ledger over TLS (or KEYCAP_ALLOW_PLAINTEXT=1)`);
+      throw new ConfigError(
+        "KEYCAP_LEDGER_ADDRESS",
+        `${addresses.ledgerAddress.host} is not loopback: set KEYCAP_TLS_CA_FILE to dial the ledger over TLS (or KEYCAP_ALLOW_PLAINTEXT=1)`,
+      );
     }
   }
   return settings;

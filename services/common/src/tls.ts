@@ -31,7 +31,10 @@ function contextOptions(tls: ListenerTls): SecureContextOptions {
     // Parses everything now, so a bad file is a configuration error, not a failed handshake later.
     createSecureContext(options);
   } catch (err) {
-    throw new ConfigError("KEYCAP_TLS_CERT_FILE", `${tls.certFile} / ${tls.keyFile} do not make a usable TLS identity (${err instanceof Error ? err.message : String(err)})`);
+    throw new ConfigError(
+      "KEYCAP_TLS_CERT_FILE",
+      `${tls.certFile} / ${tls.keyFile} do not make a usable TLS identity (${err instanceof Error ? err.message : String(err)})`,
+    );
   }
   return options;
 }

@@ -19,15 +19,22 @@ export class AccessPolicy {
   /** Begin, resume and register are a runtime's: they mint capabilities or create ownership. */
   requireRuntime(caller: Caller, action: string): void {
     if (caller.role !== "runtime") {
-      throw new KeycapError(status.PERMISSION_DENIED, "RUNTIME_REQUIRED", `${action} is for agent runtimes; ${caller.name} is an operator (operators list and settle calls, they do not mint capabilities)`, {
-        principal: caller.name,
-      });
+      throw new KeycapError(
+        status.PERMISSION_DENIED,
+        "RUNTIME_REQUIRED",
+        `${action} is for agent runtimes; ${caller.name} is an operator (operators list and settle calls, they do not mint capabilities)`,
+        {
+          principal: caller.name,
+        },
+      );
     }
   }
 
   requireOperator(caller: Caller, action: string): void {
     if (caller.role !== "operator") {
-      throw new KeycapError(status.PERMISSION_DENIED, "OPERATOR_REQUIRED", `${action} needs an operator principal; ${caller.name} is a runtime`, { principal: caller.name });
+      throw new KeycapError(status.PERMISSION_DENIED, "OPERATOR_REQUIRED", `${action} needs an operator principal; ${caller.name} is a runtime`, {
+        principal: caller.name,
+      });
     }
   }
 

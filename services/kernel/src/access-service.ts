@@ -93,8 +93,12 @@ export class Access {
     checkPrincipalName(req.principal, "principal");
     await this.d.registry.require(req.toolId);
     const p = await this.d.principals.byName(req.principal);
-    if (!p || p.revoked_at) throw new KeycapError(status.NOT_FOUND, "PRINCIPAL_NOT_FOUND", `no active principal named ${req.principal}`, { principal: req.principal });
-    if (p.role !== "runtime") throw new KeycapError(status.FAILED_PRECONDITION, "GRANT_NEEDS_RUNTIME", `${req.principal} is an operator; grants are for runtimes`, { principal: req.principal });
+    if (!p || p.revoked_at)
+      throw new KeycapError(status.NOT_FOUND, "PRINCIPAL_NOT_FOUND", `no active principal named ${req.principal}`, { principal: req.principal });
+    if (p.role !== "runtime")
+      throw new KeycapError(status.FAILED_PRECONDITION, "GRANT_NEEDS_RUNTIME", `${req.principal} is an operator; grants are for runtimes`, {
+        principal: req.principal,
+      });
     const { grant, alreadyGranted } = await this.d.grants.add(req.toolId, req.principal, caller.name);
     if (!alreadyGranted) this.d.logger.info({ tool_id: req.toolId, principal: req.principal, by: caller.name }, "grant added");
     return { grant: grantToProto(grant), alreadyGranted };
@@ -115,7 +119,11 @@ export class Access {
     if (req.principal) checkPrincipalName(req.principal, "principal");
     const limit = pageSize(req.pageSize);
     const cursor = decodePageToken(req.pageToken, { t: "id", p: "id" });
-    const docs = await this.d.grants.list({ toolId: req.toolId, principal: req.principal }, cursor ? { toolId: cursor.t, principal: cursor.p } : undefined, limit + 1);
+    const docs = await this.d.grants.list(
+      { toolId: req.toolId, principal: req.principal },
+      cursor ? { toolId: cursor.t, principal: cursor.p } : undefined,
+      limit + 1,
+    );
     const page = docs.slice(0, limit);
     const last = page[page.length - 1];
     return { grants: page.map(grantToProto), nextPageToken: docs.length > limit && last ? encodePageToken({ t: last.tool_id, p: last.principal }) : "" };
@@ -125,7 +133,12 @@ export class Access {
     return {
       principal: caller.name,
       role: roleProto(caller.role),
-      authMethod: caller.method === "mtls" ? AuthMethod.AUTH_METHOD_MTLS : caller.method === "admin" ? AuthMethod.AUTH_METHOD_ADMIN_CREDENTIAL : AuthMethod.AUTH_METHOD_BEARER,
+      authMethod:
+        caller.method === "mtls"
+          ? AuthMethod.AUTH_METHOD_MTLS
+          : caller.method === "admin"
+            ? AuthMethod.AUTH_METHOD_ADMIN_CREDENTIAL
+            : AuthMethod.AUTH_METHOD_BEARER,
       certificateIdentity: caller.certificateIdentity ?? "",
     };
   }

@@ -22,7 +22,8 @@ export interface BootstrapResult {
 async function readOrCreate(file: string): Promise<{ secret: string; created: boolean }> {
   try {
     const secret = (await readFile(file, "utf8")).trim();
-    if (!/^[A-Za-z0-9\-._~+/]{16,}=*$/.test(secret)) throw new ConfigError("KEYCAP_RUNTIME_TOKEN_FILE", `${file} must hold one token of printable ASCII without spaces`);
+    if (!/^[A-Za-z0-9\-._~+/]{16,}=*$/.test(secret))
+      throw new ConfigError("KEYCAP_RUNTIME_TOKEN_FILE", `${file} must hold one token of printable ASCII without spaces`);
     return { secret, created: false };
   } catch (err) {
     if (err instanceof ConfigError) throw err;
@@ -39,10 +40,18 @@ async function readOrCreate(file: string): Promise<{ secret: string; created: bo
   return { secret: (await readFile(file, "utf8")).trim(), created: false };
 }
 
-export async function bootstrapRuntime(principals: PrincipalStore, opts: { token: string | undefined; file: string; logger: Logger }): Promise<BootstrapResult> {
-  const { secret, source } = opts.token !== undefined ? { secret: opts.token, source: "KEYCAP_RUNTIME_TOKEN" } : { ...(await readOrCreate(opts.file)), source: opts.file };
+export async function bootstrapRuntime(
+  principals: PrincipalStore,
+  opts: { token: string | undefined; file: string; logger: Logger },
+): Promise<BootstrapResult> {
+  const { secret, source } =
+    opts.token !== undefined ? { secret: opts.token, source: "KEYCAP_RUNTIME_TOKEN" } : { ...(await readOrCreate(opts.file)), source: opts.file };
   const outcome = await principals.ensure(LOCAL_RUNTIME, "runtime", secret, "bootstrap");
   if (outcome === "revoked") opts.logger.warn({ principal: LOCAL_RUNTIME }, "the bootstrap runtime principal is revoked; its secret stays refused");
-  else opts.logger.info({ principal: LOCAL_RUNTIME, credential: source, outcome }, "local runtime principal ready; present its secret as authorization: Bearer <secret>");
+  else
+    opts.logger.info(
+      { principal: LOCAL_RUNTIME, credential: source, outcome },
+      "local runtime principal ready; present its secret as authorization: Bearer <secret>",
+    );
   return { source, outcome };
 }

@@ -182,7 +182,8 @@ export class CallJournal {
     const completion: CompletionDoc = { _id: callId, outcome, outcome_detail: detail, completed_at: new Date() };
     try {
       const res = await this.completions.insertOne(completion, MAJORITY);
-      if (!res.acknowledged) throw new KeycapError(Code.UNAVAILABLE, "JOURNAL_WRITE_UNACKNOWLEDGED", "the call journal did not acknowledge the completion; retry");
+      if (!res.acknowledged)
+        throw new KeycapError(Code.UNAVAILABLE, "JOURNAL_WRITE_UNACKNOWLEDGED", "the call journal did not acknowledge the completion; retry");
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;
       const earlier = await this.completions.findOne({ _id: callId });
@@ -280,7 +281,11 @@ export class CallJournal {
     if (typeof toolId !== "string") filter.tool_id = { $in: [...toolId] };
     else if (toolId) filter.tool_id = toolId;
     if (after) filter.$or = afterKeyset<CallRecord>("created_at", new Date(after.createdAt), after.id, "oldest-first");
-    const found = await coll.find(filter).sort({ created_at: 1, _id: 1 }).limit(limit + 1).toArray();
+    const found = await coll
+      .find(filter)
+      .sort({ created_at: 1, _id: 1 })
+      .limit(limit + 1)
+      .toArray();
     const page = found.slice(0, limit);
     const ids = page.map((c) => c._id);
     const completed = new Set(ids.length ? (await this.completions.find({ _id: { $in: ids } }, { projection: { _id: 1 } }).toArray()).map((c) => c._id) : []);
@@ -314,7 +319,8 @@ export class CallJournal {
       if (!isDuplicateKey(err)) throw err;
     }
     const call = await this.get(copy._id);
-    if (!call) throw new KeycapError(Code.ABORTED, "CONCURRENT_BEGIN", `call ${copy._id} changed while it was being recovered; list it again`, { call_id: copy._id });
+    if (!call)
+      throw new KeycapError(Code.ABORTED, "CONCURRENT_BEGIN", `call ${copy._id} changed while it was being recovered; list it again`, { call_id: copy._id });
     return call;
   }
 
@@ -329,7 +335,6 @@ export class CallJournal {
       this.logger.warn({ call_id: callId, err }, "could not remove the pending copy of a finished call; listing will skip and remove it");
     }
   }
-
 }
 
 function withCompletion(call: CallRecord, c: CompletionDoc): CallRecord {

@@ -75,6 +75,9 @@ export class CallerAuthenticator {
       if (p.revoked_at) throw unauthenticated("PRINCIPAL_REVOKED", `principal ${p._id} was revoked`);
       return { name: p._id, role: p.role, method: "mtls", certificateIdentity: identity };
     }
-    throw unauthenticated("CERTIFICATE_NOT_MAPPED", `the client certificate (${identities.join(", ") || "no URI SAN or CN"}) is mapped to no principal (KEYCAP_CERT_PRINCIPALS)`);
+    throw unauthenticated(
+      "CERTIFICATE_NOT_MAPPED",
+      `the client certificate (${identities.join(", ") || "no URI SAN or CN"}) is mapped to no principal (KEYCAP_CERT_PRINCIPALS)`,
+    );
   }
 }

@@ -51,7 +51,10 @@ export function kernelHandler<Req, Res>(
       method,
       async (req) => {
         if (opts.anonymous) return fn(req, { name: "", role: "runtime", method: "bearer" });
-        caller = await edge.auth.authenticate({ authorization: authorizationValues(call.metadata), peerCertificate: peerCertificate(call as ServerUnaryCall<unknown, unknown>) });
+        caller = await edge.auth.authenticate({
+          authorization: authorizationValues(call.metadata),
+          peerCertificate: peerCertificate(call as ServerUnaryCall<unknown, unknown>),
+        });
         return fn(req, caller);
       },
       {

@@ -227,7 +227,14 @@ export class Kernel {
       }
       case "queryable": {
         const requestId = call.request_id ?? "";
-        const probe = await this.d.minter.mint({ principal: call.principal ?? caller.name, toolId: call.tool_id, effect: "queryable", callId: call._id, attempt: call.attempt, requestId });
+        const probe = await this.d.minter.mint({
+          principal: call.principal ?? caller.name,
+          toolId: call.tool_id,
+          effect: "queryable",
+          callId: call._id,
+          attempt: call.attempt,
+          requestId,
+        });
         const { found, entryId } = await this.d.ledger.lookup(requestId, probe.token);
         if (found) {
           const { call: done } = await this.d.journal.complete(call._id, "succeeded", `recovery: the ledger holds request ${requestId} (entry ${entryId})`);
@@ -305,7 +312,12 @@ export function callToProto(c: CallRecord): Call {
     requestId: c.request_id ?? "",
     attempt: c.attempt,
     state: c.state === "pending" ? CallState.CALL_STATE_PENDING : c.state === "completed" ? CallState.CALL_STATE_COMPLETED : CallState.CALL_STATE_INDETERMINATE,
-    outcome: c.outcome === "succeeded" ? CallOutcome.CALL_OUTCOME_SUCCEEDED : c.outcome === "failed" ? CallOutcome.CALL_OUTCOME_FAILED : CallOutcome.CALL_OUTCOME_UNSPECIFIED,
+    outcome:
+      c.outcome === "succeeded"
+        ? CallOutcome.CALL_OUTCOME_SUCCEEDED
+        : c.outcome === "failed"
+          ? CallOutcome.CALL_OUTCOME_FAILED
+          : CallOutcome.CALL_OUTCOME_UNSPECIFIED,
     outcomeDetail: c.outcome_detail ?? "",
     createdAt: c.created_at,
     updatedAt: c.updated_at,

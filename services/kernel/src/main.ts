@@ -49,7 +49,10 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
   const admin = await loadAdminCredential(config, logger);
 
   const mongo = await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs);
-  const ledger = new GrpcLedgerLookup(() => config.ledgerAddress, () => peerChannelCredentials(config.tls));
+  const ledger = new GrpcLedgerLookup(
+    () => config.ledgerAddress,
+    () => peerChannelCredentials(config.tls),
+  );
   let audit: RejectionAudit | undefined;
   const release = async (): Promise<void> => {
     ledger.close();

@@ -77,7 +77,8 @@ export class PrincipalStore {
   /** Creates a principal with a fresh secret. @throws ALREADY_EXISTS PRINCIPAL_EXISTS. */
   async create(name: string, role: PrincipalRole, createdBy: string): Promise<{ doc: PrincipalDoc; secret: string }> {
     checkPrincipalName(name);
-    if (name === ADMIN_PRINCIPAL) throw invalidArgument("PRINCIPAL_NAME_RESERVED", `"${ADMIN_PRINCIPAL}" is the admin credential's principal`, { field: "name" });
+    if (name === ADMIN_PRINCIPAL)
+      throw invalidArgument("PRINCIPAL_NAME_RESERVED", `"${ADMIN_PRINCIPAL}" is the admin credential's principal`, { field: "name" });
     const secret = newSecret(role);
     const doc: PrincipalDoc = { _id: name, role, secret_sha256: secretDigest(secret), created_at: new Date(this.now()), created_by: createdBy };
     try {
@@ -105,7 +106,10 @@ export class PrincipalStore {
       return "secret-updated";
     }
     try {
-      await this.coll.insertOne({ _id: name, role, secret_sha256: digest, created_at: new Date(this.now()), created_by: createdBy }, { writeConcern: { w: "majority" } });
+      await this.coll.insertOne(
+        { _id: name, role, secret_sha256: digest, created_at: new Date(this.now()), created_by: createdBy },
+        { writeConcern: { w: "majority" } },
+      );
     } catch (err) {
       // Another replica bootstrapped it at the same moment, with the same file.
       if (!isDuplicateKey(err)) throw err;
@@ -126,7 +130,11 @@ export class PrincipalStore {
 
   /** A page of principals ordered by name, after `afterName`. */
   list(afterName: string, limit: number): Promise<PrincipalDoc[]> {
-    return this.coll.find(afterName ? { _id: { $gt: afterName } } : {}).sort({ _id: 1 }).limit(limit).toArray();
+    return this.coll
+      .find(afterName ? { _id: { $gt: afterName } } : {})
+      .sort({ _id: 1 })
+      .limit(limit)
+      .toArray();
   }
 
   /** Revokes; @returns the principal after, and whether it was revoked already. @throws NOT_FOUND. */

@@ -155,10 +155,12 @@ export async function rotateSigningKeys(path: string, opts: SigningKeyOptions): 
   const fresh = await generateCurrentKey(now);
   const retired: StoredRetiredKey[] = [
     { ...publicPart(previous), retired_at: now },
-    ...existing.file.retired.filter((k) => withinGrace(k, now, opts.retiredGraceSeconds)).map((k) => ({
-      ...publicPart(k),
-      retired_at: k.retired_at,
-    })),
+    ...existing.file.retired
+      .filter((k) => withinGrace(k, now, opts.retiredGraceSeconds))
+      .map((k) => ({
+        ...publicPart(k),
+        retired_at: k.retired_at,
+      })),
   ];
   const file: SigningKeyFile = { version: SIGNING_KEY_FILE_VERSION, current: fresh.stored, retired };
   await writeKeyFile(path, file, { replace: true });
@@ -339,4 +341,3 @@ async function writeKeyFile(path: string, file: SigningKeyFile, { replace }: { r
 function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
-

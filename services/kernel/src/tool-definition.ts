@@ -9,10 +9,7 @@ import { parseJsonPointer } from "./domain/json-pointer";
 import { derivationVersion, validateDerivation, type ContextField as DomainContextField, type KeyDerivationSpec } from "./domain/key-derivation";
 
 /** A tool's effect class in domain terms (no protobuf types). */
-export type ToolEffect =
-  | { kind: "idempotent"; key: KeyDerivationSpec }
-  | { kind: "queryable"; requestIdField: string }
-  | { kind: "unsafe" };
+export type ToolEffect = { kind: "idempotent"; key: KeyDerivationSpec } | { kind: "queryable"; requestIdField: string } | { kind: "unsafe" };
 
 /** A validated tool definition, normalised so that equal definitions compare equal. */
 export interface ToolDefinition {
@@ -71,11 +68,9 @@ export function compileStored(definition: ToolDefinition, registeredAt: Date): C
 function effectFromProto(effectClass: EffectClass | undefined, schema: ArgumentSchema | undefined): ToolEffect {
   const kind = effectClass?.kind;
   if (!kind) {
-    throw invalidArgument(
-      "EFFECT_CLASS_REQUIRED",
-      "tool.effect_class is required: set exactly one of idempotent, queryable or unsafe",
-      { field: "tool.effect_class" },
-    );
+    throw invalidArgument("EFFECT_CLASS_REQUIRED", "tool.effect_class is required: set exactly one of idempotent, queryable or unsafe", {
+      field: "tool.effect_class",
+    });
   }
   switch (kind.$case) {
     case "idempotent": {
@@ -90,11 +85,9 @@ function effectFromProto(effectClass: EffectClass | undefined, schema: ArgumentS
       const contextFields: DomainContextField[] = [];
       for (const c of key.contextFields) {
         if (c !== ContextField.CONTEXT_FIELD_RUN_ID) {
-          throw invalidArgument(
-            "KEY_DERIVATION_BAD_CONTEXT_FIELD",
-            `tool.effect_class.idempotent.key.context_fields: unknown context field ${c}`,
-            { field: "tool.effect_class.idempotent.key.context_fields" },
-          );
+          throw invalidArgument("KEY_DERIVATION_BAD_CONTEXT_FIELD", `tool.effect_class.idempotent.key.context_fields: unknown context field ${c}`, {
+            field: "tool.effect_class.idempotent.key.context_fields",
+          });
         }
         if (!contextFields.includes("run_id")) contextFields.push("run_id");
       }
@@ -150,7 +143,9 @@ function fingerprintOf(definition: ToolDefinition): string {
     effect: definition.effect,
     arguments_schema: definition.argumentsSchemaJson ?? null,
   };
-  return createHash("sha256").update(canonicalize(doc) as string).digest("hex");
+  return createHash("sha256")
+    .update(canonicalize(doc) as string)
+    .digest("hex");
 }
 
 /** The definition back as protobuf, for GetTool/ListTools. */

@@ -103,10 +103,7 @@ const MAX_UNVERIFIED_FIELD = 256;
  * Picks the refusal record's fields out of a decoded (not verified) header and payload:
  * non-empty strings of at most 256 characters, anything else left out.
  */
-export function readUnverifiedInfo(
-  header: Record<string, unknown> | undefined,
-  payload: Record<string, unknown> | undefined,
-): UnverifiedCapabilityInfo {
+export function readUnverifiedInfo(header: Record<string, unknown> | undefined, payload: Record<string, unknown> | undefined): UnverifiedCapabilityInfo {
   const out: UnverifiedCapabilityInfo = {};
   const pick = (src: Record<string, unknown> | undefined, name: string): string | undefined => {
     const v = src?.[name];

@@ -165,12 +165,7 @@ export class CapabilityVerifier {
     if (!isUtf8(jws.headerBytes)) throw refuse("CAPABILITY_MALFORMED", "capability header is not valid UTF-8");
     let signatureHolds: boolean;
     try {
-      signatureHolds = cryptoVerify(
-        null,
-        Buffer.from(jws.headerB64 + "." + jws.payloadB64, "ascii"),
-        key,
-        Buffer.from(jws.signatureB64, "base64url"),
-      );
+      signatureHolds = cryptoVerify(null, Buffer.from(jws.headerB64 + "." + jws.payloadB64, "ascii"), key, Buffer.from(jws.signatureB64, "base64url"));
     } catch (err) {
       // Fail closed. Node's crypto errors never quote the data, so the cause can be logged.
       const refusal = refuse("BAD_SIGNATURE", "capability could not be verified");

@@ -86,7 +86,6 @@ export interface EntryTotals {
   payloadMismatches: number;
 }
 
-
 /** Entries small enough to keep in the known-entries cache (the payload is part of the answer). */
 const CACHEABLE_PAYLOAD_BYTES = 16 * 1024;
 /** Payload bytes the cache may hold (plus ~1 KiB of bookkeeping per entry, counted too). */
@@ -189,9 +188,14 @@ export class EntryStore {
     if (effectIds.length === 0) return out;
     // One accumulator per pipeline: FerretDB v1.24 computes only the first accumulator of a $group correctly.
     const [dups, mismatches] = await Promise.all([
-      this.duplicates.aggregate<{ _id: string; n: number }>([{ $match: { effect_id: { $in: [...effectIds] } } }, { $group: { _id: "$effect_id", n: { $sum: 1 } } }]).toArray(),
       this.duplicates
-        .aggregate<{ _id: string; n: number }>([{ $match: { effect_id: { $in: [...effectIds] }, payload_mismatch: true } }, { $group: { _id: "$effect_id", n: { $sum: 1 } } }])
+        .aggregate<{ _id: string; n: number }>([{ $match: { effect_id: { $in: [...effectIds] } } }, { $group: { _id: "$effect_id", n: { $sum: 1 } } }])
+        .toArray(),
+      this.duplicates
+        .aggregate<{ _id: string; n: number }>([
+          { $match: { effect_id: { $in: [...effectIds] }, payload_mismatch: true } },
+          { $group: { _id: "$effect_id", n: { $sum: 1 } } },
+        ])
         .toArray(),
     ]);
     for (const d of dups) out.get(d._id)!.duplicates = d.n;

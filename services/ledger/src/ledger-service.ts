@@ -184,13 +184,9 @@ type Attempted = { attemptedKey?: string; attemptedRequestId?: string };
 /** The grpc-js implementation of LedgerService. */
 export function ledgerServiceImpl(ledger: Ledger, logger: Logger): LedgerServiceServer {
   return {
-    write: unaryHandler(logger, "Write", (req: WriteRequest, call: ServerUnaryCall<WriteRequest, WriteResponse>) =>
-      ledger.write(req, callContext(call)),
-    ),
-    lookupRequest: unaryHandler(
-      logger,
-      "LookupRequest",
-      (req: LookupRequestRequest, call: ServerUnaryCall<LookupRequestRequest, LookupRequestResponse>) => ledger.lookupRequest(req, callContext(call)),
+    write: unaryHandler(logger, "Write", (req: WriteRequest, call: ServerUnaryCall<WriteRequest, WriteResponse>) => ledger.write(req, callContext(call))),
+    lookupRequest: unaryHandler(logger, "LookupRequest", (req: LookupRequestRequest, call: ServerUnaryCall<LookupRequestRequest, LookupRequestResponse>) =>
+      ledger.lookupRequest(req, callContext(call)),
     ),
   };
 }

@@ -40,7 +40,13 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
       `${config.kernelAddress.host} is not loopback: set KEYCAP_TLS_CA_FILE (the kernel's CA, pinned) or KEYCAP_JWKS_FILE so the ledger learns the kernel's keys from an authenticated source`,
     );
   }
-  const fetcher = config.jwksFile === undefined ? new KernelJwksFetcher(() => config.kernelAddress, () => peerChannelCredentials(config.tls)) : undefined;
+  const fetcher =
+    config.jwksFile === undefined
+      ? new KernelJwksFetcher(
+          () => config.kernelAddress,
+          () => peerChannelCredentials(config.tls),
+        )
+      : undefined;
   const keySource = await openKeySource(config.jwksFile, fetcher, logger);
 
   const mongo = await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs);
@@ -92,9 +98,7 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
         // Room above the payload limit, so an oversized payload reaches the ledger and is
         // refused (and recorded) as PAYLOAD_TOO_LARGE rather than cut off by the transport.
         maxReceiveBytes: 2 * config.maxPayloadBytes + 64 * 1024,
-        services: [
-          { name: LEDGER_SERVICE_NAME, definition: LedgerServiceService, implementation: ledgerServiceImpl(ledger, logger) },
-        ],
+        services: [{ name: LEDGER_SERVICE_NAME, definition: LedgerServiceService, implementation: ledgerServiceImpl(ledger, logger) }],
       }),
     );
     listeners.push(

@@ -85,11 +85,7 @@ export function compileArgumentSchema(schemaJson: string): ArgumentSchema {
     throw err;
   }
   if (document === null || typeof document !== "object" || Array.isArray(document)) {
-    throw invalidArgument(
-      "INVALID_ARGUMENT_SCHEMA",
-      "argument schema must be a JSON object (a JSON Schema 2020-12 document)",
-      { field: "argument_schema" },
-    );
+    throw invalidArgument("INVALID_ARGUMENT_SCHEMA", "argument schema must be a JSON object (a JSON Schema 2020-12 document)", { field: "argument_schema" });
   }
   // One Ajv instance per schema: instances cache schemas by $id, and two tools
   // may well register schemas with the same $id.
@@ -145,9 +141,7 @@ function describeAjvError(error: ErrorObject): string {
   const at = error.instancePath === "" ? "(top level)" : error.instancePath;
   const params = error.params as Record<string, unknown>;
   const extra =
-    error.keyword === "additionalProperties" && typeof params["additionalProperty"] === "string"
-      ? ` (${JSON.stringify(params["additionalProperty"])})`
-      : "";
+    error.keyword === "additionalProperties" && typeof params["additionalProperty"] === "string" ? ` (${JSON.stringify(params["additionalProperty"])})` : "";
   return `${at} ${error.message ?? error.keyword}${extra}`;
 }
 

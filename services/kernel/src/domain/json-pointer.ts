@@ -26,32 +26,20 @@ const ARRAY_INDEX = /^(?:0|[1-9][0-9]*)$/;
  */
 export function parseJsonPointer(pointer: string): string[] {
   if (pointer === "") {
-    throw invalidArgument(
-      "INVALID_JSON_POINTER",
-      'JSON pointer "" names the whole arguments document; a key field must name a member (e.g. "/order_id")',
-      { pointer },
-    );
+    throw invalidArgument("INVALID_JSON_POINTER", 'JSON pointer "" names the whole arguments document; a key field must name a member (e.g. "/order_id")', {
+      pointer,
+    });
   }
   if (!pointer.startsWith("/")) {
-    throw invalidArgument(
-      "INVALID_JSON_POINTER",
-      `JSON pointer ${JSON.stringify(pointer)} must start with "/" (RFC 6901)`,
-      { pointer },
-    );
+    throw invalidArgument("INVALID_JSON_POINTER", `JSON pointer ${JSON.stringify(pointer)} must start with "/" (RFC 6901)`, { pointer });
   }
   if (BAD_TILDE.test(pointer)) {
-    throw invalidArgument(
-      "INVALID_JSON_POINTER",
-      `JSON pointer ${JSON.stringify(pointer)} has a "~" not followed by "0" or "1" (RFC 6901 §3)`,
-      { pointer },
-    );
+    throw invalidArgument("INVALID_JSON_POINTER", `JSON pointer ${JSON.stringify(pointer)} has a "~" not followed by "0" or "1" (RFC 6901 §3)`, { pointer });
   }
   if (LONE_SURROGATE.test(pointer)) {
-    throw invalidArgument(
-      "INVALID_JSON_POINTER",
-      `JSON pointer ${JSON.stringify(pointer)} contains a lone surrogate; it must be well-formed Unicode`,
-      { pointer },
-    );
+    throw invalidArgument("INVALID_JSON_POINTER", `JSON pointer ${JSON.stringify(pointer)} contains a lone surrogate; it must be well-formed Unicode`, {
+      pointer,
+    });
   }
   // "~1" is decoded before "~0" so that "~01" becomes "~1", not "/" (RFC 6901 §4).
   return pointer

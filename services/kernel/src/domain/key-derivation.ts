@@ -130,18 +130,15 @@ export function canonicalKeyDocument(toolId: string, spec: KeyDerivationSpec, ar
       });
     }
     if (value === null) {
-      throw invalidArgument(
-        "KEY_FIELD_NULL",
-        `arguments: key field ${pointer} is null; a null identifies nothing, so every such call would share one key`,
-        { field: pointer },
-      );
+      throw invalidArgument("KEY_FIELD_NULL", `arguments: key field ${pointer} is null; a null identifies nothing, so every such call would share one key`, {
+        field: pointer,
+      });
     }
     const unsafe = unsafeIntegerAt(args.unsafeIntegerPaths, pointer);
     if (unsafe !== undefined) {
       throw invalidArgument(
         "KEY_FIELD_UNSAFE_INTEGER",
-        `arguments: key field ${pointer} holds an integer beyond ±(2^53-1) at ${unsafe}, which JSON numbers cannot carry exactly; ` +
-          "send it as a string",
+        `arguments: key field ${pointer} holds an integer beyond ±(2^53-1) at ${unsafe}, which JSON numbers cannot carry exactly; ` + "send it as a string",
         { field: unsafe },
       );
     }
@@ -190,11 +187,9 @@ export function readRequestId(args: ParsedArguments, pointer: string): string {
     // String(-0) is "0": the same id as 0, just as in keys.
     return String(value);
   }
-  throw invalidArgument(
-    "REQUEST_ID_INVALID",
-    `arguments: request id field ${pointer} must be a non-empty string or a safe integer, got ${describe(value)}`,
-    { field: pointer },
-  );
+  throw invalidArgument("REQUEST_ID_INVALID", `arguments: request id field ${pointer} must be a non-empty string or a safe integer, got ${describe(value)}`, {
+    field: pointer,
+  });
 }
 
 interface ParsedField {

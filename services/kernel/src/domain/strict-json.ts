@@ -79,11 +79,7 @@ export function parseArguments(text: string, limits: JsonLimits = DEFAULT_JSON_L
   const parsed = parseStrictJson(text, limits);
   const value = parsed.value;
   if (value === null || typeof value !== "object" || Array.isArray(value)) {
-    throw invalidArgument(
-      "ARGUMENTS_NOT_OBJECT",
-      `arguments must be a JSON object, got ${describeType(value)}`,
-      { field: "" },
-    );
+    throw invalidArgument("ARGUMENTS_NOT_OBJECT", `arguments must be a JSON object, got ${describeType(value)}`, { field: "" });
   }
   return { value, unsafeIntegerPaths: parsed.unsafeIntegerPaths };
 }
@@ -100,11 +96,10 @@ export function parseStrictJson(text: string, limits: JsonLimits = DEFAULT_JSON_
   // so the exact byte count is needed only in between.
   if (text.length > limits.maxBytes || (text.length * 3 > limits.maxBytes && Buffer.byteLength(text, "utf8") > limits.maxBytes)) {
     const bytes = Buffer.byteLength(text, "utf8");
-    throw invalidArgument(
-      "ARGUMENTS_TOO_LARGE",
-      `${subject} are ${bytes} bytes of UTF-8; the limit is ${limits.maxBytes}`,
-      { bytes: String(bytes), limit: String(limits.maxBytes) },
-    );
+    throw invalidArgument("ARGUMENTS_TOO_LARGE", `${subject} are ${bytes} bytes of UTF-8; the limit is ${limits.maxBytes}`, {
+      bytes: String(bytes),
+      limit: String(limits.maxBytes),
+    });
   }
   const parser = new Parser(text, limits.maxDepth, subject);
   const value = parser.parseDocument();
@@ -288,11 +283,11 @@ class Parser {
   private enter(depth: number): void {
     if (depth > this.maxDepth) {
       const at = formatJsonPointer(this.path);
-      throw invalidArgument(
-        "ARGUMENTS_TOO_DEEP",
-        `${this.subject} nest deeper than ${this.maxDepth} levels at ${at} (${this.where(this.pos)})`,
-        { field: at, limit: String(this.maxDepth), offset: String(this.pos) },
-      );
+      throw invalidArgument("ARGUMENTS_TOO_DEEP", `${this.subject} nest deeper than ${this.maxDepth} levels at ${at} (${this.where(this.pos)})`, {
+        field: at,
+        limit: String(this.maxDepth),
+        offset: String(this.pos),
+      });
     }
   }
 

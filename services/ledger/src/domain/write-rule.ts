@@ -28,13 +28,7 @@ export interface WriteAsk {
 
 /** Why a call is refused by the rule (ErrorInfo.reason). */
 export type RuleRefusalReason =
-  | "KEY_MISSING"
-  | "KEY_MISMATCH"
-  | "REQUEST_ID_MISSING"
-  | "REQUEST_ID_MISMATCH"
-  | "EFFECT_CLASS_MISMATCH"
-  | "CAPABILITY_REUSED"
-  | "PAYLOAD_TOO_LARGE";
+  "KEY_MISSING" | "KEY_MISMATCH" | "REQUEST_ID_MISSING" | "REQUEST_ID_MISMATCH" | "EFFECT_CLASS_MISMATCH" | "CAPABILITY_REUSED" | "PAYLOAD_TOO_LARGE";
 
 /**
  * A refusal. `outside_grant`: a verified capability used for something it does not grant

@@ -78,11 +78,7 @@ export class RemoteJwksSource implements PublicKeySource {
     const key = this.keys.get(kid);
     if (key) return key;
     if (this.lastFetchError !== undefined) {
-      throw new KeycapError(
-        status.UNAVAILABLE,
-        "SIGNING_KEYS_UNAVAILABLE",
-        `the kernel's signing keys could not be fetched: ${this.lastFetchError}`,
-      );
+      throw new KeycapError(status.UNAVAILABLE, "SIGNING_KEYS_UNAVAILABLE", `the kernel's signing keys could not be fetched: ${this.lastFetchError}`);
     }
     return undefined;
   }
