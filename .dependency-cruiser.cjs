@@ -35,6 +35,13 @@ module.exports = {
       to: { path: "^services/" },
     },
     {
+      name: "client-package-is-self-contained",
+      comment: "clients/ts is its own npm package (@keycap/client): it imports only its own files and its dependencies.",
+      severity: "error",
+      from: { path: "^clients/ts/" },
+      to: { dependencyTypes: ["local"], pathNot: "^clients/ts/" },
+    },
+    {
       name: "ledger-cannot-mint",
       comment: "The ledger verifies capabilities; it must not be able to sign them (no minting code, no private keys).",
       severity: "error",
@@ -46,6 +53,6 @@ module.exports = {
     doNotFollow: { path: "node_modules" },
     tsPreCompilationDeps: true,
     tsConfig: { fileName: "tsconfig.json" },
-    exclude: { path: "^(dist|gen|node_modules)/" },
+    exclude: { path: "(^|/)(dist|node_modules)/" },
   },
 };

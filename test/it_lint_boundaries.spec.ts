@@ -43,6 +43,7 @@ describe("lint: import boundaries (issue 14)", function () {
     ["errors-are-transport-free", "services/common/src/errors.ts", 'import "@grpc/grpc-js";\n'],
     ["storage-speaks-no-grpc", "services/kernel/src/call-journal.ts", 'import "@grpc/grpc-js";\n'],
     ["client-is-not-the-server", "clients/ts/src/index.ts", 'import "../../../services/common/src/errors";\n'],
+    ["client-package-is-self-contained", "clients/ts/src/rpc.ts", 'import "../../../gen/ts/keycap/effect/v1/effect";\n'],
     ["ledger-cannot-mint", "services/ledger/src/main.ts", 'import "../../kernel/src/capability-minter";\n'],
   ];
   for (const [rule, file, line] of plants) {

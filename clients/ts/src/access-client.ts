@@ -9,7 +9,7 @@ import {
   type RemoveGrantResponse,
   type RevokePrincipalResponse,
   type WhoAmIResponse,
-} from "../../../gen/ts/keycap/kernel/v1/access";
+} from "../gen/keycap/kernel/v1/access";
 import { channelCredentials, type TlsOptions } from "./credentials";
 import { callUnary, collectPages, type CallSettings } from "./rpc";
 

@@ -1,5 +1,5 @@
 import { credentials, type ChannelCredentials } from "@grpc/grpc-js";
-import type { Entry } from "../../../gen/ts/keycap/ledger/v1/ledger";
+import type { Entry } from "../gen/keycap/ledger/v1/ledger";
 import {
   LedgerAdminServiceClient,
   type GetStatsResponse,
@@ -7,7 +7,7 @@ import {
   type ListRejectionsRequest,
   type ListRejectionsResponse,
   type Rejection,
-} from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
+} from "../gen/keycap/ledger/v1/ledger_admin";
 import { KeycapClientError } from "./errors";
 import { callUnary, collectPages, type CallSettings } from "./rpc";
 

@@ -1,6 +1,6 @@
-import type { Call, CompleteCallResponse } from "../../../gen/ts/keycap/kernel/v1/kernel";
-import type { LookupRequestResponse, WriteResponse } from "../../../gen/ts/keycap/ledger/v1/ledger";
-import { EffectKind } from "../../../gen/ts/keycap/effect/v1/effect";
+import type { Call, CompleteCallResponse } from "../gen/keycap/kernel/v1/kernel";
+import type { LookupRequestResponse, WriteResponse } from "../gen/keycap/ledger/v1/ledger";
+import { EffectKind } from "../gen/keycap/effect/v1/effect";
 import type { KernelClient } from "./kernel-client";
 import type { LedgerClient } from "./ledger-client";
 import type { CallSettings } from "./rpc";

@@ -11,7 +11,7 @@ export { AdminClient, type RejectionFilter } from "./admin-client";
 export { AccessClient, type AccessClientOptions, type RoleName } from "./access-client";
 export { KeycapClientError } from "./errors";
 export type { FieldViolation } from "./status-details";
-export { REASON_CODES, Reasons, type Reason } from "../../../gen/ts/keycap/rules/v1/reasons.catalog";
+export { REASON_CODES, Reasons, type Reason } from "../gen/keycap/rules/v1/reasons.catalog";
 export { channelCredentials, ClientConfigError, defaultDataDir, runtimeTokenFromEnv, tlsCredentials, tlsFromEnv, type TlsOptions } from "./credentials";
 export type { CallSettings } from "./rpc";
 export { Runtime, type RuntimeTool, type ToolHandler, type RecoveryStep, type RecoverOptions } from "./runtime";

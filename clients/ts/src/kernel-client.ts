@@ -10,8 +10,8 @@ import {
   type RegisterToolResponse,
   type ResumeCallResponse,
   type Tool,
-} from "../../../gen/ts/keycap/kernel/v1/kernel";
-import type { ToolValid } from "../../../gen/ts/keycap/kernel/v1/kernel.valid";
+} from "../gen/keycap/kernel/v1/kernel";
+import type { ToolValid } from "../gen/keycap/kernel/v1/kernel.valid";
 import { CapabilityHandle } from "./capability-handle";
 import { KeycapClientError } from "./errors";
 import { channelCredentials, runtimeTokenFromEnv, type TlsOptions } from "./credentials";

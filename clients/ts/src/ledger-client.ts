@@ -1,5 +1,5 @@
 import { credentials, type ChannelCredentials } from "@grpc/grpc-js";
-import { LedgerServiceClient, type LookupRequestResponse, type WriteRequest, type WriteResponse } from "../../../gen/ts/keycap/ledger/v1/ledger";
+import { LedgerServiceClient, type LookupRequestResponse, type WriteRequest, type WriteResponse } from "../gen/keycap/ledger/v1/ledger";
 import { callUnary, type CallSettings } from "./rpc";
 
 /**

@@ -1,5 +1,5 @@
-import { CallState, ResumeAction, type Call } from "../../../gen/ts/keycap/kernel/v1/kernel";
-import { EffectKind } from "../../../gen/ts/keycap/effect/v1/effect";
+import { CallState, ResumeAction, type Call } from "../gen/keycap/kernel/v1/kernel";
+import { EffectKind } from "../gen/keycap/effect/v1/effect";
 import type { CapabilityHandle } from "./capability-handle";
 import { KeycapClientError } from "./errors";
 import type { KernelClient, BeginOptions } from "./kernel-client";

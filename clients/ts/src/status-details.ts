@@ -4,8 +4,8 @@
  * google.rpc.RetryInfo (how long to wait before the retry an UNAVAILABLE asks for).
  */
 import { Metadata } from "@grpc/grpc-js";
-import { Status } from "../../../gen/ts/google/rpc/status";
-import { BadRequest, ErrorInfo, RetryInfo } from "../../../gen/ts/google/rpc/error_details";
+import { Status } from "../gen/google/rpc/status";
+import { BadRequest, ErrorInfo, RetryInfo } from "../gen/google/rpc/error_details";
 
 const STATUS_DETAILS_KEY = "grpc-status-details-bin";
 const ERROR_INFO_TYPE_URL = "type.googleapis.com/google.rpc.ErrorInfo";

@@ -1,6 +1,6 @@
-import { ContextField, type KeyDerivation } from "../../../gen/ts/keycap/effect/v1/effect";
-import type { EffectClassValid } from "../../../gen/ts/keycap/effect/v1/effect.valid";
-import type { ToolValid } from "../../../gen/ts/keycap/kernel/v1/kernel.valid";
+import { ContextField, type KeyDerivation } from "../gen/keycap/effect/v1/effect";
+import type { EffectClassValid } from "../gen/keycap/effect/v1/effect.valid";
+import type { ToolValid } from "../gen/keycap/kernel/v1/kernel.valid";
 
 /**
  * How an Idempotent tool's key is derived: built on the generated
