@@ -129,13 +129,3 @@ def test_a_mapped_client_certificate_is_its_principal_and_an_unmapped_one_is_ref
         assert (e.code, e.reason) == (grpc.StatusCode.UNAUTHENTICATED, "CERTIFICATE_NOT_MAPPED")
     with pytest.raises(ClientConfigError):
         AccessClient(tls_stack.kernel, "", tls=TlsOptions(ca_file=tls.ca_file, cert_file=tls.client_cert_file))
-
-
-def test_a_key_derivation_refuses_a_bare_string_or_no_fields_before_sending() -> None:
-    with pytest.raises(TypeError, match="list of JSON Pointers"):
-        KeyDerivation("/order_id")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="at least one field"):
-        KeyDerivation([])
-    with pytest.raises(ValueError, match="JSON Pointer"):
-        KeyDerivation(["order_id"])
-    assert KeyDerivation(("/a", "/b")).fields == ("/a", "/b")

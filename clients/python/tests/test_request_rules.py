@@ -6,7 +6,8 @@ counts the connections made to it (a call that got past the check would connect,
 then time out). Parity: for the same invalid tools the refusal the client raises equals
 the one the real kernel answers (reason, field, every field violation) when the check is
 bypassed and the request goes out through the generated stub. A valid tool of each
-effect class still registers.
+effect class still registers. The registration helpers refuse the shapes the rules
+refuse, with the same reason and path.
 """
 
 from __future__ import annotations
@@ -328,6 +329,58 @@ def test_a_valid_tool_registers_through_the_asyncio_client(stack: Stack, tool_id
                 assert not (await kernel.register_tool(tool)).already_registered
 
     asyncio.run(scenario())
+
+
+# --- the registration helpers ----------------------------------------------------------------
+
+
+HELPER_CASES: list[tuple[str, Callable[[], object], str, str]] = [
+    ("no key fields", lambda: KeyDerivation([]), "KEY_DERIVATION_NO_FIELDS", f"{_KEY}.fields"),
+    ("a key field twice", lambda: KeyDerivation(["/a", "/a"]), "KEY_DERIVATION_DUPLICATE_FIELD", f"{_KEY}.fields"),
+    ("a key field not a pointer", lambda: KeyDerivation(["/a", "b"]), "INVALID_JSON_POINTER", f"{_KEY}.fields[1]"),
+    ("a key field with ~2", lambda: KeyDerivation(["/a~2"]), "INVALID_JSON_POINTER", f"{_KEY}.fields[0]"),
+    ("Idempotent(None)", lambda: Idempotent(None), "KEY_DERIVATION_REQUIRED", _KEY),  # type: ignore[arg-type]
+    ("an empty request id field", lambda: Queryable(""), "REQUEST_ID_FIELD_REQUIRED", "tool.effect_class.queryable.lookup.request_id_field"),
+    ("a request id field not a pointer", lambda: Queryable("rid"), "INVALID_JSON_POINTER", "tool.effect_class.queryable.lookup.request_id_field"),
+    ("a bad tool id", lambda: ToolDefinition("a b", Unsafe()), "INVALID_TOOL_ID", "tool.tool_id"),
+    ("an empty tool id", lambda: ToolDefinition("", Unsafe()), "INVALID_TOOL_ID", "tool.tool_id"),
+    ("no effect", lambda: ToolDefinition("py.rules.none", None), "EFFECT_CLASS_REQUIRED", "tool.effect_class"),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize(("make", "reason", "field"), [c[1:] for c in HELPER_CASES], ids=[c[0] for c in HELPER_CASES])
+def test_the_helpers_refuse_what_the_rules_refuse(make: Callable[[], object], reason: str, field: str) -> None:
+    with pytest.raises(KeycapError) as caught:
+        make()
+    err = caught.value
+    assert (err.code, err.reason, err.domain) == (grpc.StatusCode.INVALID_ARGUMENT, reason, CLIENT_ERROR_DOMAIN)
+    assert err.metadata["field"] == field
+
+
+def test_the_helpers_refuse_as_the_kernel_does(stack: Stack, tool_id: str) -> None:
+    """A helper's refusal names the reason and path the kernel gives for the same wire shape."""
+    shapes: list[tuple[Callable[[], object], kernel_pb2.RegisterToolRequest]] = [
+        (lambda: KeyDerivation(["/a", "b"]), _tool(tool_id, idempotent=_key(fields=["/a", "b"], version=1))),
+        (lambda: Queryable("rid"), _tool(tool_id, queryable=_lookup("rid"))),
+        (lambda: ToolDefinition("a b", Unsafe()), _tool("a b", unsafe=effect_pb2.Unsafe())),
+    ]
+    for make, wire in shapes:
+        with pytest.raises(KeycapError) as caught:
+            make()
+        kernels = send_unchecked(stack, wire)
+        assert (caught.value.reason, caught.value.field_violations) == (kernels.reason, kernels.field_violations)
+
+
+def test_the_helpers_refuse_wrong_python_types() -> None:
+    with pytest.raises(TypeError, match="list of JSON Pointers"):
+        KeyDerivation("/order_id")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be a str"):
+        KeyDerivation([1])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="KeyDerivation"):
+        Idempotent("/order_id")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="unknown effect spec"):
+        ToolDefinition("py.rules.x", "unsafe")  # type: ignore[arg-type]
+    assert KeyDerivation(("/a", "/b")).fields == ("/a", "/b")
 
 
 # --- the mapping itself ------------------------------------------------------------------------
