@@ -8,6 +8,15 @@
 # they are rewritten to live under keycap_client._gen so the package owns its
 # stubs and never shadows a top-level `keycap` package.
 #
+# buf/validate/validate.proto (protovalidate's rules, vendored) is not generated,
+# and keycap's stubs do not import it: the protos are compiled to a descriptor set
+# first, the import of buf/validate/validate.proto is dropped from each file (its
+# rules stay in the options, as bytes protovalidate reads), and the stubs are
+# generated from that set. So keycap_client registers no buf/validate file in
+# protobuf's global pool, where another copy (an application's own stubs, a
+# generated SDK) of another version would collide with it by file name
+# (docs/decisions/0005-python-client.md, "Request rules").
+#
 # google.rpc (Status, ErrorInfo) is generated as a descriptor set
 # (_gen/google_rpc.binpb), not as *_pb2 modules: those would register
 # google/rpc/*.proto in protobuf's global pool and crash any process that also
@@ -20,17 +29,56 @@ cd "$ROOT"
 
 OUT="clients/python/src/keycap_client/_gen"
 STAGE="$(mktemp -d)"
-trap 'rm -rf "$STAGE"' EXIT
+SETS="$(mktemp -d)"
+trap 'rm -rf "$STAGE" "$SETS"' EXIT
 
 export LC_ALL=C
 # The client's contract: effect, kernel, ledger (incl. admin). Not
 # proto/keycap/bench (a benchmark baseline no client needs).
 mapfile -t PROTOS < <(cd proto && find keycap/effect keycap/kernel keycap/ledger keycap/rules -name '*.proto' | sort)
-"$PY" -m grpc_tools.protoc -I proto -I third_party/proto \
+# With source info: the comments become the services' docstrings.
+"$PY" -m grpc_tools.protoc -I proto -I third_party/proto --include_imports --include_source_info \
+  --descriptor_set_out="$SETS/full.binpb" "${PROTOS[@]}"
+"$PY" - "$SETS/full.binpb" "$SETS/stubs.binpb" <<'PYEOF'
+"""Drops buf/validate/validate.proto, and every import of it, from a descriptor set.
+
+Also drops the json_name protoc writes into a descriptor set for every field (the
+default one; keycap's protos set none), which it leaves out of stubs generated
+from .proto files: the stubs' embedded descriptors stay what they were."""
+import sys
+from google.protobuf import descriptor_pb2
+
+VALIDATE = "buf/validate/validate.proto"
+
+
+def drop_json_names(messages):
+    for m in messages:
+        for f in list(m.field) + list(m.extension):
+            f.ClearField("json_name")
+        drop_json_names(m.nested_type)
+
+with open(sys.argv[1], "rb") as f:
+    full = descriptor_pb2.FileDescriptorSet.FromString(f.read())
+out = descriptor_pb2.FileDescriptorSet()
+for file in full.file:
+    if file.name == VALIDATE:
+        continue
+    if VALIDATE in file.dependency:
+        # Only options refer to it (buf.validate.field etc.); no type does, so the
+        # file stands alone. public/weak imports would be indices: keycap has none.
+        assert not file.public_dependency and not file.weak_dependency, file.name
+        deps = [d for d in file.dependency if d != VALIDATE]
+        del file.dependency[:]
+        file.dependency.extend(deps)
+    drop_json_names(file.message_type)
+    for ext in file.extension:
+        ext.ClearField("json_name")
+    out.file.append(file)
+with open(sys.argv[2], "wb") as f:
+    f.write(out.SerializeToString(deterministic=True))
+PYEOF
+"$PY" -m grpc_tools.protoc --descriptor_set_in="$SETS/stubs.binpb" \
   --python_out="$STAGE" --pyi_out="$STAGE" --grpc_python_out="$STAGE" "${PROTOS[@]}"
-# The protovalidate rules the protos carry (buf.validate options), vendored.
-"$PY" -m grpc_tools.protoc -I proto -I third_party/proto \
-  --python_out="$STAGE" --pyi_out="$STAGE" buf/validate/validate.proto
 # The status types errors carry, from the vendored protos (with any.proto etc.).
 mapfile -t RPC_PROTOS < <(cd third_party/proto && find google/rpc -name '*.proto' | sort)
 "$PY" -m grpc_tools.protoc -I proto -I third_party/proto \
@@ -40,7 +88,6 @@ mapfile -t RPC_PROTOS < <(cd third_party/proto && find google/rpc -name '*.proto
 # google.protobuf (the runtime's well-known types) stays where it is.
 find "$STAGE" -type f \( -name '*.py' -o -name '*.pyi' \) -print0 | xargs -0 sed -i -E \
   -e 's/^from keycap([. ])/from keycap_client._gen.keycap\1/' \
-  -e 's/^from buf([. ])/from keycap_client._gen.buf\1/' \
   -e 's/^import keycap\./import keycap_client._gen.keycap./'
 
 # Every directory is a regular package (importable, found by setuptools and mypy).

@@ -1,6 +1,6 @@
 # Sourced by generate.sh and test.sh: makes sure clients/python/.venv exists and
 # holds exactly requirements.txt plus the package (editable), then sets $PY to its
-# python. Needs only python3 (>= 3.10) with pip and network to PyPI; reinstalls
+# python. Needs only python3 (>= 3.11) with pip and network to PyPI; reinstalls
 # only when requirements.txt or pyproject.toml change. KEYCAP_PY_VENV overrides
 # the venv's location; PYTHON the interpreter it is made from.
 PY_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

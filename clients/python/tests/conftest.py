@@ -20,7 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from keycap_client import AdminClient, KernelClient, LedgerClient
+import grpc
+
+from keycap_client import AdminClient, KernelClient, KeycapError, LedgerClient
+from keycap_client._gen.keycap.kernel.v1 import kernel_pb2, kernel_pb2_grpc
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 STACK_SCRIPT = REPO_ROOT / "dist/test/support/e2e-stack.js"
@@ -148,3 +151,15 @@ def admin(stack: Stack) -> Iterator[AdminClient]:
 def tool_id() -> str:
     """A tool id no other test (or earlier run) has registered."""
     return f"py.e2e.charge.{uuid.uuid4().hex[:12]}"
+
+
+def send_unchecked(stack: Stack, request: kernel_pb2.RegisterToolRequest) -> KeycapError:
+    """Sends a RegisterTool request past the client's rule check, through the generated
+    stub alone, and returns the kernel's refusal (fails the test if it accepted)."""
+    with grpc.insecure_channel(stack.kernel) as channel:
+        stub = kernel_pb2_grpc.KernelServiceStub(channel)  # type: ignore[no-untyped-call]
+        try:
+            stub.RegisterTool(request, timeout=10, metadata=(("authorization", f"Bearer {stack.runtime_token}"),))
+        except grpc.RpcError as err:
+            return KeycapError.from_rpc_error(err)
+    pytest.fail(f"the kernel accepted {request}")

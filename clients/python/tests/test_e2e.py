@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 import grpc
 import pytest
 
-from conftest import REPO_ROOT, Stack
+from conftest import REPO_ROOT, Stack, send_unchecked
 from keycap_client import (
     ERROR_DOMAIN,
     AdminClient,
@@ -50,15 +50,18 @@ def other_key(key: str) -> str:
 # --- kernel -----------------------------------------------------------------
 
 
-def test_kernel_refuses_an_idempotent_tool_without_a_key_derivation(kernel: KernelClient, tool_id: str) -> None:
+def test_kernel_refuses_an_idempotent_tool_without_a_key_derivation(stack: Stack, kernel: KernelClient, tool_id: str) -> None:
     tool = kernel_pb2.Tool(tool_id=tool_id, effect_class=effect_pb2.EffectClass(idempotent=effect_pb2.Idempotent()))
-    with pytest.raises(KeycapError) as caught:
-        kernel.register_tool(tool)
-    err = caught.value
+    # The client refuses it before sending (tests/test_request_rules.py); sent past that
+    # check, the kernel refuses it the same way.
+    err = send_unchecked(stack, kernel_pb2.RegisterToolRequest(tool=tool))
     assert err.code == grpc.StatusCode.INVALID_ARGUMENT
     assert err.reason == "KEY_DERIVATION_REQUIRED"
     assert err.domain == ERROR_DOMAIN
     assert err.metadata["field"] == "tool.effect_class.idempotent.key"
+    with pytest.raises(KeycapError) as caught:
+        kernel.register_tool(tool)
+    assert (caught.value.reason, caught.value.metadata["field"]) == (err.reason, err.metadata["field"])
 
 
 def test_begin_derives_one_key_from_the_named_fields_only(kernel: KernelClient, tool_id: str) -> None:

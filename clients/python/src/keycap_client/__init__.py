@@ -7,7 +7,9 @@ an explicit capability (one handed over from another process); :class:`AdminClie
 reads the ledger's entries and refusals; :class:`AccessClient` manages principals and
 grants. Kernel calls carry the runtime credential (``KEYCAP_RUNTIME_TOKEN``, its file,
 or ``.keycap/runtime-token``); every client takes :class:`TlsOptions`. Every error is a :class:`KeycapError`
-carrying the gRPC code and the ``google.rpc.ErrorInfo`` reason. The same clients on
+carrying the gRPC code and the ``google.rpc.ErrorInfo`` reason. Requests are checked
+against the rules in ``proto/`` before they are sent (:mod:`keycap_client.request_rules`),
+and refused with the reason the kernel would give. The same clients on
 asyncio (``grpc.aio``) are in :mod:`keycap_client.aio`.
 """
 
@@ -15,7 +17,7 @@ from keycap_client.access_client import AccessClient
 from keycap_client.admin_client import AdminClient
 from keycap_client.capability_handle import CapabilityHandle
 from keycap_client.credentials import ClientConfigError, TlsOptions, runtime_token_from_env, tls_from_env
-from keycap_client.errors import ERROR_DOMAIN, KeycapError
+from keycap_client.errors import CLIENT_ERROR_DOMAIN, ERROR_DOMAIN, FieldViolation, KeycapError
 from keycap_client.kernel_client import KernelClient
 from keycap_client.ledger_client import LedgerClient
 from keycap_client.tool_definition import EffectSpec, Idempotent, KeyDerivation, Queryable, ToolDefinition, Unsafe
@@ -28,7 +30,9 @@ __all__ = [
     "runtime_token_from_env",
     "tls_from_env",
     "CapabilityHandle",
+    "CLIENT_ERROR_DOMAIN",
     "ERROR_DOMAIN",
+    "FieldViolation",
     "EffectSpec",
     "Idempotent",
     "KernelClient",

@@ -10,7 +10,8 @@ from typing import Any, Protocol, TypeVar
 
 import grpc
 
-from keycap_client.errors import KeycapError
+from keycap_client.errors import CLIENT_ERROR_DOMAIN, KeycapError
+from keycap_client.request_rules import check as check_request_rules
 
 Res = TypeVar("Res")
 
@@ -43,7 +44,7 @@ def bearer_metadata(bearer: str | None) -> tuple[tuple[str, str], ...] | None:
             "CAPABILITY_TOO_LARGE",
             f"the credential is {size} bytes; keycap credentials are at most 4096 bytes, "
             f"and this client sends none over {MAX_BEARER_BYTES} (not sent)",
-            domain="keycap.dev/client",
+            domain=CLIENT_ERROR_DOMAIN,
         )
     return (("authorization", f"Bearer {bearer}"),)
 
@@ -83,7 +84,9 @@ def call_unary(
 ) -> Any:
     """Invokes ``method`` (a generated stub's multicallable).
 
-    ``bearer`` (when not None) is sent as ``authorization: Bearer <bearer>``;
+    First the request's rules (``proto/``'s protovalidate annotations) are checked: a
+    request that breaks one is refused with the reason the kernel would give, and nothing
+    is sent (:mod:`keycap_client.request_rules`). ``bearer`` (when not None) is sent as ``authorization: Bearer <bearer>``;
     ``timeout`` is the deadline in seconds from now, retries included. The call waits
     for the channel to be ready (a service restarting within the deadline is waited
     for, nothing is sent before it is up), and an UNAVAILABLE answer — keycap's
@@ -91,6 +94,7 @@ def call_unary(
     unless ``retry`` is False (a single-use capability's write, where a lost answer
     makes a retry ambiguous). The asyncio twin is ``keycap_client.aio._rpc.call_unary``.
     """
+    check_request_rules(request)
     metadata = bearer_metadata(bearer)
     deadline = deadline_after(timeout)
     attempt = 0
@@ -141,7 +145,7 @@ def open_channel(address: str, credentials: grpc.ChannelCredentials | None) -> g
 
 def client_error(reason: str, message: str) -> KeycapError:
     """A KeycapError raised by the client itself (misuse), never by a server."""
-    return KeycapError(grpc.StatusCode.FAILED_PRECONDITION, reason, message, domain="keycap.dev/client")
+    return KeycapError(grpc.StatusCode.FAILED_PRECONDITION, reason, message, domain=CLIENT_ERROR_DOMAIN)
 
 
 _Client = TypeVar("_Client", bound="ChannelClient")

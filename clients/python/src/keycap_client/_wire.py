@@ -15,7 +15,7 @@ from google.protobuf import timestamp_pb2
 
 from keycap_client._gen.keycap.kernel.v1 import access_pb2, kernel_pb2
 from keycap_client._gen.keycap.ledger.v1 import ledger_admin_pb2, ledger_pb2
-from keycap_client.errors import KeycapError
+from keycap_client.errors import CLIENT_ERROR_DOMAIN, KeycapError
 from keycap_client._rpc import LIST_PAGE_SIZE, client_error
 from keycap_client.tool_definition import ToolDefinition
 
@@ -140,6 +140,6 @@ def begin_call_request(tool_id: str, arguments_json: str, call_id: str, run_id: 
                 grpc.StatusCode.INVALID_ARGUMENT,
                 "INVALID_UTF8",
                 f"{field} holds a lone surrogate, which is not text UTF-8 can carry (not sent)",
-                domain="keycap.dev/client",
+                domain=CLIENT_ERROR_DOMAIN,
             ) from None
     return kernel_pb2.BeginCallRequest(tool_id=tool_id, arguments_json=arguments_json, call_id=call_id or str(uuid.uuid4()), run_id=run_id)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from types import MappingProxyType
@@ -12,18 +13,35 @@ import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 
-__all__ = ["KeycapError", "ERROR_DOMAIN", "STATUS_DETAILS_KEY"]
+__all__ = ["KeycapError", "FieldViolation", "ERROR_DOMAIN", "CLIENT_ERROR_DOMAIN", "STATUS_DETAILS_KEY"]
 
 #: The ErrorInfo domain keycap's services use.
 ERROR_DOMAIN = "keycap.dev"
+#: The domain of a KeycapError the client raised itself, before sending anything.
+CLIENT_ERROR_DOMAIN = "keycap.dev/client"
 #: The trailer that carries a binary google.rpc.Status.
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
 _ERROR_INFO_TYPE = "google.rpc.ErrorInfo"
+_BAD_REQUEST_TYPE = "google.rpc.BadRequest"
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One bad field of a refused request (a ``google.rpc.BadRequest`` field violation).
+
+    ``field``: the proto field path, e.g. ``"tool.effect_class.idempotent.key.fields[1]"``;
+    ``description``: what is wrong, for people; ``reason``: the rule's reason
+    (UPPER_SNAKE_CASE, e.g. ``"INVALID_JSON_POINTER"``), for code.
+    """
+
+    field: str
+    description: str
+    reason: str
 
 
 @cache
-def _rpc_types() -> tuple[type[Message], type[Message]]:
-    """google.rpc.Status and google.rpc.ErrorInfo, from the generated descriptor set.
+def _rpc_types() -> tuple[type[Message], type[Message], type[Message]]:
+    """google.rpc.Status, ErrorInfo and BadRequest, from the generated descriptor set.
 
     They live in a private descriptor pool, never protobuf's global one, so this
     package coexists with googleapis-common-protos (which registers the same
@@ -35,7 +53,8 @@ def _rpc_types() -> tuple[type[Message], type[Message]]:
         pool.AddSerializedFile(file.SerializeToString())
     status = message_factory.GetMessageClass(pool.FindMessageTypeByName("google.rpc.Status"))
     info = message_factory.GetMessageClass(pool.FindMessageTypeByName(_ERROR_INFO_TYPE))
-    return status, info
+    bad_request = message_factory.GetMessageClass(pool.FindMessageTypeByName(_BAD_REQUEST_TYPE))
+    return status, info, bad_request
 
 
 class KeycapError(Exception):
@@ -45,6 +64,11 @@ class KeycapError(Exception):
     ``grpc-status-details-bin`` trailer, e.g. ``"KEY_MISMATCH"``), never on
     :attr:`message`. When the server sent no ErrorInfo (a transport failure, a
     deadline), ``reason`` is the gRPC code's name, e.g. ``"UNAVAILABLE"``.
+
+    An ``INVALID_ARGUMENT`` refusal of a request's rules lists every failing rule in
+    :attr:`field_violations` (from the server's ``google.rpc.BadRequest``, or, when the
+    client refused the request before sending it, from the same rules checked here;
+    :attr:`domain` is then ``"keycap.dev/client"``). :attr:`reason` is the first one's.
 
     Example::
 
@@ -60,6 +84,7 @@ class KeycapError(Exception):
     message: str
     domain: str
     metadata: Mapping[str, str]
+    field_violations: tuple[FieldViolation, ...]
 
     def __init__(
         self,
@@ -68,6 +93,7 @@ class KeycapError(Exception):
         message: str,
         metadata: Mapping[str, str] | None = None,
         domain: str = "",
+        field_violations: Iterable[FieldViolation] = (),
     ) -> None:
         super().__init__(f"{code.name} {reason}: {message}")
         self.code = code
@@ -75,6 +101,7 @@ class KeycapError(Exception):
         self.message = message
         self.domain = domain
         self.metadata = MappingProxyType(dict(metadata or {}))
+        self.field_violations = tuple(field_violations)
 
     @property
     def code_name(self) -> str:
@@ -83,7 +110,8 @@ class KeycapError(Exception):
 
     @classmethod
     def from_rpc_error(cls, err: grpc.RpcError) -> KeycapError:
-        """Builds a KeycapError from a failed call, reading the ErrorInfo from its trailer.
+        """Builds a KeycapError from a failed call, reading the ErrorInfo (and any
+        BadRequest) from its trailer.
 
         The original error is kept as ``__cause__`` when raised with ``raise ... from``.
         """
@@ -93,14 +121,21 @@ class KeycapError(Exception):
         trailers = call.trailing_metadata() if hasattr(call, "trailing_metadata") else None
         raw = _status_details(trailers)
         if raw is not None:
-            status_type, info_type = _rpc_types()
+            status_type, info_type, bad_request_type = _rpc_types()
             try:
                 st: Any = status_type.FromString(raw)
                 message = message or st.message
+                info: Any = None
+                violations: list[FieldViolation] = []
                 for detail in st.details:
-                    if detail.type_url.rsplit("/", 1)[-1] == _ERROR_INFO_TYPE:
-                        info: Any = info_type.FromString(detail.value)
-                        return cls(code, info.reason, message, dict(info.metadata), info.domain)
+                    name = detail.type_url.rsplit("/", 1)[-1]
+                    if name == _ERROR_INFO_TYPE and info is None:
+                        info = info_type.FromString(detail.value)
+                    elif name == _BAD_REQUEST_TYPE:
+                        bad: Any = bad_request_type.FromString(detail.value)
+                        violations.extend(FieldViolation(v.field, v.description, v.reason) for v in bad.field_violations)
+                if info is not None:
+                    return cls(code, info.reason, message, dict(info.metadata), info.domain, violations)
             except Exception:  # a malformed trailer never hides the real error
                 pass
         return cls(code, code.name, message)
@@ -109,11 +144,21 @@ class KeycapError(Exception):
         return f"KeycapError(code={self.code.name}, reason={self.reason!r}, message={self.message!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (self.code.name, self.reason, self.message, dict(self.metadata), self.domain))
+        return (
+            _rebuild,
+            (self.code.name, self.reason, self.message, dict(self.metadata), self.domain, self.field_violations),
+        )
 
 
-def _rebuild(code: str, reason: str, message: str, metadata: dict[str, str], domain: str) -> KeycapError:
-    return KeycapError(grpc.StatusCode[code], reason, message, metadata, domain)
+def _rebuild(
+    code: str,
+    reason: str,
+    message: str,
+    metadata: dict[str, str],
+    domain: str,
+    field_violations: tuple[FieldViolation, ...] = (),
+) -> KeycapError:
+    return KeycapError(grpc.StatusCode[code], reason, message, metadata, domain, field_violations)
 
 
 def _status_details(trailers: Any) -> bytes | None:

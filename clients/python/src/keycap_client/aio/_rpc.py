@@ -16,6 +16,7 @@ import grpc.aio
 
 from keycap_client._rpc import Item, PageT, bearer_metadata, deadline_after, retry_delay, time_left
 from keycap_client.errors import KeycapError
+from keycap_client.request_rules import check as check_request_rules
 
 
 async def call_unary(
@@ -28,12 +29,14 @@ async def call_unary(
 ) -> Any:
     """Awaits ``method`` (a generated stub's multicallable on a ``grpc.aio`` channel).
 
-    Exactly :func:`keycap_client._rpc.call_unary`'s policy: ``authorization: Bearer``
+    Exactly :func:`keycap_client._rpc.call_unary`'s policy: the request's rules checked
+    before anything is sent, ``authorization: Bearer``
     metadata, one deadline ``timeout`` seconds from now for every try, wait-for-ready,
     and an UNAVAILABLE answer retried with capped, jittered exponential backoff within
     the deadline unless ``retry`` is False (a single-use capability's write). Between
     tries it sleeps with ``asyncio.sleep``: the event loop keeps running.
     """
+    check_request_rules(request)
     metadata = bearer_metadata(bearer)
     deadline = deadline_after(timeout)
     attempt = 0

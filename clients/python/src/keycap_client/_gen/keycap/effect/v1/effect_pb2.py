@@ -22,11 +22,10 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from keycap_client._gen.buf.validate import validate_pb2 as buf_dot_validate_dot_validate__pb2
 from keycap_client._gen.keycap.rules.v1 import refusal_pb2 as keycap_dot_rules_dot_v1_dot_refusal__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dkeycap/effect/v1/effect.proto\x12\x10keycap.effect.v1\x1a\x1b\x62uf/validate/validate.proto\x1a\x1dkeycap/rules/v1/refusal.proto\"\xd3\x01\n\x0b\x45\x66\x66\x65\x63tClass\x12\x32\n\nidempotent\x18\x01 \x01(\x0b\x32\x1c.keycap.effect.v1.IdempotentH\x00\x12\x30\n\tqueryable\x18\x02 \x01(\x0b\x32\x1b.keycap.effect.v1.QueryableH\x00\x12*\n\x06unsafe\x18\x03 \x01(\x0b\x32\x18.keycap.effect.v1.UnsafeH\x00\x42\x32\n\x04kind\x12*\xbaH\x02\x08\x01\xe2\xf9\x18!\n\x08required\x12\x15\x45\x46\x46\x45\x43T_CLASS_REQUIRED\"i\n\nIdempotent\x12[\n\x03key\x18\x01 \x01(\x0b\x32\x1f.keycap.effect.v1.KeyDerivationB-\xbaH\x03\xc8\x01\x01\xe2\xf9\x18#\n\x08required\x12\x17KEY_DERIVATION_REQUIRED\"\xd9\x03\n\rKeyDerivation\x12\xc6\x01\n\x06\x66ields\x18\x01 \x03(\tB\xb5\x01\xbaH!\x92\x01\x1e\x08\x01\x18\x01\"\x18r\x16\x32\x14^(/([^/~]|~[01])*)+$\xe2\xf9\x18.\n\x12repeated.min_items\x12\x18KEY_DERIVATION_NO_FIELDS\xe2\xf9\x18\x31\n\x0frepeated.unique\x12\x1eKEY_DERIVATION_DUPLICATE_FIELD\xe2\xf9\x18&\n\x0estring.pattern\x12\x14INVALID_JSON_POINTER\x12\x0f\n\x07version\x18\x02 \x01(\r\x12\xed\x01\n\x0e\x63ontext_fields\x18\x03 \x03(\x0e\x32\x1e.keycap.effect.v1.ContextFieldB\xb4\x01\xbaH\x0e\x92\x01\x0b\x18\x01\"\x07\x82\x01\x04\x10\x01 \x00\xe2\xf9\x18\x33\n\x0frepeated.unique\x12 KEY_DERIVATION_BAD_CONTEXT_FIELD\xe2\xf9\x18\x35\n\x11\x65num.defined_only\x12 KEY_DERIVATION_BAD_CONTEXT_FIELD\xe2\xf9\x18/\n\x0b\x65num.not_in\x12 KEY_DERIVATION_BAD_CONTEXT_FIELD\"o\n\tQueryable\x12\x62\n\x06lookup\x18\x01 \x01(\x0b\x32!.keycap.effect.v1.RequestIdLookupB/\xbaH\x03\xc8\x01\x01\xe2\xf9\x18%\n\x08required\x12\x19REQUEST_ID_FIELD_REQUIRED\"\xa4\x01\n\x0fRequestIdLookup\x12\x90\x01\n\x10request_id_field\x18\x01 \x01(\tBv\xbaH\x1ar\x18\x10\x01\x32\x14^(/([^/~]|~[01])*)+$\xe2\xf9\x18+\n\x0estring.min_len\x12\x19REQUEST_ID_FIELD_REQUIRED\xe2\xf9\x18&\n\x0estring.pattern\x12\x14INVALID_JSON_POINTER\"\x08\n\x06Unsafe*G\n\x0c\x43ontextField\x12\x1d\n\x19\x43ONTEXT_FIELD_UNSPECIFIED\x10\x00\x12\x18\n\x14\x43ONTEXT_FIELD_RUN_ID\x10\x01*x\n\nEffectKind\x12\x1b\n\x17\x45\x46\x46\x45\x43T_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x45\x46\x46\x45\x43T_KIND_IDEMPOTENT\x10\x01\x12\x19\n\x15\x45\x46\x46\x45\x43T_KIND_QUERYABLE\x10\x02\x12\x16\n\x12\x45\x46\x46\x45\x43T_KIND_UNSAFE\x10\x03\x42\x43ZAgithub.com/keycap/keycap/clients/go/gen/keycap/effect/v1;effectv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dkeycap/effect/v1/effect.proto\x12\x10keycap.effect.v1\x1a\x1dkeycap/rules/v1/refusal.proto\"\xd3\x01\n\x0b\x45\x66\x66\x65\x63tClass\x12\x32\n\nidempotent\x18\x01 \x01(\x0b\x32\x1c.keycap.effect.v1.IdempotentH\x00\x12\x30\n\tqueryable\x18\x02 \x01(\x0b\x32\x1b.keycap.effect.v1.QueryableH\x00\x12*\n\x06unsafe\x18\x03 \x01(\x0b\x32\x18.keycap.effect.v1.UnsafeH\x00\x42\x32\n\x04kind\x12*\xe2\xf9\x18!\n\x08required\x12\x15\x45\x46\x46\x45\x43T_CLASS_REQUIRED\xbaH\x02\x08\x01\"i\n\nIdempotent\x12[\n\x03key\x18\x01 \x01(\x0b\x32\x1f.keycap.effect.v1.KeyDerivationB-\xe2\xf9\x18#\n\x08required\x12\x17KEY_DERIVATION_REQUIRED\xbaH\x03\xc8\x01\x01\"\xd9\x03\n\rKeyDerivation\x12\xc6\x01\n\x06\x66ields\x18\x01 \x03(\tB\xb5\x01\xe2\xf9\x18.\n\x12repeated.min_items\x12\x18KEY_DERIVATION_NO_FIELDS\xe2\xf9\x18\x31\n\x0frepeated.unique\x12\x1eKEY_DERIVATION_DUPLICATE_FIELD\xe2\xf9\x18&\n\x0estring.pattern\x12\x14INVALID_JSON_POINTER\xbaH!\x92\x01\x1e\x08\x01\x18\x01\"\x18r\x16\x32\x14^(/([^/~]|~[01])*)+$\x12\x0f\n\x07version\x18\x02 \x01(\r\x12\xed\x01\n\x0e\x63ontext_fields\x18\x03 \x03(\x0e\x32\x1e.keycap.effect.v1.ContextFieldB\xb4\x01\xe2\xf9\x18\x33\n\x0frepeated.unique\x12 KEY_DERIVATION_BAD_CONTEXT_FIELD\xe2\xf9\x18\x35\n\x11\x65num.defined_only\x12 KEY_DERIVATION_BAD_CONTEXT_FIELD\xe2\xf9\x18/\n\x0b\x65num.not_in\x12 KEY_DERIVATION_BAD_CONTEXT_FIELD\xbaH\x0e\x92\x01\x0b\x18\x01\"\x07\x82\x01\x04\x10\x01 \x00\"o\n\tQueryable\x12\x62\n\x06lookup\x18\x01 \x01(\x0b\x32!.keycap.effect.v1.RequestIdLookupB/\xe2\xf9\x18%\n\x08required\x12\x19REQUEST_ID_FIELD_REQUIRED\xbaH\x03\xc8\x01\x01\"\xa4\x01\n\x0fRequestIdLookup\x12\x90\x01\n\x10request_id_field\x18\x01 \x01(\tBv\xe2\xf9\x18+\n\x0estring.min_len\x12\x19REQUEST_ID_FIELD_REQUIRED\xe2\xf9\x18&\n\x0estring.pattern\x12\x14INVALID_JSON_POINTER\xbaH\x1ar\x18\x10\x01\x32\x14^(/([^/~]|~[01])*)+$\"\x08\n\x06Unsafe*G\n\x0c\x43ontextField\x12\x1d\n\x19\x43ONTEXT_FIELD_UNSPECIFIED\x10\x00\x12\x18\n\x14\x43ONTEXT_FIELD_RUN_ID\x10\x01*x\n\nEffectKind\x12\x1b\n\x17\x45\x46\x46\x45\x43T_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x45\x46\x46\x45\x43T_KIND_IDEMPOTENT\x10\x01\x12\x19\n\x15\x45\x46\x46\x45\x43T_KIND_QUERYABLE\x10\x02\x12\x16\n\x12\x45\x46\x46\x45\x43T_KIND_UNSAFE\x10\x03\x42\x43ZAgithub.com/keycap/keycap/clients/go/gen/keycap/effect/v1;effectv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,31 +34,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'ZAgithub.com/keycap/keycap/clients/go/gen/keycap/effect/v1;effectv1'
   _globals['_EFFECTCLASS'].oneofs_by_name['kind']._loaded_options = None
-  _globals['_EFFECTCLASS'].oneofs_by_name['kind']._serialized_options = b'\272H\002\010\001\342\371\030!\n\010required\022\025EFFECT_CLASS_REQUIRED'
+  _globals['_EFFECTCLASS'].oneofs_by_name['kind']._serialized_options = b'\342\371\030!\n\010required\022\025EFFECT_CLASS_REQUIRED\272H\002\010\001'
   _globals['_IDEMPOTENT'].fields_by_name['key']._loaded_options = None
-  _globals['_IDEMPOTENT'].fields_by_name['key']._serialized_options = b'\272H\003\310\001\001\342\371\030#\n\010required\022\027KEY_DERIVATION_REQUIRED'
+  _globals['_IDEMPOTENT'].fields_by_name['key']._serialized_options = b'\342\371\030#\n\010required\022\027KEY_DERIVATION_REQUIRED\272H\003\310\001\001'
   _globals['_KEYDERIVATION'].fields_by_name['fields']._loaded_options = None
-  _globals['_KEYDERIVATION'].fields_by_name['fields']._serialized_options = b'\272H!\222\001\036\010\001\030\001\"\030r\0262\024^(/([^/~]|~[01])*)+$\342\371\030.\n\022repeated.min_items\022\030KEY_DERIVATION_NO_FIELDS\342\371\0301\n\017repeated.unique\022\036KEY_DERIVATION_DUPLICATE_FIELD\342\371\030&\n\016string.pattern\022\024INVALID_JSON_POINTER'
+  _globals['_KEYDERIVATION'].fields_by_name['fields']._serialized_options = b'\342\371\030.\n\022repeated.min_items\022\030KEY_DERIVATION_NO_FIELDS\342\371\0301\n\017repeated.unique\022\036KEY_DERIVATION_DUPLICATE_FIELD\342\371\030&\n\016string.pattern\022\024INVALID_JSON_POINTER\272H!\222\001\036\010\001\030\001\"\030r\0262\024^(/([^/~]|~[01])*)+$'
   _globals['_KEYDERIVATION'].fields_by_name['context_fields']._loaded_options = None
-  _globals['_KEYDERIVATION'].fields_by_name['context_fields']._serialized_options = b'\272H\016\222\001\013\030\001\"\007\202\001\004\020\001 \000\342\371\0303\n\017repeated.unique\022 KEY_DERIVATION_BAD_CONTEXT_FIELD\342\371\0305\n\021enum.defined_only\022 KEY_DERIVATION_BAD_CONTEXT_FIELD\342\371\030/\n\013enum.not_in\022 KEY_DERIVATION_BAD_CONTEXT_FIELD'
+  _globals['_KEYDERIVATION'].fields_by_name['context_fields']._serialized_options = b'\342\371\0303\n\017repeated.unique\022 KEY_DERIVATION_BAD_CONTEXT_FIELD\342\371\0305\n\021enum.defined_only\022 KEY_DERIVATION_BAD_CONTEXT_FIELD\342\371\030/\n\013enum.not_in\022 KEY_DERIVATION_BAD_CONTEXT_FIELD\272H\016\222\001\013\030\001\"\007\202\001\004\020\001 \000'
   _globals['_QUERYABLE'].fields_by_name['lookup']._loaded_options = None
-  _globals['_QUERYABLE'].fields_by_name['lookup']._serialized_options = b'\272H\003\310\001\001\342\371\030%\n\010required\022\031REQUEST_ID_FIELD_REQUIRED'
+  _globals['_QUERYABLE'].fields_by_name['lookup']._serialized_options = b'\342\371\030%\n\010required\022\031REQUEST_ID_FIELD_REQUIRED\272H\003\310\001\001'
   _globals['_REQUESTIDLOOKUP'].fields_by_name['request_id_field']._loaded_options = None
-  _globals['_REQUESTIDLOOKUP'].fields_by_name['request_id_field']._serialized_options = b'\272H\032r\030\020\0012\024^(/([^/~]|~[01])*)+$\342\371\030+\n\016string.min_len\022\031REQUEST_ID_FIELD_REQUIRED\342\371\030&\n\016string.pattern\022\024INVALID_JSON_POINTER'
-  _globals['_CONTEXTFIELD']._serialized_start=1198
-  _globals['_CONTEXTFIELD']._serialized_end=1269
-  _globals['_EFFECTKIND']._serialized_start=1271
-  _globals['_EFFECTKIND']._serialized_end=1391
-  _globals['_EFFECTCLASS']._serialized_start=112
-  _globals['_EFFECTCLASS']._serialized_end=323
-  _globals['_IDEMPOTENT']._serialized_start=325
-  _globals['_IDEMPOTENT']._serialized_end=430
-  _globals['_KEYDERIVATION']._serialized_start=433
-  _globals['_KEYDERIVATION']._serialized_end=906
-  _globals['_QUERYABLE']._serialized_start=908
-  _globals['_QUERYABLE']._serialized_end=1019
-  _globals['_REQUESTIDLOOKUP']._serialized_start=1022
-  _globals['_REQUESTIDLOOKUP']._serialized_end=1186
-  _globals['_UNSAFE']._serialized_start=1188
-  _globals['_UNSAFE']._serialized_end=1196
+  _globals['_REQUESTIDLOOKUP'].fields_by_name['request_id_field']._serialized_options = b'\342\371\030+\n\016string.min_len\022\031REQUEST_ID_FIELD_REQUIRED\342\371\030&\n\016string.pattern\022\024INVALID_JSON_POINTER\272H\032r\030\020\0012\024^(/([^/~]|~[01])*)+$'
+  _globals['_CONTEXTFIELD']._serialized_start=1169
+  _globals['_CONTEXTFIELD']._serialized_end=1240
+  _globals['_EFFECTKIND']._serialized_start=1242
+  _globals['_EFFECTKIND']._serialized_end=1362
+  _globals['_EFFECTCLASS']._serialized_start=83
+  _globals['_EFFECTCLASS']._serialized_end=294
+  _globals['_IDEMPOTENT']._serialized_start=296
+  _globals['_IDEMPOTENT']._serialized_end=401
+  _globals['_KEYDERIVATION']._serialized_start=404
+  _globals['_KEYDERIVATION']._serialized_end=877
+  _globals['_QUERYABLE']._serialized_start=879
+  _globals['_QUERYABLE']._serialized_end=990
+  _globals['_REQUESTIDLOOKUP']._serialized_start=993
+  _globals['_REQUESTIDLOOKUP']._serialized_end=1157
+  _globals['_UNSAFE']._serialized_start=1159
+  _globals['_UNSAFE']._serialized_end=1167
 # @@protoc_insertion_point(module_scope)

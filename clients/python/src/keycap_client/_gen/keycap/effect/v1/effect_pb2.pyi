@@ -1,4 +1,3 @@
-from keycap_client._gen.buf.validate import validate_pb2 as _validate_pb2
 from keycap_client._gen.keycap.rules.v1 import refusal_pb2 as _refusal_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper

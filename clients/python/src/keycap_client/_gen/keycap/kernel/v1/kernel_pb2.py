@@ -22,13 +22,12 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from keycap_client._gen.buf.validate import validate_pb2 as buf_dot_validate_dot_validate__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from keycap_client._gen.keycap.effect.v1 import effect_pb2 as keycap_dot_effect_dot_v1_dot_effect__pb2
 from keycap_client._gen.keycap.rules.v1 import refusal_pb2 as keycap_dot_rules_dot_v1_dot_refusal__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dkeycap/kernel/v1/kernel.proto\x12\x10keycap.kernel.v1\x1a\x1b\x62uf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dkeycap/effect/v1/effect.proto\x1a\x1dkeycap/rules/v1/refusal.proto\"\xa1\x02\n\x04Tool\x12V\n\x07tool_id\x18\x01 \x01(\tBE\xbaH\x1dr\x1b\x32\x19^[A-Za-z0-9._:/-]{1,128}$\xe2\xf9\x18!\n\x0estring.pattern\x12\x0fINVALID_TOOL_ID\x12`\n\x0c\x65\x66\x66\x65\x63t_class\x18\x02 \x01(\x0b\x32\x1d.keycap.effect.v1.EffectClassB+\xbaH\x03\xc8\x01\x01\xe2\xf9\x18!\n\x08required\x12\x15\x45\x46\x46\x45\x43T_CLASS_REQUIRED\x12\x1d\n\x15\x61rguments_schema_json\x18\x03 \x01(\t\x12\x31\n\rregistered_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05owner\x18\x05 \x01(\t\"`\n\x13RegisterToolRequest\x12I\n\x04tool\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.ToolB#\xbaH\x03\xc8\x01\x01\xe2\xf9\x18\x19\n\x08required\x12\rTOOL_REQUIRED\"X\n\x14RegisterToolResponse\x12$\n\x04tool\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Tool\x12\x1a\n\x12\x61lready_registered\x18\x02 \x01(\x08\"!\n\x0eGetToolRequest\x12\x0f\n\x07tool_id\x18\x01 \x01(\t\"7\n\x0fGetToolResponse\x12$\n\x04tool\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Tool\"9\n\x10ListToolsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"S\n\x11ListToolsResponse\x12%\n\x05tools\x18\x01 \x03(\x0b\x32\x16.keycap.kernel.v1.Tool\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x9c\x03\n\x04\x43\x61ll\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0f\n\x07tool_id\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x04 \x01(\t\x12\x31\n\x0b\x65\x66\x66\x65\x63t_kind\x18\x05 \x01(\x0e\x32\x1c.keycap.effect.v1.EffectKind\x12\x0b\n\x03key\x18\x06 \x01(\t\x12\x12\n\nrequest_id\x18\x07 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x08 \x01(\r\x12*\n\x05state\x18\t \x01(\x0e\x32\x1b.keycap.kernel.v1.CallState\x12.\n\x07outcome\x18\n \x01(\x0e\x32\x1d.keycap.kernel.v1.CallOutcome\x12\x16\n\x0eoutcome_detail\x18\x0b \x01(\t\x12.\n\ncreated_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tprincipal\x18\x0e \x01(\t\"\\\n\x10\x42\x65ginCallRequest\x12\x0f\n\x07tool_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x04 \x01(\t\"\x9f\x01\n\x11\x42\x65ginCallResponse\x12$\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Call\x12\x12\n\ncapability\x18\x02 \x01(\t\x12\x39\n\x15\x63\x61pability_expires_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rexisting_call\x18\x04 \x01(\x08\"n\n\x13\x43ompleteCallRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12.\n\x07outcome\x18\x02 \x01(\x0e\x32\x1d.keycap.kernel.v1.CallOutcome\x12\x16\n\x0eoutcome_detail\x18\x03 \x01(\t\"W\n\x14\x43ompleteCallResponse\x12$\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Call\x12\x19\n\x11\x61lready_completed\x18\x02 \x01(\x08\"Q\n\x17ListPendingCallsRequest\x12\x0f\n\x07tool_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"Z\n\x18ListPendingCallsResponse\x12%\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x16.keycap.kernel.v1.Call\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"W\n\x1dListIndeterminateCallsRequest\x12\x0f\n\x07tool_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"`\n\x1eListIndeterminateCallsResponse\x12%\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x16.keycap.kernel.v1.Call\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"$\n\x11ResumeCallRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\"\xb9\x01\n\x12ResumeCallResponse\x12$\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Call\x12.\n\x06\x61\x63tion\x18\x02 \x01(\x0e\x32\x1e.keycap.kernel.v1.ResumeAction\x12\x12\n\ncapability\x18\x03 \x01(\t\x12\x39\n\x15\x63\x61pability_expires_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x17\n\x15GetSigningKeysRequest\"C\n\x16GetSigningKeysResponse\x12\x11\n\tjwks_json\x18\x01 \x01(\t\x12\x16\n\x0e\x63urrent_key_id\x18\x02 \x01(\t*w\n\tCallState\x12\x1a\n\x16\x43\x41LL_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43\x41LL_STATE_PENDING\x10\x01\x12\x18\n\x14\x43\x41LL_STATE_COMPLETED\x10\x02\x12\x1c\n\x18\x43\x41LL_STATE_INDETERMINATE\x10\x03*`\n\x0b\x43\x61llOutcome\x12\x1c\n\x18\x43\x41LL_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x43\x41LL_OUTCOME_SUCCEEDED\x10\x01\x12\x17\n\x13\x43\x41LL_OUTCOME_FAILED\x10\x02*\x83\x01\n\x0cResumeAction\x12\x1d\n\x19RESUME_ACTION_UNSPECIFIED\x10\x00\x12\x17\n\x13RESUME_ACTION_RETRY\x10\x01\x12\x16\n\x12RESUME_ACTION_DONE\x10\x02\x12#\n\x1fRESUME_ACTION_ALREADY_COMPLETED\x10\x03\x32\xef\x06\n\rKernelService\x12]\n\x0cRegisterTool\x12%.keycap.kernel.v1.RegisterToolRequest\x1a&.keycap.kernel.v1.RegisterToolResponse\x12N\n\x07GetTool\x12 .keycap.kernel.v1.GetToolRequest\x1a!.keycap.kernel.v1.GetToolResponse\x12T\n\tListTools\x12\".keycap.kernel.v1.ListToolsRequest\x1a#.keycap.kernel.v1.ListToolsResponse\x12T\n\tBeginCall\x12\".keycap.kernel.v1.BeginCallRequest\x1a#.keycap.kernel.v1.BeginCallResponse\x12]\n\x0c\x43ompleteCall\x12%.keycap.kernel.v1.CompleteCallRequest\x1a&.keycap.kernel.v1.CompleteCallResponse\x12i\n\x10ListPendingCalls\x12).keycap.kernel.v1.ListPendingCallsRequest\x1a*.keycap.kernel.v1.ListPendingCallsResponse\x12W\n\nResumeCall\x12#.keycap.kernel.v1.ResumeCallRequest\x1a$.keycap.kernel.v1.ResumeCallResponse\x12{\n\x16ListIndeterminateCalls\x12/.keycap.kernel.v1.ListIndeterminateCallsRequest\x1a\x30.keycap.kernel.v1.ListIndeterminateCallsResponse\x12\x63\n\x0eGetSigningKeys\x12\'.keycap.kernel.v1.GetSigningKeysRequest\x1a(.keycap.kernel.v1.GetSigningKeysResponseBCZAgithub.com/keycap/keycap/clients/go/gen/keycap/kernel/v1;kernelv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dkeycap/kernel/v1/kernel.proto\x12\x10keycap.kernel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dkeycap/effect/v1/effect.proto\x1a\x1dkeycap/rules/v1/refusal.proto\"\xa1\x02\n\x04Tool\x12V\n\x07tool_id\x18\x01 \x01(\tBE\xe2\xf9\x18!\n\x0estring.pattern\x12\x0fINVALID_TOOL_ID\xbaH\x1dr\x1b\x32\x19^[A-Za-z0-9._:/-]{1,128}$\x12`\n\x0c\x65\x66\x66\x65\x63t_class\x18\x02 \x01(\x0b\x32\x1d.keycap.effect.v1.EffectClassB+\xe2\xf9\x18!\n\x08required\x12\x15\x45\x46\x46\x45\x43T_CLASS_REQUIRED\xbaH\x03\xc8\x01\x01\x12\x1d\n\x15\x61rguments_schema_json\x18\x03 \x01(\t\x12\x31\n\rregistered_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05owner\x18\x05 \x01(\t\"`\n\x13RegisterToolRequest\x12I\n\x04tool\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.ToolB#\xe2\xf9\x18\x19\n\x08required\x12\rTOOL_REQUIRED\xbaH\x03\xc8\x01\x01\"X\n\x14RegisterToolResponse\x12$\n\x04tool\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Tool\x12\x1a\n\x12\x61lready_registered\x18\x02 \x01(\x08\"!\n\x0eGetToolRequest\x12\x0f\n\x07tool_id\x18\x01 \x01(\t\"7\n\x0fGetToolResponse\x12$\n\x04tool\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Tool\"9\n\x10ListToolsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"S\n\x11ListToolsResponse\x12%\n\x05tools\x18\x01 \x03(\x0b\x32\x16.keycap.kernel.v1.Tool\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x9c\x03\n\x04\x43\x61ll\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0f\n\x07tool_id\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x04 \x01(\t\x12\x31\n\x0b\x65\x66\x66\x65\x63t_kind\x18\x05 \x01(\x0e\x32\x1c.keycap.effect.v1.EffectKind\x12\x0b\n\x03key\x18\x06 \x01(\t\x12\x12\n\nrequest_id\x18\x07 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x08 \x01(\r\x12*\n\x05state\x18\t \x01(\x0e\x32\x1b.keycap.kernel.v1.CallState\x12.\n\x07outcome\x18\n \x01(\x0e\x32\x1d.keycap.kernel.v1.CallOutcome\x12\x16\n\x0eoutcome_detail\x18\x0b \x01(\t\x12.\n\ncreated_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tprincipal\x18\x0e \x01(\t\"\\\n\x10\x42\x65ginCallRequest\x12\x0f\n\x07tool_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x04 \x01(\t\"\x9f\x01\n\x11\x42\x65ginCallResponse\x12$\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Call\x12\x12\n\ncapability\x18\x02 \x01(\t\x12\x39\n\x15\x63\x61pability_expires_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rexisting_call\x18\x04 \x01(\x08\"n\n\x13\x43ompleteCallRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12.\n\x07outcome\x18\x02 \x01(\x0e\x32\x1d.keycap.kernel.v1.CallOutcome\x12\x16\n\x0eoutcome_detail\x18\x03 \x01(\t\"W\n\x14\x43ompleteCallResponse\x12$\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Call\x12\x19\n\x11\x61lready_completed\x18\x02 \x01(\x08\"Q\n\x17ListPendingCallsRequest\x12\x0f\n\x07tool_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"Z\n\x18ListPendingCallsResponse\x12%\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x16.keycap.kernel.v1.Call\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"W\n\x1dListIndeterminateCallsRequest\x12\x0f\n\x07tool_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"`\n\x1eListIndeterminateCallsResponse\x12%\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x16.keycap.kernel.v1.Call\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"$\n\x11ResumeCallRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\"\xb9\x01\n\x12ResumeCallResponse\x12$\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Call\x12.\n\x06\x61\x63tion\x18\x02 \x01(\x0e\x32\x1e.keycap.kernel.v1.ResumeAction\x12\x12\n\ncapability\x18\x03 \x01(\t\x12\x39\n\x15\x63\x61pability_expires_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x17\n\x15GetSigningKeysRequest\"C\n\x16GetSigningKeysResponse\x12\x11\n\tjwks_json\x18\x01 \x01(\t\x12\x16\n\x0e\x63urrent_key_id\x18\x02 \x01(\t*w\n\tCallState\x12\x1a\n\x16\x43\x41LL_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43\x41LL_STATE_PENDING\x10\x01\x12\x18\n\x14\x43\x41LL_STATE_COMPLETED\x10\x02\x12\x1c\n\x18\x43\x41LL_STATE_INDETERMINATE\x10\x03*`\n\x0b\x43\x61llOutcome\x12\x1c\n\x18\x43\x41LL_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x43\x41LL_OUTCOME_SUCCEEDED\x10\x01\x12\x17\n\x13\x43\x41LL_OUTCOME_FAILED\x10\x02*\x83\x01\n\x0cResumeAction\x12\x1d\n\x19RESUME_ACTION_UNSPECIFIED\x10\x00\x12\x17\n\x13RESUME_ACTION_RETRY\x10\x01\x12\x16\n\x12RESUME_ACTION_DONE\x10\x02\x12#\n\x1fRESUME_ACTION_ALREADY_COMPLETED\x10\x03\x32\xef\x06\n\rKernelService\x12]\n\x0cRegisterTool\x12%.keycap.kernel.v1.RegisterToolRequest\x1a&.keycap.kernel.v1.RegisterToolResponse\x12N\n\x07GetTool\x12 .keycap.kernel.v1.GetToolRequest\x1a!.keycap.kernel.v1.GetToolResponse\x12T\n\tListTools\x12\".keycap.kernel.v1.ListToolsRequest\x1a#.keycap.kernel.v1.ListToolsResponse\x12T\n\tBeginCall\x12\".keycap.kernel.v1.BeginCallRequest\x1a#.keycap.kernel.v1.BeginCallResponse\x12]\n\x0c\x43ompleteCall\x12%.keycap.kernel.v1.CompleteCallRequest\x1a&.keycap.kernel.v1.CompleteCallResponse\x12i\n\x10ListPendingCalls\x12).keycap.kernel.v1.ListPendingCallsRequest\x1a*.keycap.kernel.v1.ListPendingCallsResponse\x12W\n\nResumeCall\x12#.keycap.kernel.v1.ResumeCallRequest\x1a$.keycap.kernel.v1.ResumeCallResponse\x12{\n\x16ListIndeterminateCalls\x12/.keycap.kernel.v1.ListIndeterminateCallsRequest\x1a\x30.keycap.kernel.v1.ListIndeterminateCallsResponse\x12\x63\n\x0eGetSigningKeys\x12\'.keycap.kernel.v1.GetSigningKeysRequest\x1a(.keycap.kernel.v1.GetSigningKeysResponseBCZAgithub.com/keycap/keycap/clients/go/gen/keycap/kernel/v1;kernelv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,57 +36,57 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'ZAgithub.com/keycap/keycap/clients/go/gen/keycap/kernel/v1;kernelv1'
   _globals['_TOOL'].fields_by_name['tool_id']._loaded_options = None
-  _globals['_TOOL'].fields_by_name['tool_id']._serialized_options = b'\272H\035r\0332\031^[A-Za-z0-9._:/-]{1,128}$\342\371\030!\n\016string.pattern\022\017INVALID_TOOL_ID'
+  _globals['_TOOL'].fields_by_name['tool_id']._serialized_options = b'\342\371\030!\n\016string.pattern\022\017INVALID_TOOL_ID\272H\035r\0332\031^[A-Za-z0-9._:/-]{1,128}$'
   _globals['_TOOL'].fields_by_name['effect_class']._loaded_options = None
-  _globals['_TOOL'].fields_by_name['effect_class']._serialized_options = b'\272H\003\310\001\001\342\371\030!\n\010required\022\025EFFECT_CLASS_REQUIRED'
+  _globals['_TOOL'].fields_by_name['effect_class']._serialized_options = b'\342\371\030!\n\010required\022\025EFFECT_CLASS_REQUIRED\272H\003\310\001\001'
   _globals['_REGISTERTOOLREQUEST'].fields_by_name['tool']._loaded_options = None
-  _globals['_REGISTERTOOLREQUEST'].fields_by_name['tool']._serialized_options = b'\272H\003\310\001\001\342\371\030\031\n\010required\022\rTOOL_REQUIRED'
-  _globals['_CALLSTATE']._serialized_start=2445
-  _globals['_CALLSTATE']._serialized_end=2564
-  _globals['_CALLOUTCOME']._serialized_start=2566
-  _globals['_CALLOUTCOME']._serialized_end=2662
-  _globals['_RESUMEACTION']._serialized_start=2665
-  _globals['_RESUMEACTION']._serialized_end=2796
-  _globals['_TOOL']._serialized_start=176
-  _globals['_TOOL']._serialized_end=465
-  _globals['_REGISTERTOOLREQUEST']._serialized_start=467
-  _globals['_REGISTERTOOLREQUEST']._serialized_end=563
-  _globals['_REGISTERTOOLRESPONSE']._serialized_start=565
-  _globals['_REGISTERTOOLRESPONSE']._serialized_end=653
-  _globals['_GETTOOLREQUEST']._serialized_start=655
-  _globals['_GETTOOLREQUEST']._serialized_end=688
-  _globals['_GETTOOLRESPONSE']._serialized_start=690
-  _globals['_GETTOOLRESPONSE']._serialized_end=745
-  _globals['_LISTTOOLSREQUEST']._serialized_start=747
-  _globals['_LISTTOOLSREQUEST']._serialized_end=804
-  _globals['_LISTTOOLSRESPONSE']._serialized_start=806
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=889
-  _globals['_CALL']._serialized_start=892
-  _globals['_CALL']._serialized_end=1304
-  _globals['_BEGINCALLREQUEST']._serialized_start=1306
-  _globals['_BEGINCALLREQUEST']._serialized_end=1398
-  _globals['_BEGINCALLRESPONSE']._serialized_start=1401
-  _globals['_BEGINCALLRESPONSE']._serialized_end=1560
-  _globals['_COMPLETECALLREQUEST']._serialized_start=1562
-  _globals['_COMPLETECALLREQUEST']._serialized_end=1672
-  _globals['_COMPLETECALLRESPONSE']._serialized_start=1674
-  _globals['_COMPLETECALLRESPONSE']._serialized_end=1761
-  _globals['_LISTPENDINGCALLSREQUEST']._serialized_start=1763
-  _globals['_LISTPENDINGCALLSREQUEST']._serialized_end=1844
-  _globals['_LISTPENDINGCALLSRESPONSE']._serialized_start=1846
-  _globals['_LISTPENDINGCALLSRESPONSE']._serialized_end=1936
-  _globals['_LISTINDETERMINATECALLSREQUEST']._serialized_start=1938
-  _globals['_LISTINDETERMINATECALLSREQUEST']._serialized_end=2025
-  _globals['_LISTINDETERMINATECALLSRESPONSE']._serialized_start=2027
-  _globals['_LISTINDETERMINATECALLSRESPONSE']._serialized_end=2123
-  _globals['_RESUMECALLREQUEST']._serialized_start=2125
-  _globals['_RESUMECALLREQUEST']._serialized_end=2161
-  _globals['_RESUMECALLRESPONSE']._serialized_start=2164
-  _globals['_RESUMECALLRESPONSE']._serialized_end=2349
-  _globals['_GETSIGNINGKEYSREQUEST']._serialized_start=2351
-  _globals['_GETSIGNINGKEYSREQUEST']._serialized_end=2374
-  _globals['_GETSIGNINGKEYSRESPONSE']._serialized_start=2376
-  _globals['_GETSIGNINGKEYSRESPONSE']._serialized_end=2443
-  _globals['_KERNELSERVICE']._serialized_start=2799
-  _globals['_KERNELSERVICE']._serialized_end=3678
+  _globals['_REGISTERTOOLREQUEST'].fields_by_name['tool']._serialized_options = b'\342\371\030\031\n\010required\022\rTOOL_REQUIRED\272H\003\310\001\001'
+  _globals['_CALLSTATE']._serialized_start=2416
+  _globals['_CALLSTATE']._serialized_end=2535
+  _globals['_CALLOUTCOME']._serialized_start=2537
+  _globals['_CALLOUTCOME']._serialized_end=2633
+  _globals['_RESUMEACTION']._serialized_start=2636
+  _globals['_RESUMEACTION']._serialized_end=2767
+  _globals['_TOOL']._serialized_start=147
+  _globals['_TOOL']._serialized_end=436
+  _globals['_REGISTERTOOLREQUEST']._serialized_start=438
+  _globals['_REGISTERTOOLREQUEST']._serialized_end=534
+  _globals['_REGISTERTOOLRESPONSE']._serialized_start=536
+  _globals['_REGISTERTOOLRESPONSE']._serialized_end=624
+  _globals['_GETTOOLREQUEST']._serialized_start=626
+  _globals['_GETTOOLREQUEST']._serialized_end=659
+  _globals['_GETTOOLRESPONSE']._serialized_start=661
+  _globals['_GETTOOLRESPONSE']._serialized_end=716
+  _globals['_LISTTOOLSREQUEST']._serialized_start=718
+  _globals['_LISTTOOLSREQUEST']._serialized_end=775
+  _globals['_LISTTOOLSRESPONSE']._serialized_start=777
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=860
+  _globals['_CALL']._serialized_start=863
+  _globals['_CALL']._serialized_end=1275
+  _globals['_BEGINCALLREQUEST']._serialized_start=1277
+  _globals['_BEGINCALLREQUEST']._serialized_end=1369
+  _globals['_BEGINCALLRESPONSE']._serialized_start=1372
+  _globals['_BEGINCALLRESPONSE']._serialized_end=1531
+  _globals['_COMPLETECALLREQUEST']._serialized_start=1533
+  _globals['_COMPLETECALLREQUEST']._serialized_end=1643
+  _globals['_COMPLETECALLRESPONSE']._serialized_start=1645
+  _globals['_COMPLETECALLRESPONSE']._serialized_end=1732
+  _globals['_LISTPENDINGCALLSREQUEST']._serialized_start=1734
+  _globals['_LISTPENDINGCALLSREQUEST']._serialized_end=1815
+  _globals['_LISTPENDINGCALLSRESPONSE']._serialized_start=1817
+  _globals['_LISTPENDINGCALLSRESPONSE']._serialized_end=1907
+  _globals['_LISTINDETERMINATECALLSREQUEST']._serialized_start=1909
+  _globals['_LISTINDETERMINATECALLSREQUEST']._serialized_end=1996
+  _globals['_LISTINDETERMINATECALLSRESPONSE']._serialized_start=1998
+  _globals['_LISTINDETERMINATECALLSRESPONSE']._serialized_end=2094
+  _globals['_RESUMECALLREQUEST']._serialized_start=2096
+  _globals['_RESUMECALLREQUEST']._serialized_end=2132
+  _globals['_RESUMECALLRESPONSE']._serialized_start=2135
+  _globals['_RESUMECALLRESPONSE']._serialized_end=2320
+  _globals['_GETSIGNINGKEYSREQUEST']._serialized_start=2322
+  _globals['_GETSIGNINGKEYSREQUEST']._serialized_end=2345
+  _globals['_GETSIGNINGKEYSRESPONSE']._serialized_start=2347
+  _globals['_GETSIGNINGKEYSRESPONSE']._serialized_end=2414
+  _globals['_KERNELSERVICE']._serialized_start=2770
+  _globals['_KERNELSERVICE']._serialized_end=3649
 # @@protoc_insertion_point(module_scope)

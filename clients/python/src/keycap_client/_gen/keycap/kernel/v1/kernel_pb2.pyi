@@ -1,6 +1,5 @@
 import datetime
 
-from keycap_client._gen.buf.validate import validate_pb2 as _validate_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from keycap_client._gen.keycap.effect.v1 import effect_pb2 as _effect_pb2
 from keycap_client._gen.keycap.rules.v1 import refusal_pb2 as _refusal_pb2
