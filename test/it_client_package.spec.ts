@@ -19,7 +19,10 @@ describe("the TypeScript client package (issue 14)", function () {
   before(function () {
     execFileSync(process.execPath, [path.join(root, "node_modules", "typescript", "bin", "tsc"), "-p", pkgDir], { stdio: "pipe" });
     app = fs.mkdtempSync(path.join(os.tmpdir(), "keycap-client-app-"));
-    const packed = JSON.parse(execFileSync("npm", ["pack", "--json", "--pack-destination", app], { cwd: pkgDir, encoding: "utf8" })) as { filename: string; files: { path: string }[] }[];
+    const packed = JSON.parse(execFileSync("npm", ["pack", "--json", "--pack-destination", app], { cwd: pkgDir, encoding: "utf8" })) as {
+      filename: string;
+      files: { path: string }[];
+    }[];
     const tarball = path.join(app, packed[0]!.filename);
     const installed = path.join(app, "node_modules", "@keycap", "client");
     fs.mkdirSync(installed, { recursive: true });
