@@ -53,6 +53,6 @@ module.exports = {
     doNotFollow: { path: "node_modules" },
     tsPreCompilationDeps: true,
     tsConfig: { fileName: "tsconfig.json" },
-    exclude: { path: "(^|/)(dist|node_modules)/" },
+    exclude: { path: "(^|/)dist/" },
   },
 };

@@ -10,9 +10,8 @@
  * round trip and a revocation is effective on every replica within `cacheMs`.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { status } from "@grpc/grpc-js";
 import type { Collection, Db } from "mongodb";
-import { invalidArgument, KeycapError } from "../../common/src/errors";
+import { Code, invalidArgument, KeycapError } from "../../common/src/errors";
 import { isDuplicateKey } from "../../common/src/mongo";
 
 export type PrincipalRole = "runtime" | "operator";
@@ -85,7 +84,7 @@ export class PrincipalStore {
       await this.coll.insertOne(doc, { writeConcern: { w: "majority" } });
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;
-      throw new KeycapError(status.ALREADY_EXISTS, "PRINCIPAL_EXISTS", `principal ${name} already exists (revoked names are not reused)`, { principal: name });
+      throw new KeycapError(Code.ALREADY_EXISTS, "PRINCIPAL_EXISTS", `principal ${name} already exists (revoked names are not reused)`, { principal: name });
     }
     this.byNameCache.delete(name);
     return { doc, secret };
@@ -141,7 +140,7 @@ export class PrincipalStore {
   async revoke(name: string, by: string): Promise<{ doc: PrincipalDoc; alreadyRevoked: boolean }> {
     checkPrincipalName(name);
     const before = await this.coll.findOne({ _id: name });
-    if (!before) throw new KeycapError(status.NOT_FOUND, "PRINCIPAL_NOT_FOUND", `no principal named ${name}`, { principal: name });
+    if (!before) throw new KeycapError(Code.NOT_FOUND, "PRINCIPAL_NOT_FOUND", `no principal named ${name}`, { principal: name });
     if (before.revoked_at) return { doc: before, alreadyRevoked: true };
     const at = new Date(this.now());
     await this.coll.updateOne({ _id: name }, { $set: { revoked_at: at, revoked_by: by } }, { writeConcern: { w: "majority" } });
