@@ -1,7 +1,8 @@
 /**
  * Reading the standard error details keycap puts in the grpc-status-details-bin
  * trailer: google.rpc.ErrorInfo (the machine-readable reason) and
- * google.rpc.RetryInfo (how long to wait before the retry an UNAVAILABLE asks for).
+ * google.rpc.RetryInfo (how long to wait before the retry an UNAVAILABLE asks for),
+ * google.rpc.BadRequest (the bad fields of an INVALID_ARGUMENT).
  */
 import { Metadata } from "@grpc/grpc-js";
 import { Status } from "../gen/google/rpc/status";
@@ -18,44 +19,40 @@ export interface ErrorInfoData {
   metadata: Record<string, string>;
 }
 
-/** Reads the google.rpc.ErrorInfo from an error's status-details trailer, if any. */
-export function readErrorInfo(err: unknown): ErrorInfoData | undefined {
+/** The encoded detail of `typeUrl` in an error's status-details trailer, if it has one. */
+function detail(err: unknown, typeUrl: string): Uint8Array | undefined {
   if (typeof err !== "object" || err === null || !("metadata" in err)) return undefined;
   const md = (err as { metadata?: unknown }).metadata;
   if (!(md instanceof Metadata)) return undefined;
   const raw = md.get(STATUS_DETAILS_KEY)[0];
   if (!(raw instanceof Buffer)) return undefined;
   try {
-    const st = Status.decode(raw);
-    for (const any of st.details) {
-      if (any.typeUrl === ERROR_INFO_TYPE_URL) {
-        const info = ErrorInfo.decode(any.value);
-        return { reason: info.reason, domain: info.domain, metadata: { ...info.metadata } };
-      }
-    }
+    return Status.decode(raw).details.find((any) => any.typeUrl === typeUrl)?.value;
   } catch {
     return undefined;
   }
-  return undefined;
+}
+
+/** Decodes a detail, or undefined when it does not decode (a sender that is not keycap). */
+function decoded<T>(bytes: Uint8Array | undefined, decode: (b: Uint8Array) => T): T | undefined {
+  if (bytes === undefined) return undefined;
+  try {
+    return decode(bytes);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Reads the google.rpc.ErrorInfo from an error's status-details trailer, if any. */
+export function readErrorInfo(err: unknown): ErrorInfoData | undefined {
+  const info = decoded(detail(err, ERROR_INFO_TYPE_URL), (b) => ErrorInfo.decode(b));
+  return info && { reason: info.reason, domain: info.domain, metadata: { ...info.metadata } };
 }
 
 /** The retry delay an error's google.rpc.RetryInfo recommends, in milliseconds, if any. */
 export function readRetryDelayMs(err: unknown): number | undefined {
-  if (typeof err !== "object" || err === null || !("metadata" in err)) return undefined;
-  const md = (err as { metadata?: unknown }).metadata;
-  if (!(md instanceof Metadata)) return undefined;
-  const raw = md.get(STATUS_DETAILS_KEY)[0];
-  if (!(raw instanceof Buffer)) return undefined;
-  try {
-    for (const any of Status.decode(raw).details) {
-      if (any.typeUrl !== RETRY_INFO_TYPE_URL) continue;
-      const d = RetryInfo.decode(any.value).retryDelay;
-      return d ? d.seconds * 1000 + Math.floor(d.nanos / 1e6) : undefined;
-    }
-  } catch {
-    return undefined;
-  }
-  return undefined;
+  const d = decoded(detail(err, RETRY_INFO_TYPE_URL), (b) => RetryInfo.decode(b))?.retryDelay;
+  return d ? d.seconds * 1000 + Math.floor(d.nanos / 1e6) : undefined;
 }
 
 /** One bad field of a refused request, from its google.rpc.BadRequest. */
@@ -69,18 +66,6 @@ export interface FieldViolation {
 
 /** The field violations of an INVALID_ARGUMENT refusal's google.rpc.BadRequest; [] without one. */
 export function readFieldViolations(err: unknown): FieldViolation[] {
-  if (typeof err !== "object" || err === null || !("metadata" in err)) return [];
-  const md = (err as { metadata?: unknown }).metadata;
-  if (!(md instanceof Metadata)) return [];
-  const raw = md.get(STATUS_DETAILS_KEY)[0];
-  if (!(raw instanceof Buffer)) return [];
-  try {
-    for (const any of Status.decode(raw).details) {
-      if (any.typeUrl !== BAD_REQUEST_TYPE_URL) continue;
-      return BadRequest.decode(any.value).fieldViolations.map((v) => ({ field: v.field, description: v.description, reason: v.reason }));
-    }
-  } catch {
-    return [];
-  }
-  return [];
+  const br = decoded(detail(err, BAD_REQUEST_TYPE_URL), (b) => BadRequest.decode(b));
+  return (br?.fieldViolations ?? []).map((v) => ({ field: v.field, description: v.description, reason: v.reason }));
 }

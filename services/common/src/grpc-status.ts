@@ -1,5 +1,4 @@
-import { hadIllFormedUtf8 } from "./utf8-check";
-import { requestRuleRefusal } from "./request-rules";
+import { requestRefusal } from "./request-refusal";
 import { Metadata, status, type ServiceError, type sendUnaryData, type ServerUnaryCall } from "@grpc/grpc-js";
 import { Status } from "../../../gen/ts/google/rpc/status";
 import { BadRequest, ErrorInfo, RetryInfo } from "../../../gen/ts/google/rpc/error_details";
@@ -83,16 +82,8 @@ export function unaryHandler<Req, Res>(
   opts: UnaryHandlerOptions = {},
 ): (call: ServerUnaryCall<Req, Res>, callback: sendUnaryData<Res>) => void {
   return (call, callback) => {
-    const ruleRefusal = requestRuleRefusal(call.request);
-    const run = hadIllFormedUtf8(call.request)
-      ? Promise.reject(
-          new KeycapError(status.INVALID_ARGUMENT, "INVALID_UTF8", "a string field of the request is not well-formed UTF-8; send the text exactly, as UTF-8", {
-            field: "request",
-          }),
-        )
-      : ruleRefusal
-        ? Promise.reject(ruleRefusal)
-        : handler(call.request, call);
+    const refusal = requestRefusal(call.request);
+    const run = refusal ? Promise.reject(refusal) : handler(call.request, call);
     run.then(
       (response) => callback(null, response),
       async (err: unknown) => {

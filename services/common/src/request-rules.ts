@@ -14,6 +14,7 @@ import {
   createFileRegistry,
   fromBinary,
   getOption,
+  hasOption,
   type DescExtension,
   type DescField,
   type DescMessage,
@@ -26,33 +27,39 @@ import { createValidator, type Validator } from "@bufbuild/protovalidate";
 import type { ServiceDefinition } from "@grpc/grpc-js";
 import { Code, KeycapError, type FieldViolation } from "./errors";
 import { descriptorSetPath } from "./repo-paths";
+import { refuseRequest, requestRefusal } from "./request-refusal";
 
 /** Reason of a failing rule that the proto does not name one for. */
 export const UNNAMED_RULE_REASON = "REQUEST_INVALID";
 
-const refused = new WeakMap<object, KeycapError>();
-
-/** The refusal the request's rules produced, if any (see {@link withRequestRules}). */
-export function requestRuleRefusal(request: unknown): KeycapError | undefined {
-  return typeof request === "object" && request !== null ? refused.get(request) : undefined;
-}
+/** One RequestRules per descriptor set: every listener of a process shares it. */
+const loaded = new Map<string, RequestRules>();
 
 /** The rules of keycap's protos: a validator and the reasons the protos name. */
 export class RequestRules {
   private readonly validator: Validator;
   private readonly fieldExt: DescExtension;
   private readonly oneofExt: DescExtension;
+  private readonly validateFieldExt: DescExtension;
+  private readonly validateOneofExt: DescExtension;
   private readonly hasRules = new Map<DescMessage, boolean>();
 
   constructor(readonly registry: FileRegistry) {
     this.validator = createValidator({ registry });
     this.fieldExt = need(registry.getExtension("keycap.rules.v1.field"), "keycap.rules.v1.field");
     this.oneofExt = need(registry.getExtension("keycap.rules.v1.oneof"), "keycap.rules.v1.oneof");
+    this.validateFieldExt = need(registry.getExtension("buf.validate.field"), "buf.validate.field");
+    this.validateOneofExt = need(registry.getExtension("buf.validate.oneof"), "buf.validate.oneof");
   }
 
-  /** Loads the descriptor set built by `make generate` (gen/keycap.binpb). */
+  /** The rules of the descriptor set `make generate` builds (gen/keycap.binpb), read once per process. */
   static load(file = descriptorSetPath()): RequestRules {
-    return new RequestRules(createFileRegistry(fromBinary(FileDescriptorSetSchema, fs.readFileSync(file))));
+    let rules = loaded.get(file);
+    if (!rules) {
+      rules = new RequestRules(createFileRegistry(fromBinary(FileDescriptorSetSchema, fs.readFileSync(file))));
+      loaded.set(file, rules);
+    }
+    return rules;
   }
 
   /** The refusal for these request bytes, or undefined when every rule holds. */
@@ -82,13 +89,14 @@ export class RequestRules {
     if (seen.has(desc)) return false;
     seen.add(desc);
     const any =
-      desc.fields.some((f) => hasValidateOption(f) || (f.message !== undefined && this.hasAnyRule(f.message, seen))) || desc.oneofs.some(hasValidateOption);
+      desc.fields.some(
+        (f) => hasOption(f, this.validateFieldExt as Parameters<typeof hasOption>[1]) || (f.message !== undefined && this.hasAnyRule(f.message, seen)),
+      ) || desc.oneofs.some((o) => hasOption(o, this.validateOneofExt as Parameters<typeof hasOption>[1]));
     this.hasRules.set(desc, any);
     return any;
   }
 
-  private reasonFor(item: { kind: string } & Partial<{ oneof: DescOneof | undefined; parent: DescMessage }>, ruleId: string): string | undefined {
-    const el = item as DescField | DescOneof;
+  private reasonFor(el: Path[number], ruleId: string): string | undefined {
     if (el.kind !== "field" && el.kind !== "oneof") return undefined;
     const refusals = [
       ...refusalsOf(el, el.kind === "field" ? this.fieldExt : this.oneofExt),
@@ -116,9 +124,10 @@ export function withRequestRules(definition: ServiceDefinition, rules: RequestRu
       ...method,
       requestDeserialize: (value: Buffer) => {
         const message = decode(value) as unknown;
-        if (typeof message === "object" && message !== null) {
+        // Refused already (ill-formed UTF-8): that reason stands, no second decoding.
+        if (requestRefusal(message) === undefined) {
           const refusal = rules.check(desc, value);
-          if (refusal) refused.set(message, refusal);
+          if (refusal) refuseRequest(message, refusal);
         }
         return message;
       },
@@ -157,11 +166,6 @@ function refusalsOf(el: DescField | DescOneof, ext: DescExtension): Refusal[] {
     const o = r as { rule?: unknown; reason?: unknown };
     return typeof o.rule === "string" && typeof o.reason === "string" ? [{ rule: o.rule, reason: o.reason }] : [];
   });
-}
-
-/** buf.validate.field is extension 1159 of FieldOptions, buf.validate.oneof 1159 of OneofOptions. */
-function hasValidateOption(el: DescField | DescOneof): boolean {
-  return (el.proto.options?.$unknown ?? []).some((u) => u.no === 1159);
 }
 
 function need<T>(v: T | undefined, name: string): T {

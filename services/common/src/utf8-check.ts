@@ -3,21 +3,27 @@
  * bad sequence with U+FFFD, so `{"v":"\xff"}`, `{"v":"\xfe"}` and `{"v":"\ufffd"}`
  * would decode to one text, derive one key and be journaled as text the caller
  * never sent. Requests are decoded through a reader that notices the replacement;
- * the message is then marked, and the shared unary handler refuses it
- * (INVALID_ARGUMENT, reason INVALID_UTF8) before any service code sees it.
+ * the message is then marked refused (INVALID_ARGUMENT, reason INVALID_UTF8; see
+ * request-refusal.ts) before any service code sees it.
  */
 import { BinaryReader } from "@bufbuild/protobuf/wire";
 import type { ServiceDefinition } from "@grpc/grpc-js";
+import { Code, KeycapError } from "./errors";
+import { refuseRequest, requestRefusal } from "./request-refusal";
 
 // ignoreBOM: a leading U+FEFF is text the caller sent. The default drops it, which made
 // run ids "\uFEFFrun-1" and "run-1" one key and hid a BOM in front of arguments_json.
 const fatal = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 const lenient = new TextDecoder("utf-8", { ignoreBOM: true });
-const illFormed = new WeakSet<object>();
-
 /** True when the request had a string field that was not well-formed UTF-8. */
 export function hadIllFormedUtf8(request: unknown): boolean {
-  return typeof request === "object" && request !== null && illFormed.has(request);
+  return requestRefusal(request)?.reason === "INVALID_UTF8";
+}
+
+function illFormedUtf8(): KeycapError {
+  return new KeycapError(Code.INVALID_ARGUMENT, "INVALID_UTF8", "a string field of the request is not well-formed UTF-8; send the text exactly, as UTF-8", {
+    field: "request",
+  });
 }
 
 /**
@@ -42,7 +48,7 @@ export function withUtf8Check(definition: ServiceDefinition): ServiceDefinition 
           }
         });
         const message = decode(reader);
-        if (bad && typeof message === "object" && message !== null) illFormed.add(message);
+        if (bad) refuseRequest(message, illFormedUtf8());
         return message;
       },
     };
