@@ -9,7 +9,7 @@
  * through the same listener machinery and MongoDB settings as the ledger. Nothing in
  * `keycap serve` can start it: it writes without any authorisation (DESIGN §9).
  */
-import { createHash } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { status, type ServerUnaryCall } from "@grpc/grpc-js";
 import { BaselineServiceService, type BaselineServiceServer, type WriteRequest, type WriteResponse } from "../gen/ts/keycap/bench/v1/baseline";
 import { KeycapError } from "../services/common/src/errors";
@@ -21,12 +21,12 @@ import { runServices, type RunningService, type ServiceDeps } from "../services/
 import { idempotentEffectId } from "../services/ledger/src/domain/write-rule";
 import { EntryStore, type EntryDoc } from "../services/ledger/src/entry-store";
 import { entryToProto, newEntryId } from "../services/ledger/src/ledger-service";
+import { BASELINE_TOOL_ID, BENCH_PRINCIPAL } from "./bench-ids";
 
 /** Fully-qualified name of the baseline service. */
 export const BENCH_BASELINE_SERVICE_NAME = "keycap.bench.v1.BaselineService";
 
-/** Tool id recorded on baseline entries, so they are never mistaken for a tool's. */
-export const BASELINE_TOOL_ID = "keycap.bench.baseline";
+export { BASELINE_TOOL_ID };
 
 /** The baseline's behaviour: one unique insert, as {@link Ledger.write} does after its checks. */
 export class BaselineWriter {
@@ -47,15 +47,18 @@ export class BaselineWriter {
       entry_id: newEntryId(),
       tool_id: BASELINE_TOOL_ID,
       effect: "idempotent",
-      call_id: "",
+      // A call id and a capability id of the shape the enforced write records (UUIDs), so
+      // the document is the same size; nothing reads them.
+      call_id: randomUUID(),
       attempt: 1,
-      capability_id: "",
+      capability_id: randomUUID(),
       key: req.key,
       request_id: "",
       payload: req.payload,
       payload_sha256: payloadSha256,
       recorded_at: new Date(),
       payload_mismatch: false,
+      principal: BENCH_PRINCIPAL,
     };
     if (await this.entries.insert(doc)) return { entry: entryToProto(doc), duplicate: false, payloadMismatch: false };
     // What a user would write instead: on the collision, read the original back.

@@ -4,9 +4,10 @@
  * the kernel's CapabilityMinter. Minting happens before the measured window, so the
  * ledger sees a stream of fresh, never-seen capabilities without the kernel in the path.
  */
-import { createHash, randomBytes } from "node:crypto";
+import { createHash, randomBytes, randomUUID } from "node:crypto";
 import { CapabilityMinter } from "../services/kernel/src/capability-minter";
 import { loadOrCreateSigningKeys } from "../services/kernel/src/signing-keys";
+import { BENCH_PRINCIPAL } from "./bench-ids";
 
 /** One request of a pool: the key the Write carries and the capability it presents. */
 export interface PoolItem {
@@ -44,14 +45,14 @@ export class CapabilityFactory {
     opts: { attempt?: number; requestKeyOf?: (i: number) => string } = {},
   ): Promise<PoolItem[]> {
     const out: PoolItem[] = new Array(n);
-    const run = randomBytes(4).toString("hex");
     for (let i = 0; i < n; i++) {
       const key = keyOf(i);
       const { token } = await this.minter.mint({
-        principal: "bench-runtime",
+        principal: BENCH_PRINCIPAL,
         toolId,
         effect: "idempotent",
-        callId: `bench-${run}-${i}`,
+        // A UUID, as the kernel gives a call without an id of its own.
+        callId: randomUUID(),
         attempt: opts.attempt ?? 1,
         key,
       });

@@ -3,6 +3,7 @@
  * under bench/results/, and a hand-written SVG chart of throughput and p99 per scenario
  * and concurrency.
  */
+import { roundTripMarkdown, type RoundTripReport } from "./round-trips";
 import type { MicroResult } from "./micro";
 import type { ProcUsage } from "./proc-sampler";
 import type { LatencySummary } from "./stats";
@@ -67,6 +68,8 @@ export interface BenchRecord {
     rssMiB: { ledgerStart: number; ledgerEnd: number; kernelStart: number; kernelEnd: number };
     timeline: { t: number; ledgerRssMiB: number }[];
   };
+  /** The round-trip pass (bench/round-trips.ts): database commands, bytes and log lines per operation. */
+  roundTrips?: RoundTripReport;
   notes: string[];
 }
 
@@ -104,6 +107,12 @@ export function markdown(rec: BenchRecord): string {
   lines.push("| target (issue 7) | measured | met |");
   lines.push("| --- | --- | --- |");
   for (const t of rec.targets) lines.push(`| ${t.target} | ${t.measured} | ${t.met === undefined ? "n/a" : t.met ? "yes" : "**no**"} |`);
+  if (rec.roundTrips) {
+    lines.push("");
+    lines.push(`Per operation, one at a time through wire taps (${rec.roundTrips.operations[0]?.samples ?? 0} samples each):`);
+    lines.push("");
+    lines.push(roundTripMarkdown(rec.roundTrips));
+  }
   if (rec.soak) {
     lines.push("");
     const k = rec.soak.rssMiB;

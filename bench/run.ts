@@ -16,6 +16,7 @@ import { parseArgs, promisify } from "node:util";
 import { defineTool, KernelClient, LedgerClient } from "../clients/ts/src/index";
 import { FERRETDB_VERSION } from "../services/common/src/embedded-mongo";
 import { descriptorSetPath, projectRoot } from "../services/common/src/repo-paths";
+import { BENCH_WRITE_TOOL_ID } from "./bench-ids";
 import { benchKey, CapabilityFactory, newKeySpace, type PoolItem } from "./capabilities";
 import { CHUNK, ensureGhz, runGhzChunk } from "./ghz";
 import { TEN_FIELD_DERIVATION, tenFieldArguments, type MicroResult } from "./micro";
@@ -23,12 +24,13 @@ import { runClosedLoop } from "./node-driver";
 import { memoryOf, ProcSampler, type ProcUsage } from "./proc-sampler";
 import { profileMarkdown } from "./profile";
 import { checkTargets, markdown, svgChart, type BenchRecord, type RunResult } from "./report";
+import { measureRoundTrips, roundTripMarkdown } from "./round-trips";
 import { startStack, type Stack } from "./stack";
 import { LatencyRecorder, summarise } from "./stats";
 
 /** The baseline measured again after the enforced scenarios at the same level. */
 const BASELINE_AFTER = "ledger-write-baseline (after)";
-const WRITE_TOOL = "bench.write";
+const WRITE_TOOL = BENCH_WRITE_TOOL_ID;
 const CALL_TOOL = "bench.call";
 const BASELINE_CALL = "keycap.bench.v1.BaselineService.Write";
 const LEDGER_CALL = "keycap.ledger.v1.LedgerService.Write";
@@ -40,6 +42,10 @@ interface Options {
   soak: boolean;
   soakSeconds: number;
   profile: boolean;
+  /** Which process --profile records: the ledger (ledger-write at c=64) or the kernel (call at c=64). */
+  profileService: "ledger" | "kernel";
+  /** Only the round-trip pass (a full run includes it). */
+  roundTripsOnly: boolean;
   seconds: number;
   warmupSeconds: number;
   microSeconds: number;
@@ -56,6 +62,8 @@ function options(): Options {
       soak: { type: "boolean", default: false },
       "soak-seconds": { type: "string" },
       profile: { type: "boolean", default: false },
+      "round-trips": { type: "boolean", default: false },
+      "profile-service": { type: "string", default: "ledger" },
       seconds: { type: "string" },
       concurrency: { type: "string" },
       scenarios: { type: "string" },
@@ -67,6 +75,8 @@ function options(): Options {
     soak: values.soak === true,
     soakSeconds: Number(values["soak-seconds"] ?? 300),
     profile: values.profile === true,
+    roundTripsOnly: values["round-trips"] === true,
+    profileService: values["profile-service"] === "kernel" ? "kernel" : "ledger",
     seconds: Number(values.seconds ?? (quick ? 2 : 15)),
     warmupSeconds: quick ? 0.7 : 3,
     microSeconds: quick ? 0.3 : 2,
@@ -255,6 +265,10 @@ async function main(): Promise<void> {
   const started = Date.now();
   const timestamp = new Date().toISOString().replace(/\.\d+Z$/, "Z");
   const machineInfo = machine();
+  if (opts.roundTripsOnly) {
+    process.stdout.write(roundTripMarkdown(await measureRoundTrips(PAYLOAD, opts.quick ? 50 : 200, log)));
+    return;
+  }
   const ghz = await ensureGhz(log);
 
   log(`micro benchmarks (${opts.microSeconds} s each)`);
@@ -265,7 +279,8 @@ async function main(): Promise<void> {
   const profileDir = path.join(resultsDir, `profile-${timestamp.replace(/:/g, "")}`);
 
   log("starting MongoDB, kernel and ledger");
-  const stack = await startStack(opts.profile ? { ledgerNodeFlags: ["--cpu-prof", `--cpu-prof-dir=${profileDir}`] } : {});
+  const profFlags = ["--cpu-prof", `--cpu-prof-dir=${profileDir}`];
+  const stack = await startStack(opts.profile ? (opts.profileService === "kernel" ? { kernelNodeFlags: profFlags } : { ledgerNodeFlags: profFlags }) : {});
   let stopping = false;
   const onSignal = (sig: string): void => {
     if (stopping) process.exit(1);
@@ -358,11 +373,11 @@ async function main(): Promise<void> {
     const scenarios = all.filter((s) => !opts.scenarios || opts.scenarios.includes(s.name));
 
     if (opts.profile) {
-      const write = scenarios.find((s) => s.name === "ledger-write")!;
-      log(`profile: warm-up, then ledger-write at c=64 for ${opts.seconds} s with --cpu-prof on the ledger`);
-      await bench.measure(write, 16, opts.warmupSeconds);
-      const m = await bench.measure(write, 64, opts.seconds);
-      runs.push(toResult(write, 64, m));
+      const target = scenarios.find((s) => s.name === (opts.profileService === "kernel" ? "call" : "ledger-write"))!;
+      log(`profile: warm-up, then ${target.name} at c=64 for ${opts.seconds} s with --cpu-prof on the ${opts.profileService}`);
+      await bench.measure(target, 16, opts.warmupSeconds);
+      const m = await bench.measure(target, 64, opts.seconds);
+      runs.push(toResult(target, 64, m));
     } else {
       log(`warm-up: ${opts.warmupSeconds} s per scenario at c=16`);
       for (const sc of scenarios) await bench.measure(sc, 16, opts.warmupSeconds);
@@ -397,6 +412,9 @@ async function main(): Promise<void> {
     log("stopping services");
     await stack.stop();
   }
+
+  // Counted on a stack of its own: the taps add a hop no throughput run should carry.
+  const roundTrips = opts.profile || opts.scenarios ? undefined : await measureRoundTrips(PAYLOAD, opts.quick ? 50 : 200, log);
 
   for (const r of runs) {
     const bases = runs.filter((b) => (b.scenario === "ledger-write-baseline" || b.scenario === BASELINE_AFTER) && b.concurrency === r.concurrency);
@@ -439,6 +457,7 @@ async function main(): Promise<void> {
     runs,
     targets: [],
     ...(soak ? { soak } : {}),
+    ...(roundTrips ? { roundTrips } : {}),
     notes,
   };
   rec.targets = checkTargets(runs, micro.results, soak);

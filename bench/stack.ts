@@ -15,6 +15,7 @@ import { startMongoServer, type MongoServerHandle } from "../services/common/src
 import { createLogger } from "../services/common/src/logger";
 import { projectRoot } from "../services/common/src/repo-paths";
 import { findChildPids } from "./proc-sampler";
+import { targetOf, viaTap, WireTap } from "./wire-tap";
 
 /** One keycap service process. */
 export interface ServiceProc {
@@ -25,6 +26,8 @@ export interface ServiceProc {
   endpoints: Record<string, string>;
   /** The last lines it printed, for error messages. */
   tail(): string;
+  /** How many lines it has printed (stdout and stderr): its log volume. */
+  lines(): number;
   stop(): Promise<void>;
 }
 
@@ -45,14 +48,20 @@ export interface Stack {
   signingKeyFile: string;
   /** PIDs to sample: ledger, kernel, baseline and, when found, the MongoDB-protocol server. */
   pids: Record<string, number>;
+  /** With `tap`: one wire tap per service, between it and the database. */
+  taps?: Record<"kernel" | "ledger" | "baseline", WireTap>;
   stop(): Promise<void>;
 }
 
 export interface StackOptions {
   /** Extra node flags for the ledger process (e.g. --cpu-prof; not allowed in NODE_OPTIONS). */
   ledgerNodeFlags?: string[];
+  /** Extra node flags for the kernel process. */
+  kernelNodeFlags?: string[];
   /** Milliseconds to wait for each service's "ready" line. Default 60000. */
   readyTimeoutMs?: number;
+  /** Put a wire tap (bench/wire-tap.ts) between each service and the database. */
+  tap?: boolean;
 }
 
 /** Starts MongoDB (harness), the kernel, then the ledger; stops whatever started on failure. */
@@ -60,8 +69,10 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const mongo = await startMongoServer({ logger: createLogger("bench", "warn") });
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "keycap-bench-"));
   const started: ServiceProc[] = [];
+  const taps: WireTap[] = [];
   const cleanup = async (): Promise<void> => {
     for (const s of started.reverse()) await s.stop().catch(() => undefined);
+    for (const t of taps) await t.stop().catch(() => undefined);
     await mongo.stop().catch(() => undefined);
     fs.rmSync(dataDir, { recursive: true, force: true });
   };
@@ -85,14 +96,26 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     // FerretDB a database is one SQLite file, and the kernel's journal churn (the `call`
     // scenario) would otherwise stall whichever ledger scenario ran next.
     const database = base["KEYCAP_MONGODB_DATABASE"]!;
-    const kernel = await startService("kernel", { ...base, KEYCAP_MONGODB_DATABASE: `${database}_kernel` }, opts.readyTimeoutMs);
+    const tapFor = async (): Promise<{ tap?: WireTap; uri: string }> => {
+      if (!opts.tap) return { uri: mongo.uri };
+      const tap = await WireTap.start(targetOf(mongo.uri));
+      taps.push(tap);
+      return { tap, uri: viaTap(mongo.uri, tap) };
+    };
+    const [kernelDb, ledgerDb, baselineDb] = [await tapFor(), await tapFor(), await tapFor()];
+    const kernel = await startService(
+      "kernel",
+      { ...base, MONGODB_URI: kernelDb.uri, KEYCAP_MONGODB_DATABASE: `${database}_kernel` },
+      opts.readyTimeoutMs,
+      opts.kernelNodeFlags,
+    );
     started.push(kernel);
     const kernelAddress = need(kernel.endpoints, "kernel");
     const ledgerEnv: Record<string, string> = { ...base, KEYCAP_KERNEL_ADDRESS: kernelAddress };
-    const ledger = await startService("ledger", ledgerEnv, opts.readyTimeoutMs, opts.ledgerNodeFlags);
+    const ledger = await startService("ledger", { ...ledgerEnv, MONGODB_URI: ledgerDb.uri }, opts.readyTimeoutMs, opts.ledgerNodeFlags);
     started.push(ledger);
     const ledgerAddress = need(ledger.endpoints, "ledger");
-    const baseline = await startService("baseline", ledgerEnv, opts.readyTimeoutMs, opts.ledgerNodeFlags);
+    const baseline = await startService("baseline", { ...ledgerEnv, MONGODB_URI: baselineDb.uri }, opts.readyTimeoutMs, opts.ledgerNodeFlags);
     started.push(baseline);
     const baselineAddress = need(baseline.endpoints, "baseline");
     const pids: Record<string, number> = { ledger: ledger.pid, kernel: kernel.pid, baseline: baseline.pid };
@@ -110,6 +133,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       runtimeToken: base["KEYCAP_RUNTIME_TOKEN"]!,
       signingKeyFile: path.join(dataDir, "signing-keys.json"),
       pids,
+      ...(kernelDb.tap && ledgerDb.tap && baselineDb.tap ? { taps: { kernel: kernelDb.tap, ledger: ledgerDb.tap, baseline: baselineDb.tap } } : {}),
       stop: cleanup,
     };
   } catch (err) {
@@ -137,7 +161,9 @@ async function startService(
       : [path.join(projectRoot(), "dist/services/cli/src/main.js"), "serve", which];
   const child = spawn(process.execPath, [...nodeFlags, ...args], { env, stdio: ["ignore", "pipe", "pipe"] });
   let tail: string[] = [];
+  let lines = 0;
   const keep = (line: string): void => {
+    lines++;
     tail.push(line);
     if (tail.length > 40) tail = tail.slice(-40);
   };
@@ -171,6 +197,7 @@ async function startService(
     pid: child.pid as number,
     endpoints,
     tail: () => tail.join("\n"),
+    lines: () => lines,
     stop: async () => {
       if (child.exitCode !== null || child.signalCode !== null) return;
       child.kill("SIGTERM");
