@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { status } from "@grpc/grpc-js";
 import { expect } from "chai";
-import { calculateJwkThumbprint } from "jose";
+import { calculateJwkThumbprint, createLocalJWKSet, jwtVerify, SignJWT } from "jose";
 import { CAPABILITY_TYP, DEFAULT_AUDIENCE, DEFAULT_ISSUER, parseBearer, type CapabilityClaims } from "../../services/common/src/capability";
 import { CapabilityMinter } from "../../services/kernel/src/capability-minter";
 import { SigningKeyFileError, loadOrCreateSigningKeys, rotateSigningKeys, type SigningKeys } from "../../services/kernel/src/signing-keys";
@@ -254,6 +254,25 @@ describe("capability", () => {
       // Stored claims may come back in another member order (e.g. from MongoDB).
       const shuffled = Object.fromEntries(Object.entries(first.claims).reverse()) as unknown as CapabilityClaims;
       expect((await minter.mintWithClaims(shuffled)).token).to.equal(first.token);
+    });
+
+    it("mints byte for byte the token jose's SignJWT makes of the same claims, and jose verifies it", async () => {
+      const jwks = createLocalJWKSet(keys.publicJwks() as Parameters<typeof createLocalJWKSet>[0]);
+      const inputs = [
+        { principal: "test-runtime", toolId: "pay.charge", effect: "idempotent" as const, callId: "c-1", attempt: 1, key: "k".repeat(43) },
+        { principal: "rüntime ✓", toolId: "notify", effect: "queryable" as const, callId: "c-2", attempt: 3, requestId: 'req "quoted" \u2028' },
+        { principal: "test-runtime", toolId: "t", effect: "unsafe" as const, callId: "c-3", attempt: 1, jti: "fixed-jti" },
+      ];
+      for (const input of inputs) {
+        const minted = await minter.mint(input);
+        const byJose = await new SignJWT({ ...minted.claims })
+          .setProtectedHeader({ alg: "EdDSA", typ: CAPABILITY_TYP, kid: keys.currentKid })
+          .sign(keys.privateKey);
+        expect(minted.token).to.equal(byJose);
+        const { payload, protectedHeader } = await jwtVerify(minted.token, jwks, { currentDate: new Date(T0) });
+        expect(payload).to.deep.equal(minted.claims);
+        expect(protectedHeader).to.deep.equal({ alg: "EdDSA", typ: CAPABILITY_TYP, kid: keys.currentKid });
+      }
     });
 
     it("refuses to mint claims the ledger would refuse", async () => {
