@@ -5,6 +5,8 @@ import { isDuplicateKey } from "../../common/src/mongo";
 import { afterKeyset } from "../../common/src/paging";
 import { faultPoint } from "../../common/src/fault-points";
 import type { Logger } from "../../common/src/logger";
+import { BegunCalls } from "./begun-calls";
+import { PendingCopySweeper } from "./pending-copy-sweeper";
 
 export type CallStateName = "pending" | "completed" | "indeterminate";
 export type CallOutcomeName = "succeeded" | "failed";
@@ -49,6 +51,11 @@ interface CompletionDoc {
 
 const MAJORITY = { writeConcern: { w: "majority" as const } };
 
+export interface JournalOptions {
+  /** Removal of finished calls' pending copies: ids per delete (64) and longest wait in ms (100). */
+  sweep?: { batch?: number; maxDelayMs?: number };
+}
+
 /** Where a listing of calls continues: after this (created_at, _id). */
 export interface JournalCursor {
   createdAt: number;
@@ -80,14 +87,34 @@ export interface PendingPage {
  * skipped and removed.
  */
 export class CallJournal {
+  /** Calls begun here and not completed here yet: CompleteCall needs no read to find them. */
+  private readonly begun = new BegunCalls({ maxCalls: 20_000, maxArgumentBytes: 16 * 1024 * 1024 });
+  /** Pending copies of completed calls, deleted in batches after CompleteCall has answered. */
+  private readonly sweeper: PendingCopySweeper;
+
   private constructor(
     private readonly calls: Collection<CallRecord>,
     private readonly completions: Collection<CompletionDoc>,
     private readonly pending: Collection<CallRecord>,
     private readonly logger: Logger,
-  ) {}
+    sweep: JournalOptions["sweep"] = {},
+  ) {
+    this.sweeper = new PendingCopySweeper(
+      { deleteMany: async (ids) => void (await this.pending.deleteMany({ _id: { $in: ids } }, MAJORITY)) },
+      {
+        batch: sweep.batch ?? 64,
+        maxDelayMs: sweep.maxDelayMs ?? 100,
+        onError: (err, n) => this.logger.warn({ err, calls: n }, "could not remove the pending copies of finished calls; listing will skip and remove them"),
+      },
+    );
+  }
 
-  static async open(db: Db, logger: Logger): Promise<CallJournal> {
+  /** Finishes the batched removals still queued (before the database connection closes). */
+  async close(): Promise<void> {
+    await this.sweeper.drain();
+  }
+
+  static async open(db: Db, logger: Logger, opts: JournalOptions = {}): Promise<CallJournal> {
     const calls = db.collection<CallRecord>("calls");
     const completions = db.collection<CompletionDoc>("call_completions");
     const pending = db.collection<CallRecord>("pending_calls");
@@ -95,7 +122,7 @@ export class CallJournal {
     // `calls` and `call_completions` are only read by `_id`: no secondary index.
     await pending.createIndex({ created_at: 1, _id: 1 });
     await pending.createIndex({ tool_id: 1, created_at: 1, _id: 1 });
-    return new CallJournal(calls, completions, pending, logger);
+    return new CallJournal(calls, completions, pending, logger, opts.sweep);
   }
 
   /**
@@ -115,6 +142,7 @@ export class CallJournal {
       // A copy was already there: left by an earlier BeginCall of this id that crashed
       // before its journal write; the journal now says what the call is.
       if (!copyInserted) await this.pending.replaceOne({ _id: record._id }, record, MAJORITY);
+      this.begun.remember(record);
       return { call: record, existing: false };
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;
@@ -174,9 +202,9 @@ export class CallJournal {
     detail: string,
     mayComplete: (call: CallRecord) => Promise<void> = async () => undefined,
   ): Promise<{ call: CallRecord; alreadyCompleted: boolean }> {
-    // The call must exist before a completion can be recorded for its id: its pending
-    // copy (small, cheap to read) or its journal document proves it.
-    const call = (await this.pending.findOne({ _id: callId })) ?? (await this.calls.findOne({ _id: callId }));
+    // The call must exist before a completion can be recorded for its id: this replica
+    // having begun it, its pending copy (small, cheap to read) or its journal document proves it.
+    const call = this.begun.get(callId) ?? (await this.pending.findOne({ _id: callId })) ?? (await this.calls.findOne({ _id: callId }));
     if (!call) throw notFound(callId);
     await mayComplete(call);
     const completion: CompletionDoc = { _id: callId, outcome, outcome_detail: detail, completed_at: new Date() };
@@ -188,10 +216,12 @@ export class CallJournal {
       if (!isDuplicateKey(err)) throw err;
       const earlier = await this.completions.findOne({ _id: callId });
       if (!earlier) throw new KeycapError(Code.ABORTED, "CONCURRENT_COMPLETE", `call ${callId} changed during CompleteCall; retry`, { call_id: callId });
-      await this.unmarkPending(callId); // heals a pending copy left by a crash after the first completion
+      this.begun.forget(callId);
+      this.sweeper.remove(callId); // heals a pending copy left by a crash after the first completion
       return sameOutcomeOrRefuse(withCompletion(call, earlier), outcome);
     }
-    await this.unmarkPending(callId);
+    this.begun.forget(callId);
+    this.sweeper.remove(callId);
     return { call: withCompletion(call, completion), alreadyCompleted: false };
   }
 
@@ -212,6 +242,7 @@ export class CallJournal {
     }
     // Keep the pending copy current (never re-created: a completion may have removed it).
     await this.pending.replaceOne({ _id: call._id }, updated, MAJORITY);
+    this.begun.remember(updated);
     return updated;
   }
 

@@ -54,7 +54,9 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
     () => peerChannelCredentials(config.tls),
   );
   let audit: RejectionAudit | undefined;
+  let journal: CallJournal | undefined;
   const release = async (): Promise<void> => {
+    await journal?.close();
     ledger.close();
     await audit?.close();
     await mongo.close();
@@ -69,9 +71,10 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
 
     const policy = new AccessPolicy(registry, grants);
     const edge = { auth: new CallerAuthenticator(principals, admin, config.tls.certPrincipals), audit, logger };
+    journal = await CallJournal.open(mongo.db, logger);
     const kernel = new Kernel({
       registry,
-      journal: await CallJournal.open(mongo.db, logger),
+      journal,
       minter,
       keys,
       ledger,

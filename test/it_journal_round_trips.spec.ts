@@ -1,0 +1,117 @@
+/**
+ * What one whole call costs the kernel's database, counted on the wire (bench/wire-tap.ts):
+ * BeginCall journals with two inserts, CompleteCall answers after one insert (no read
+ * for a call this replica began), and the pending copies of finished calls leave in
+ * batches, one delete for many calls, after the answers. A regression that adds a round
+ * trip to the call path fails here, whatever the timing.
+ */
+import { expect } from "chai";
+import { MongoClient } from "mongodb";
+import { targetOf, viaTap, WireTap } from "../bench/wire-tap";
+import { createLogger } from "../services/common/src/logger";
+import { CallJournal, type CallRecord } from "../services/kernel/src/call-journal";
+import { freshDatabaseName, testMongoUri } from "./support/mongo";
+
+function record(id: string): CallRecord {
+  const now = new Date();
+  return {
+    _id: id,
+    tool_id: "rt.tool",
+    run_id: "run-1",
+    arguments_json: JSON.stringify({ order: id }),
+    effect: "idempotent",
+    key: `key-${id}`,
+    attempt: 1,
+    state: "pending",
+    capability: {
+      iss: "keycap-kernel",
+      aud: "keycap-ledger",
+      sub: "rt",
+      tool_id: "rt.tool",
+      effect: "idempotent",
+      call_id: id,
+      attempt: 1,
+      jti: `jti-${id}`,
+      iat: 1,
+      exp: 2,
+      key: `key-${id}`,
+    },
+    created_at: now,
+    updated_at: now,
+    principal: "rt",
+  };
+}
+
+describe("call journal round trips", () => {
+  let tap: WireTap;
+  let client: MongoClient;
+  let journal: CallJournal;
+  let dbName: string;
+
+  beforeEach(async () => {
+    tap = await WireTap.start(targetOf(testMongoUri()));
+    client = await MongoClient.connect(viaTap(testMongoUri(), tap), { serverSelectionTimeoutMS: 10_000 });
+    dbName = freshDatabaseName("rt");
+    journal = await CallJournal.open(client.db(dbName), createLogger("test", "silent"));
+  });
+
+  afterEach(async () => {
+    await journal?.close();
+    await client?.close();
+    await tap?.stop();
+  });
+
+  const counts = (): Record<string, number> => Object.fromEntries(tap.snapshot().commands.map((c) => [`${c.command} ${c.collection}`, c.count] as const));
+
+  it("a call begun and completed here: two inserts to begin, one to complete, nothing read", async () => {
+    tap.reset();
+    await journal.begin(record("c-1"));
+    expect(counts()).to.deep.equal({ "insert pending_calls": 1, "insert calls": 1 });
+    tap.reset();
+    const { call, alreadyCompleted } = await journal.complete("c-1", "succeeded", "");
+    expect(alreadyCompleted).to.equal(false);
+    expect(call).to.include({ _id: "c-1", state: "completed", outcome: "succeeded", tool_id: "rt.tool" });
+    expect(counts()).to.deep.equal({ "insert call_completions": 1 });
+  });
+
+  it("removes the pending copies of 100 completed calls in two deletes (a batch of 64, then the rest), and none is listed as pending", async () => {
+    await journal.close();
+    // No timer flush within the test: the batch size and the final drain decide.
+    journal = await CallJournal.open(client.db(dbName), createLogger("test", "silent"), { sweep: { batch: 64, maxDelayMs: 600_000 } });
+    const ids = Array.from({ length: 100 }, (_, i) => `b-${i}`);
+    for (const id of ids) await journal.begin(record(id));
+    tap.reset();
+    for (const id of ids) await journal.complete(id, "succeeded", "");
+    await journal.close(); // drains the batched removals
+    const c = counts();
+    expect(c["insert call_completions"]).to.equal(100);
+    expect(c["delete pending_calls"]).to.equal(2);
+    const left = await client
+      .db(dbName)
+      .collection("pending_calls")
+      .countDocuments({ _id: { $in: ids } } as never);
+    expect(left).to.equal(0);
+    expect((await journal.listPending("", undefined, 200)).calls).to.have.length(0);
+  });
+
+  it("completes a call another replica began (one read proves it exists) and refuses one nobody began", async () => {
+    await journal.begin(record("other-1"));
+    const other = await CallJournal.open(client.db(dbName), createLogger("test", "silent"));
+    try {
+      tap.reset();
+      expect((await other.complete("other-1", "failed", "boom")).call).to.include({ state: "completed", outcome: "failed" });
+      expect(counts()).to.include({ "find pending_calls": 1, "insert call_completions": 1 });
+      let caught: unknown;
+      try {
+        await other.complete("nobody", "failed", "");
+      } catch (err) {
+        caught = err;
+      }
+      expect(caught).to.have.property("reason", "CALL_NOT_FOUND");
+      // and the replica that began it learns the outcome from the completion, not its memory
+      expect((await journal.complete("other-1", "failed", "boom")).alreadyCompleted).to.equal(true);
+    } finally {
+      await other.close();
+    }
+  });
+});
