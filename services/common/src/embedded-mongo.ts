@@ -197,14 +197,21 @@ async function startMemoryServer(reason: string, binary: string | undefined, opt
   // Loaded lazily: the package is only needed on machines that can run mongod.
   const { MongoMemoryServer } = await import("mongodb-memory-server");
   if (opts.dataDir) fs.mkdirSync(opts.dataDir, { recursive: true });
+  const port = opts.listen === undefined ? undefined : Number(/:(\d+)$/.exec(opts.listen)?.[1]);
   const server = await MongoMemoryServer.create({
     ...(binary ? { binary: { systemBinary: binary } } : {}),
-    instance: { ip: "127.0.0.1", ...(opts.dataDir ? { dbPath: opts.dataDir, storageEngine: "wiredTiger" as const } : {}) },
+    instance: {
+      ip: "127.0.0.1",
+      ...(port ? { port } : {}),
+      ...(opts.dataDir ? { dbPath: opts.dataDir, storageEngine: "wiredTiger" as const } : {}),
+    },
   });
+  const pid = server.instanceInfo?.instance.mongodProcess?.pid;
   return {
     uri: server.getUri(),
     backend: "mongodb-memory-server",
     reason,
+    ...(pid === undefined ? {} : { pid }),
     stop: async () => {
       await server.stop({ doCleanup: !opts.dataDir });
     },
