@@ -1,10 +1,11 @@
+import * as fs from "node:fs";
 import * as path from "node:path";
 import { ConfigError, formatHostPort, loadConfig, type KeycapConfig } from "./config";
 import { startMongoServer, type MongoServerHandle } from "./embedded-mongo";
 import { redactUri } from "./mongo";
 import { startSharedMongoServer } from "./shared-mongo";
 import { createLogger, type Logger } from "./logger";
-import type { RunningListener } from "./grpc-server";
+import { routeGrpcLogs, type RunningListener } from "./grpc-server";
 
 /** Signals this close after the first one are the same stop request delivered twice. */
 const DUPLICATE_SIGNAL_MS = 1000;
@@ -38,10 +39,12 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
   let config: KeycapConfig;
   try {
     config = loadConfig();
+    ensureDataDir(config.dataDir);
   } catch (err) {
     failStart(err);
   }
   const logger = createLogger(label, config.logLevel);
+  routeGrpcLogs(logger);
   let mongo: MongoServerHandle | undefined;
   const running: RunningService[] = [];
   let stopping = false;
@@ -131,6 +134,25 @@ function wirePeers(config: KeycapConfig, service: RunningService): void {
 
 function dialable(a: { host: string; port: number }): { host: string; port: number } {
   return a.host === "0.0.0.0" || a.host === "::" ? { host: "127.0.0.1", port: a.port } : a;
+}
+
+/**
+ * Creates the data directory, or says in one line naming KEYCAP_DATA_DIR why it cannot be
+ * one (a file in the way used to surface as a bare ENOTDIR from whichever file came first).
+ */
+function ensureDataDir(dir: string): void {
+  try {
+    fs.mkdirSync(dir, { recursive: true });
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? "unknown error";
+    if (code === "EEXIST" || code === "ENOTDIR") {
+      let p = dir;
+      while (!fs.existsSync(p) && path.dirname(p) !== p) p = path.dirname(p);
+      throw new ConfigError("KEYCAP_DATA_DIR", `${p} is a file, not a directory`);
+    }
+    throw new ConfigError("KEYCAP_DATA_DIR", `cannot create ${dir} (${code})`);
+  }
+  if (!fs.statSync(dir).isDirectory()) throw new ConfigError("KEYCAP_DATA_DIR", `${dir} is not a directory`);
 }
 
 function failStart(err: unknown): never {

@@ -94,6 +94,7 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
       await startListener({
         name: "ledger",
         address: config.ledgerListen,
+        setting: "KEYCAP_LEDGER_LISTEN",
         logger,
         tls: config.tls.ledger,
         // Room above the payload limit, so an oversized payload reaches the ledger and is
@@ -106,6 +107,7 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
       await startListener({
         name: "admin",
         address: config.adminListen,
+        setting: "KEYCAP_ADMIN_LISTEN",
         logger,
         tls: config.tls.admin,
         services: [
