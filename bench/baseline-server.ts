@@ -87,6 +87,7 @@ export async function startBaseline(deps: ServiceDeps): Promise<RunningService> 
     const listener = await startListener({
       name: "baseline",
       address: config.ledgerListen,
+      setting: "KEYCAP_LEDGER_LISTEN",
       logger,
       maxReceiveBytes: 2 * config.maxPayloadBytes + 64 * 1024,
       services: [benchBaselineBinding(entries, config.maxPayloadBytes, logger)],

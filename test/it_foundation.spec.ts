@@ -98,6 +98,39 @@ describe("foundation: a bad configuration stops the start with one line naming t
     expect(r.stderr).to.match(/^keycap: KEYCAP_CAPABILITY_TTL_SECONDS: must be between 5 and 900/);
   });
 
+  for (const [service, setting] of [
+    ["kernel", "KEYCAP_KERNEL_LISTEN"],
+    ["ledger", "KEYCAP_LEDGER_LISTEN"],
+    ["ledger", "KEYCAP_ADMIN_LISTEN"],
+  ] as const) {
+    it(`names ${setting} when its port is in use, and says another keycap may be running (issue 16)`, async function () {
+      const taken = net.createServer();
+      await new Promise<void>((resolve) => taken.listen(0, "127.0.0.1", resolve));
+      const port = (taken.address() as net.AddressInfo).port;
+      try {
+        const r = await runCli(["serve", service], serviceEnv({ [setting]: `127.0.0.1:${port}` }));
+        expect(r.code).to.equal(2);
+        expect(r.stderr.trim().split("\n"), r.stderr).to.have.length(1);
+        expect(r.stderr).to.match(new RegExp(`^keycap: ${setting}: 127\\.0\\.0\\.1:${port} is already in use \\(is another keycap running\\?`));
+        expect(r.stderr).to.not.match(/No address added/);
+      } finally {
+        taken.close();
+      }
+    });
+  }
+
+  it("names KEYCAP_DATA_DIR when the data directory is a file (issue 16)", async function () {
+    const env = serviceEnv();
+    const file = path.join(env["KEYCAP_DATA_DIR"]!, "not-a-dir");
+    fs.writeFileSync(file, "");
+    for (const dataDir of [file, path.join(file, "below")]) {
+      const r = await runCli(["serve", "kernel"], { ...env, KEYCAP_DATA_DIR: dataDir });
+      expect(r.code).to.equal(2);
+      expect(r.stderr.trim().split("\n"), r.stderr).to.have.length(1);
+      expect(r.stderr).to.match(/^keycap: KEYCAP_DATA_DIR: .*not-a-dir.* is a file, not a directory/);
+    }
+  });
+
   it("refuses a MONGODB_URI that is not a MongoDB URI", async function () {
     const r = await runCli(["serve", "kernel"], serviceEnv({ MONGODB_URI: "postgres://localhost/x" }));
     expect(r.code).to.not.equal(0);

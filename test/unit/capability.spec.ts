@@ -617,6 +617,45 @@ describe("capability", () => {
       expect(fetches).to.equal(2);
     });
 
+    it('names the cause a failed fetch wraps (Node\'s fetch says only "fetch failed")', async () => {
+      const source = new RemoteJwksSource(async () => {
+        throw new Error("fetch failed", { cause: new Error("connect ECONNREFUSED 127.0.0.1:50051") });
+      });
+      const { token } = await minter.mint({ principal: "test-runtime", toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
+      const refusal = await expectRefusal(new CapabilityVerifier(source, { now }).verify(bearer(token)), "SIGNING_KEYS_UNAVAILABLE");
+      expect(refusal.message).to.include("fetch failed: connect ECONNREFUSED 127.0.0.1:50051");
+    });
+
+    it("keeps fetching in the background while the kernel is unreachable, and learns the keys without waiting for a write", async () => {
+      let up = false;
+      let fetches = 0;
+      let recovered = 0;
+      const source = new RemoteJwksSource(
+        async () => {
+          fetches += 1;
+          if (!up) throw new Error("connect ECONNREFUSED");
+          return JSON.stringify(keys.publicJwks());
+        },
+        { retryInitialMs: 5, retryMaxMs: 20, onRecovered: () => (recovered += 1) },
+      );
+      try {
+        await source.refresh();
+        await new Promise((r) => setTimeout(r, 100));
+        expect(fetches, "retried while failing").to.be.within(4, 25);
+        up = true;
+        await new Promise((r) => setTimeout(r, 60));
+        expect(recovered).to.equal(1);
+        const settled = fetches;
+        await new Promise((r) => setTimeout(r, 60));
+        expect(fetches, "no retries once the keys are known").to.equal(settled);
+        const { token } = await minter.mint({ principal: "test-runtime", toolId: "t", effect: "unsafe", callId: "c", attempt: 1 });
+        await new CapabilityVerifier(source, { now }).verify(bearer(token));
+        expect(fetches).to.equal(settled);
+      } finally {
+        source.close();
+      }
+    });
+
     it("keeps verifying with cached keys while the kernel is unreachable", async () => {
       let up = true;
       const source = new RemoteJwksSource(

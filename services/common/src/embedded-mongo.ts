@@ -197,28 +197,48 @@ async function startMemoryServer(reason: string, binary: string | undefined, opt
   // Loaded lazily: the package is only needed on machines that can run mongod.
   const { MongoMemoryServer } = await import("mongodb-memory-server");
   if (opts.dataDir) fs.mkdirSync(opts.dataDir, { recursive: true });
+  const port = opts.listen === undefined ? undefined : Number(/:(\d+)$/.exec(opts.listen)?.[1]);
   const server = await MongoMemoryServer.create({
     ...(binary ? { binary: { systemBinary: binary } } : {}),
-    instance: { ip: "127.0.0.1", ...(opts.dataDir ? { dbPath: opts.dataDir, storageEngine: "wiredTiger" as const } : {}) },
+    instance: {
+      ip: "127.0.0.1",
+      ...(port ? { port } : {}),
+      ...(opts.dataDir ? { dbPath: opts.dataDir, storageEngine: "wiredTiger" as const } : {}),
+    },
   });
+  const pid = server.instanceInfo?.instance.mongodProcess?.pid;
   return {
     uri: server.getUri(),
     backend: "mongodb-memory-server",
     reason,
+    ...(pid === undefined ? {} : { pid }),
     stop: async () => {
       await server.stop({ doCleanup: !opts.dataDir });
     },
   };
 }
 
-/** Builds the FerretDB wrapper (tools/ferretdb) into the cache unless it is there. */
-export async function ensureFerretdb(logger: Logger): Promise<string> {
+/** Measured on this project's 2-core machines: a cold `go build` of the wrapper takes ~175 s. */
+const FERRETDB_BUILD_ESTIMATE = "typically about 3 minutes on 2 cores, less with more";
+const BUILD_PROGRESS_EVERY_MS = 15_000;
+
+/**
+ * Builds the FerretDB wrapper (tools/ferretdb) into the cache unless it is there, saying
+ * so every 15 s (`progressEveryMs`) while it builds: minutes of silence look like a hang.
+ */
+export async function ensureFerretdb(logger: Logger, opts: { progressEveryMs?: number } = {}): Promise<string> {
   const binary = ferretdbBinaryPath();
   if (fs.existsSync(binary)) return binary;
   const source = path.join(projectRoot(), "tools", "ferretdb");
-  logger.info({ binary, source }, `building FerretDB ${FERRETDB_VERSION} with the Go toolchain (first run only, about a minute)`);
+  logger.info({ binary, source }, `building FerretDB ${FERRETDB_VERSION} with the Go toolchain (first run only; ${FERRETDB_BUILD_ESTIMATE})`);
   fs.mkdirSync(path.dirname(binary), { recursive: true });
   const tmp = `${binary}.tmp-${process.pid}`;
+  const started = Date.now();
+  const progress = setInterval(() => {
+    const seconds = Math.round((Date.now() - started) / 1000);
+    logger.info({ seconds }, `still building FerretDB (${seconds} s; ${FERRETDB_BUILD_ESTIMATE})`);
+  }, opts.progressEveryMs ?? BUILD_PROGRESS_EVERY_MS);
+  progress.unref();
   try {
     await promisify(execFile)("go", ["build", "-trimpath", "-o", tmp, "."], {
       cwd: source,
@@ -227,7 +247,10 @@ export async function ensureFerretdb(logger: Logger): Promise<string> {
     });
   } catch (err) {
     throw new Error(`cannot build FerretDB from ${source} (is Go installed and the Go module proxy reachable?): ${errorText(err)}`);
+  } finally {
+    clearInterval(progress);
   }
+  logger.info({ binary, seconds: Math.round((Date.now() - started) / 1000) }, "FerretDB built");
   fs.renameSync(tmp, binary);
   return binary;
 }

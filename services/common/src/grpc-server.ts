@@ -1,12 +1,12 @@
 import { withUtf8Check } from "./utf8-check";
 import { RequestRules, withRequestRules } from "./request-rules";
 import * as fs from "node:fs";
-import { Server, type ServiceDefinition, type UntypedServiceImplementation } from "@grpc/grpc-js";
+import { Server, setLogger, type ServiceDefinition, type UntypedServiceImplementation } from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { ReflectionService } from "@grpc/reflection";
 import { HealthImplementation } from "grpc-health-check";
 import { FileDescriptorProto, FileDescriptorSet } from "protobufjs/ext/descriptor";
-import { formatHostPort, type HostPort } from "./config";
+import { ConfigError, formatHostPort, type HostPort } from "./config";
 import type { Logger } from "./logger";
 import { descriptorSetPath } from "./repo-paths";
 import { ReloadableServerCredentials, serverCredentials } from "./tls";
@@ -24,6 +24,8 @@ export interface ListenerOptions {
   /** Short name for logs: "kernel", "ledger", "admin". */
   name: string;
   address: HostPort;
+  /** The setting the address came from (e.g. KEYCAP_KERNEL_LISTEN), named when it cannot be bound. */
+  setting: string;
   services: ServiceBinding[];
   logger: Logger;
   /** Largest request accepted by the transport (bytes). */
@@ -90,7 +92,7 @@ export async function startListener(opts: ListenerOptions): Promise<RunningListe
 
   const creds = serverCredentials(opts.tls);
   const port = await new Promise<number>((resolve, reject) => {
-    server.bindAsync(formatHostPort(opts.address), creds, (err, p) => (err ? reject(err) : resolve(p)));
+    server.bindAsync(formatHostPort(opts.address), creds, (err, p) => (err ? reject(bindError(opts.setting, opts.address, err)) : resolve(p)));
   });
   const address = { host: opts.address.host, port };
   const transport = opts.tls ? "tls" : "plaintext";
@@ -130,4 +132,32 @@ export async function startListener(opts: ListenerOptions): Promise<RunningListe
       });
     },
   };
+}
+
+/**
+ * Why a listen address could not be bound, as a ConfigError naming its setting: grpc-js
+ * says only "No address added out of total 1 resolved" with the system error inside.
+ */
+function bindError(setting: string, address: HostPort, err: Error): ConfigError {
+  const where = formatHostPort(address);
+  if (/EADDRINUSE/.test(err.message)) {
+    return new ConfigError(setting, `${where} is already in use (is another keycap running? stop it, or set ${setting} to a free address)`);
+  }
+  if (/EACCES/.test(err.message)) return new ConfigError(setting, `${where}: not permitted to listen on this port (ports below 1024 need privileges)`);
+  if (/EADDRNOTAVAIL/.test(err.message)) return new ConfigError(setting, `${where} is not an address of this machine`);
+  const cause = /errors: \[(.*)\]$/.exec(err.message)?.[1] ?? err.message;
+  return new ConfigError(setting, `cannot listen on ${where}: ${cause}`);
+}
+
+/**
+ * grpc-js's own messages into the service's structured log, instead of bare "E ..." lines on
+ * stderr beside the one line a failed start prints.
+ */
+export function routeGrpcLogs(logger: Logger): void {
+  const text = (args: unknown[]): string => args.map(String).join(" ");
+  setLogger({
+    error: (...args: unknown[]) => logger.warn({ source: "grpc-js" }, text(args)),
+    info: (...args: unknown[]) => logger.info({ source: "grpc-js" }, text(args)),
+    debug: (...args: unknown[]) => logger.debug({ source: "grpc-js" }, text(args)),
+  });
 }

@@ -1,8 +1,11 @@
+import * as fs from "node:fs";
 import * as path from "node:path";
 import { ConfigError, formatHostPort, loadConfig, type KeycapConfig } from "./config";
 import { startMongoServer, type MongoServerHandle } from "./embedded-mongo";
+import { redactUri } from "./mongo";
+import { startSharedMongoServer } from "./shared-mongo";
 import { createLogger, type Logger } from "./logger";
-import type { RunningListener } from "./grpc-server";
+import { routeGrpcLogs, type RunningListener } from "./grpc-server";
 
 /** Signals this close after the first one are the same stop request delivered twice. */
 const DUPLICATE_SIGNAL_MS = 1000;
@@ -36,10 +39,12 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
   let config: KeycapConfig;
   try {
     config = loadConfig();
+    ensureDataDir(config.dataDir);
   } catch (err) {
     failStart(err);
   }
   const logger = createLogger(label, config.logLevel);
+  routeGrpcLogs(logger);
   let mongo: MongoServerHandle | undefined;
   const running: RunningService[] = [];
   let stopping = false;
@@ -71,11 +76,8 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
   });
 
   try {
-    mongo = await startMongoServer({
-      logger,
-      dataDir: path.join(config.dataDir, starters.length > 1 ? "mongo" : `mongo-${label}`),
-    });
-    logger.info({ backend: mongo.backend, reason: mongo.reason }, `MongoDB backend: ${mongo.backend}`);
+    mongo = await openMongo(config, logger);
+    logger.info({ backend: mongo.backend, reason: mongo.reason, uri: redactUri(mongo.uri) }, `MongoDB backend: ${mongo.backend}`);
     for (const start of starters) {
       const service = await start({ config, logger, mongoUri: mongo.uri });
       running.push(service);
@@ -88,12 +90,16 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
     failStart(err);
   }
   const endpoints = running.flatMap((s) => s.listeners.map((l) => ({ listener: l.name, address: formatHostPort(l.address), transport: l.transport })));
-  logger.info({ endpoints, mongoBackend: mongo.backend, dataDir: config.dataDir }, "ready");
+  const mongoUri = redactUri(mongo.uri);
+  logger.info({ endpoints, mongoBackend: mongo.backend, mongoUri, dataDir: config.dataDir }, "ready");
   {
     process.stderr.write(
       `\nkeycap is running (MongoDB: ${mongo.backend})\n` +
         endpoints.map((e) => `  ${e.listener.padEnd(7)} ${e.address} (${e.transport})\n`).join("") +
         `  data    ${config.dataDir}\n` +
+        (config.mongodbUri === undefined
+          ? `  mongodb ${mongoUri} (embedded, shared by every keycap serve with this data directory)\n`
+          : `  mongodb ${mongoUri} (MONGODB_URI)\n`) +
         (running.some((s) => s.name === "ledger") ? `  admin credential: ${config.adminToken ? "KEYCAP_ADMIN_TOKEN" : config.adminTokenFile}\n` : "") +
         (running.some((s) => s.name === "kernel") && config.bootstrapRuntime
           ? `  runtime credential (principal local-runtime): ${config.runtimeToken ? "KEYCAP_RUNTIME_TOKEN" : config.runtimeTokenFile}\n`
@@ -101,6 +107,17 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
         `Press Ctrl-C to stop.\n\n`,
     );
   }
+}
+
+/**
+ * MONGODB_URI when set; else the data directory's embedded server, shared with any other
+ * keycap process using the same data directory (`serve kernel` and `serve ledger` apart
+ * see one database, ADR 0011).
+ */
+function openMongo(config: KeycapConfig, logger: Logger): Promise<MongoServerHandle> {
+  if (config.mongodbUri !== undefined) return startMongoServer({ logger, uri: config.mongodbUri });
+  const dir = path.join(config.dataDir, "mongo");
+  return startSharedMongoServer({ logger, dir, start: (listen) => startMongoServer({ logger, uri: "", dataDir: dir, ...(listen ? { listen } : {}) }) });
 }
 
 /**
@@ -117,6 +134,25 @@ function wirePeers(config: KeycapConfig, service: RunningService): void {
 
 function dialable(a: { host: string; port: number }): { host: string; port: number } {
   return a.host === "0.0.0.0" || a.host === "::" ? { host: "127.0.0.1", port: a.port } : a;
+}
+
+/**
+ * Creates the data directory, or says in one line naming KEYCAP_DATA_DIR why it cannot be
+ * one (a file in the way used to surface as a bare ENOTDIR from whichever file came first).
+ */
+function ensureDataDir(dir: string): void {
+  try {
+    fs.mkdirSync(dir, { recursive: true });
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? "unknown error";
+    if (code === "EEXIST" || code === "ENOTDIR") {
+      let p = dir;
+      while (!fs.existsSync(p) && path.dirname(p) !== p) p = path.dirname(p);
+      throw new ConfigError("KEYCAP_DATA_DIR", `${p} is a file, not a directory`);
+    }
+    throw new ConfigError("KEYCAP_DATA_DIR", `cannot create ${dir} (${code})`);
+  }
+  if (!fs.statSync(dir).isDirectory()) throw new ConfigError("KEYCAP_DATA_DIR", `${dir} is not a directory`);
 }
 
 function failStart(err: unknown): never {

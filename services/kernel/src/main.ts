@@ -86,6 +86,7 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
     const listener = await startListener({
       name: "kernel",
       address: config.kernelListen,
+      setting: "KEYCAP_KERNEL_LISTEN",
       logger,
       tls: config.tls.kernel,
       maxReceiveBytes: config.maxArgumentsBytes + 64 * 1024,

@@ -57,6 +57,7 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
     await Promise.all(listeners.map((l) => l.shutdown(graceMs)));
     if (pruneTimer) clearInterval(pruneTimer);
     await audit?.close();
+    if (keySource instanceof RemoteJwksSource) keySource.close();
     fetcher?.close();
     await mongo.close();
   };
@@ -93,6 +94,7 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
       await startListener({
         name: "ledger",
         address: config.ledgerListen,
+        setting: "KEYCAP_LEDGER_LISTEN",
         logger,
         tls: config.tls.ledger,
         // Room above the payload limit, so an oversized payload reaches the ledger and is
@@ -105,6 +107,7 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
       await startListener({
         name: "admin",
         address: config.adminListen,
+        setting: "KEYCAP_ADMIN_LISTEN",
         logger,
         tls: config.tls.admin,
         services: [
@@ -134,7 +137,8 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
 /**
  * KEYCAP_JWKS_FILE: read and validated now (private material or a bad key stops the
  * start). Otherwise the kernel's GetSigningKeys, cached and refetched on an unknown kid;
- * a first fetch is started in the background so the first write does not wait for it.
+ * fetched in the background from the start, and again every half second at most while the
+ * kernel cannot be reached, so the first write after the kernel is up does not wait.
  */
 async function openKeySource(jwksFile: string | undefined, fetcher: KernelJwksFetcher | undefined, logger: Logger): Promise<PublicKeySource> {
   if (jwksFile !== undefined) {
@@ -150,17 +154,22 @@ async function openKeySource(jwksFile: string | undefined, fetcher: KernelJwksFe
   if (!fetcher) throw new Error("no key source configured");
   let lastLogged = 0;
   const source = new RemoteJwksSource(() => fetcher.fetch(), {
+    // Until the kernel answers, ask again soon (100 ms doubling to 500 ms): a ledger started
+    // before its kernel learns the keys within about half a second of the kernel being up.
+    retryInitialMs: 100,
+    retryMaxMs: 500,
     // One line per 10 s at most: an outage must be visible without flooding the log.
     onFetchError: (cause) => {
       if (Date.now() - lastLogged < 10_000) return;
       lastLogged = Date.now();
-      logger.warn({ cause }, "cannot fetch the kernel's signing keys; writes with unknown key ids are answered UNAVAILABLE until it answers");
+      logger.warn({ cause }, `cannot fetch the kernel's signing keys (${cause}); writes with unknown key ids are answered UNAVAILABLE until it answers`);
+    },
+    onRecovered: () => {
+      lastLogged = 0;
+      logger.info({}, "kernel signing keys fetched");
     },
   });
-  source.getKey("").then(
-    () => logger.info({}, "kernel signing keys fetched"),
-    () => logger.warn({}, "kernel signing keys not reachable yet; will fetch again when a capability arrives"),
-  );
+  void source.refresh();
   return source;
 }
 

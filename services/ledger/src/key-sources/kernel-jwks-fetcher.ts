@@ -42,8 +42,12 @@ export class KernelJwksFetcher {
     const client = this.client;
     return new Promise((resolve, reject) => {
       client.getSigningKeys({}, new Metadata(), { deadline: Date.now() + this.timeoutMs }, (err: ServiceError | null, res) => {
-        if (err) reject(new Error(`GetSigningKeys at ${address}: ${err.details || err.message}`));
-        else resolve(res.jwksJson);
+        if (!err) return resolve(res.jwksJson);
+        // A failed channel answers from its last failure until its reconnect backoff runs
+        // out, which kept refusing writes for a while after the kernel came up: the next
+        // fetch dials afresh instead, so the kernel's first answer is the one it gets.
+        if (this.client === client) this.close();
+        reject(new Error(`GetSigningKeys at ${address}: ${describe(err)}`));
       });
     });
   }
@@ -53,4 +57,9 @@ export class KernelJwksFetcher {
     this.client?.close();
     this.client = undefined;
   }
+}
+
+/** grpc-js's message without its empty trailing "Resolution note:" and doubled code. */
+function describe(err: ServiceError): string {
+  return (err.details || err.message).replace(/\s*Resolution note:\s*$/, "").trim();
 }
