@@ -12,7 +12,7 @@ import { codeBlocksOf, type CodeBlock } from "./support/markdown-blocks";
 import { ReadmeWorkspace } from "./support/readme-runner";
 
 /** The Markdown files whose code blocks are run. */
-export const README_FILES = ["README.md", "clients/ts/README.md", "clients/go/README.md", "clients/python/README.md", "bench/README.md"];
+export const README_FILES = ["README.md", "clients/ts/README.md", "clients/go/README.md", "clients/python/README.md", "deploy/README.md", "bench/README.md"];
 
 function title(b: CodeBlock): string {
   const first = b.content.split("\n").find((l) => l.trim() !== "") ?? "";
