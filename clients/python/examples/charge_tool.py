@@ -7,12 +7,14 @@ write comes back with ``duplicate=True``.
 
     python clients/python/examples/charge_tool.py [KERNEL] [LEDGER] [ORDER_ID]
 
-Defaults are the addresses of ``make run`` (127.0.0.1:50051 and :50052).
+Addresses not given come from ``KEYCAP_KERNEL_ADDRESS`` and ``KEYCAP_LEDGER_ADDRESS``,
+else the defaults of ``make run`` (127.0.0.1:50051 and :50052).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from keycap_client import CapabilityHandle, Idempotent, KernelClient, KeyDerivation, KeycapError, ToolDefinition
@@ -36,8 +38,8 @@ def charge(handle: CapabilityHandle, amount_cents: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    kernel_address = argv[1] if len(argv) > 1 else "127.0.0.1:50051"
-    ledger_address = argv[2] if len(argv) > 2 else "127.0.0.1:50052"
+    kernel_address = argv[1] if len(argv) > 1 else os.environ.get("KEYCAP_KERNEL_ADDRESS") or "127.0.0.1:50051"
+    ledger_address = argv[2] if len(argv) > 2 else os.environ.get("KEYCAP_LEDGER_ADDRESS") or "127.0.0.1:50052"
     order_id = argv[3] if len(argv) > 3 else "order-42"
     with KernelClient(kernel_address, ledger_address=ledger_address) as kernel:
         try:
