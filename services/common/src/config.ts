@@ -1,6 +1,6 @@
 import * as path from "node:path";
 import { MAX_LIFETIME_SECONDS } from "./capability";
-import type { LogLevel } from "./logger";
+import { LOG_FORMATS, type LogFormat, type LogLevel } from "./logger";
 import { loadTlsSettings, type TlsSettings } from "./tls-config";
 
 /**
@@ -104,6 +104,8 @@ export interface KeycapConfig {
   unauthenticatedAuditPerMinute: number;
   shutdownGraceMs: number;
   logLevel: LogLevel;
+  /** KEYCAP_LOG_FORMAT: auto (pretty at a terminal, JSON otherwise), json or pretty. */
+  logFormat: LogFormat;
 }
 
 /** Reads and validates the environment. Throws ConfigError on the first bad value. */
@@ -125,6 +127,11 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
   const logLevel = (str(env, "KEYCAP_LOG_LEVEL") ?? "info") as LogLevel;
   if (!LOG_LEVELS.includes(logLevel)) {
     throw new ConfigError("KEYCAP_LOG_LEVEL", `expected one of ${LOG_LEVELS.join(", ")}`);
+  }
+
+  const logFormat = (str(env, "KEYCAP_LOG_FORMAT") ?? "auto") as LogFormat;
+  if (!LOG_FORMATS.includes(logFormat)) {
+    throw new ConfigError("KEYCAP_LOG_FORMAT", `expected one of ${LOG_FORMATS.join(", ")}`);
   }
 
   // The minter's own ceiling (capability.ts): a larger value used to pass here and then
@@ -174,5 +181,6 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
     unauthenticatedAuditPerMinute: int(env, "KEYCAP_UNAUTHENTICATED_AUDIT_PER_MINUTE", 60, 0, 1_000_000),
     shutdownGraceMs: int(env, "KEYCAP_SHUTDOWN_GRACE_MS", 10000, 0, 600000),
     logLevel,
+    logFormat,
   };
 }

@@ -1,4 +1,5 @@
 import pino from "pino";
+import pretty from "pino-pretty";
 
 /** A minimal structured logger, so the backend (pino today) stays swappable. */
 export interface Logger {
@@ -11,12 +12,28 @@ export interface Logger {
 
 export type LogLevel = "debug" | "info" | "warn" | "error" | "silent";
 
-/** JSON lines on stdout (one object per line), with `service` bound. */
-export function createLogger(service: string, level: LogLevel = "info"): Logger {
-  return pino({
+/** `json`: one object per line; `pretty`: for people; `auto`: pretty when stdout is a terminal. */
+export type LogFormat = "auto" | "json" | "pretty";
+export const LOG_FORMATS: readonly LogFormat[] = ["auto", "json", "pretty"];
+
+/**
+ * Logs on stdout with `service` bound: JSON lines (what collectors and the tests read),
+ * or, for a person at a terminal, pino-pretty's one line per record — written
+ * synchronously, so a line is out before a crash or exit that follows it. Colour only
+ * on a terminal and never when NO_COLOR is set (https://no-color.org).
+ */
+export function createLogger(service: string, level: LogLevel = "info", format: LogFormat = "json"): Logger {
+  const options: pino.LoggerOptions = {
     level,
     base: { service, pid: process.pid },
     timestamp: pino.stdTimeFunctions.isoTime,
     formatters: { level: (label) => ({ level: label }) },
-  });
+  };
+  const tty = process.stdout.isTTY === true;
+  if (format === "json" || (format === "auto" && !tty)) return pino(options);
+  const noColor = (process.env["NO_COLOR"] ?? "") !== "";
+  return pino(
+    options,
+    pretty({ sync: true, colorize: tty && !noColor, translateTime: "SYS:HH:MM:ss.l", ignore: "pid,hostname", messageKey: "msg", singleLine: true }),
+  );
 }

@@ -43,7 +43,7 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
   } catch (err) {
     failStart(err);
   }
-  const logger = createLogger(label, config.logLevel);
+  const logger = createLogger(label, config.logLevel, config.logFormat);
   routeGrpcLogs(logger);
   let mongo: MongoServerHandle | undefined;
   const running: RunningService[] = [];
