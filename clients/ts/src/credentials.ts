@@ -6,7 +6,7 @@
  * The bearer secret's default lookup is the same in every keycap client
  * (TypeScript, Python, Go): KEYCAP_RUNTIME_TOKEN, else the file named by
  * KEYCAP_RUNTIME_TOKEN_FILE, else `$KEYCAP_DATA_DIR/runtime-token` (data dir
- * default `./.keycap`), which `make run` creates on first start.
+ * default: the nearest `.keycap` folder here or above), which `make run` creates on first start.
  */
 import { credentials, type ChannelCredentials } from "@grpc/grpc-js";
 import * as fs from "node:fs";
@@ -67,9 +67,27 @@ function nonEmpty(v: string | undefined): string | undefined {
   return v === undefined || v.trim() === "" ? undefined : v.trim();
 }
 
-/** The default data directory, as the services resolve it. */
-export function defaultDataDir(env: Env = process.env): string {
-  return path.resolve(nonEmpty(env["KEYCAP_DATA_DIR"]) ?? ".keycap");
+/**
+ * The data directory, as the services resolve it: KEYCAP_DATA_DIR, else the nearest
+ * `.keycap` folder in `cwd` or above it (so a client run from a subfolder finds the
+ * credentials `make run` made at the top), else `cwd/.keycap`.
+ */
+export function defaultDataDir(env: Env = process.env, cwd: string = process.cwd()): string {
+  const configured = nonEmpty(env["KEYCAP_DATA_DIR"]);
+  if (configured !== undefined) return path.resolve(cwd, configured);
+  for (let dir = path.resolve(cwd); ; dir = path.dirname(dir)) {
+    const candidate = path.join(dir, ".keycap");
+    if (isDirectory(candidate)) return candidate;
+    if (path.dirname(dir) === dir) return path.join(path.resolve(cwd), ".keycap");
+  }
+}
+
+function isDirectory(p: string): boolean {
+  try {
+    return fs.statSync(p).isDirectory();
+  } catch {
+    return false;
+  }
 }
 
 /**

@@ -1,5 +1,6 @@
 import * as path from "node:path";
 import { MAX_LIFETIME_SECONDS } from "./capability";
+import { resolveDataDir } from "./data-dir";
 import { LOG_FORMATS, type LogFormat, type LogLevel } from "./logger";
 import { loadTlsSettings, type TlsSettings } from "./tls-config";
 
@@ -110,7 +111,7 @@ export interface KeycapConfig {
 
 /** Reads and validates the environment. Throws ConfigError on the first bad value. */
 export function loadConfig(env: Env = process.env): KeycapConfig {
-  const dataDir = path.resolve(str(env, "KEYCAP_DATA_DIR") ?? ".keycap");
+  const dataDir = resolveDataDir(str(env, "KEYCAP_DATA_DIR"));
   const kernelListen = hostPort(env, "KEYCAP_KERNEL_LISTEN", "127.0.0.1:50051");
   const ledgerListen = hostPort(env, "KEYCAP_LEDGER_LISTEN", "127.0.0.1:50052");
   const adminListen = hostPort(env, "KEYCAP_ADMIN_LISTEN", "127.0.0.1:50053");
