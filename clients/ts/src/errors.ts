@@ -25,6 +25,15 @@ export class KeycapClientError extends Error {
     return status[this.code] ?? String(this.code);
   }
 
+  /**
+   * One line for people: "CODE REASON: message", the code once when the service sent
+   * no reason of its own (the reason then defaults to the code's name).
+   */
+  get summary(): string {
+    const head = this.reason && this.reason !== this.codeName ? `${this.codeName} ${this.reason}` : this.codeName;
+    return this.message ? `${head}: ${this.message}` : head;
+  }
+
   /** Normalises anything a call threw. */
   static from(err: unknown): KeycapClientError {
     if (err instanceof KeycapClientError) return err;

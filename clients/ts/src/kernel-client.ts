@@ -157,8 +157,12 @@ export class KernelClient {
     });
   }
 
-  resumeCall(callId: string, s?: CallSettings): Promise<ResumeCallResponse> {
-    return callUnary(this.raw.resumeCall, this.raw, { callId }, this.token, s);
+  /**
+   * The recovery path (DESIGN §5). `lookupOnly`: issue nothing, only settle a Queryable
+   * call the ledger already holds (RESUME_ACTION_LEFT_PENDING otherwise, attempt unchanged).
+   */
+  resumeCall(callId: string, s?: CallSettings, opts: { lookupOnly?: boolean } = {}): Promise<ResumeCallResponse> {
+    return callUnary(this.raw.resumeCall, this.raw, { callId, lookupOnly: opts.lookupOnly === true }, this.token, s);
   }
 
   /** The kernel's public JWKS (JSON text). */

@@ -110,10 +110,12 @@ export class Runtime {
     if (dryRun) return step;
     if (plan === "no-handler") return { ...step, result: "skipped", detail: "no handler for this tool here; run recover where the tool's code is loaded" };
     try {
-      const res = await this.kernel.resumeCall(call.callId);
+      // Without the tool's code only ask: a retry capability nobody runs would still move the call to its next attempt.
+      const res = await this.kernel.resumeCall(call.callId, undefined, { lookupOnly: !tool });
       if (res.action === ResumeAction.RESUME_ACTION_ALREADY_COMPLETED) return { ...step, result: "already-completed" };
       if (res.action === ResumeAction.RESUME_ACTION_DONE) return { ...step, result: "done-in-ledger", detail: res.call?.outcomeDetail ?? "" };
-      if (!tool) return { ...step, result: "skipped", detail: "the ledger has no effect for it and no handler is loaded here to retry it" };
+      if (!tool || res.action === ResumeAction.RESUME_ACTION_LEFT_PENDING)
+        return { ...step, result: "skipped", detail: "the ledger has no effect for it and no handler is loaded here to retry it" };
       const handle = this.kernel.handleFor(res.call, res.capability, res.capabilityExpiresAt);
       const output = (await tool.handler(JSON.parse(call.argumentsJson), handle)) ?? "";
       await handle.complete("succeeded", output);
@@ -123,7 +125,7 @@ export class Runtime {
       if (e.reason === "UNSAFE_NOT_RESUMABLE") return { ...step, result: "indeterminate", detail: "Unsafe: not retried; marked indeterminate for an operator" };
       // Listed by a pass that raced (or a crash that interrupted) its marking: already an operator's.
       if (e.reason === "CALL_INDETERMINATE") return { ...step, result: "indeterminate", detail: "already indeterminate: waiting for an operator" };
-      return { ...step, result: "failed", detail: `${e.codeName} ${e.reason}: ${e.message}` };
+      return { ...step, result: "failed", detail: e.summary };
     }
   }
 

@@ -222,6 +222,7 @@ export class Kernel {
         throw new KeycapError(status.FAILED_PRECONDITION, "UNSAFE_NOT_RESUMABLE", message, { call_id: call._id, tool_id: call.tool_id });
       }
       case "idempotent": {
+        if (req.lookupOnly) return leftPending(call);
         const rederived = await this.rederive(tool, call);
         return this.retry(call, tool, { key: rederived });
       }
@@ -240,6 +241,9 @@ export class Kernel {
           const { call: done } = await this.d.journal.complete(call._id, "succeeded", `recovery: the ledger holds request ${requestId} (entry ${entryId})`);
           return { call: callToProto(done), action: ResumeAction.RESUME_ACTION_DONE, capability: "", capabilityExpiresAt: undefined };
         }
+        // Minting the retry capability moves the call to its next attempt; a caller that
+        // cannot run the retry would use one up on every pass.
+        if (req.lookupOnly) return leftPending(call);
         return this.retry(call, tool, { requestId });
       }
     }
@@ -323,6 +327,10 @@ export function callToProto(c: CallRecord): Call {
     updatedAt: c.updated_at,
     principal: c.principal ?? "",
   };
+}
+
+function leftPending(call: CallRecord): ResumeCallResponse {
+  return { call: callToProto(call), action: ResumeAction.RESUME_ACTION_LEFT_PENDING, capability: "", capabilityExpiresAt: undefined };
 }
 
 /** The gRPC binding of the kernel: every RPC but GetSigningKeys authenticates its caller (kernel-handlers). */

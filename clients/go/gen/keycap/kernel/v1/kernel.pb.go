@@ -152,6 +152,8 @@ const (
 	ResumeAction_RESUME_ACTION_DONE ResumeAction = 2
 	// The call was already completed; nothing was done.
 	ResumeAction_RESUME_ACTION_ALREADY_COMPLETED ResumeAction = 3
+	// With lookup_only: nothing was issued; the call is still pending at the same attempt.
+	ResumeAction_RESUME_ACTION_LEFT_PENDING ResumeAction = 4
 )
 
 // Enum value maps for ResumeAction.
@@ -161,12 +163,14 @@ var (
 		1: "RESUME_ACTION_RETRY",
 		2: "RESUME_ACTION_DONE",
 		3: "RESUME_ACTION_ALREADY_COMPLETED",
+		4: "RESUME_ACTION_LEFT_PENDING",
 	}
 	ResumeAction_value = map[string]int32{
 		"RESUME_ACTION_UNSPECIFIED":       0,
 		"RESUME_ACTION_RETRY":             1,
 		"RESUME_ACTION_DONE":              2,
 		"RESUME_ACTION_ALREADY_COMPLETED": 3,
+		"RESUME_ACTION_LEFT_PENDING":      4,
 	}
 )
 
@@ -1259,7 +1263,13 @@ func (x *ListIndeterminateCallsResponse) GetNextPageToken() string {
 type ResumeCallRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The call to resume.
-	CallId        string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// Only find out, issue nothing: a Queryable call is asked about and completed when
+	// the ledger holds its effect, else left pending at its attempt with no capability
+	// (RESUME_ACTION_LEFT_PENDING), as is an Idempotent call. For a caller without the
+	// tool's code, whose retry could not run: asking must not use up an attempt.
+	// Unsafe calls are marked indeterminate either way.
+	LookupOnly    bool `protobuf:"varint,2,opt,name=lookup_only,json=lookupOnly,proto3" json:"lookup_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1299,6 +1309,13 @@ func (x *ResumeCallRequest) GetCallId() string {
 		return x.CallId
 	}
 	return ""
+}
+
+func (x *ResumeCallRequest) GetLookupOnly() bool {
+	if x != nil {
+		return x.LookupOnly
+	}
+	return false
 }
 
 // Response of ResumeCall. Unsafe calls are refused with FAILED_PRECONDITION
@@ -1553,9 +1570,11 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"v\n" +
 	"\x1eListIndeterminateCallsResponse\x12,\n" +
 	"\x05calls\x18\x01 \x03(\v2\x16.keycap.kernel.v1.CallR\x05calls\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\",\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"M\n" +
 	"\x11ResumeCallRequest\x12\x17\n" +
-	"\acall_id\x18\x01 \x01(\tR\x06callId\"\xe8\x01\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x1f\n" +
+	"\vlookup_only\x18\x02 \x01(\bR\n" +
+	"lookupOnly\"\xe8\x01\n" +
 	"\x12ResumeCallResponse\x12*\n" +
 	"\x04call\x18\x01 \x01(\v2\x16.keycap.kernel.v1.CallR\x04call\x126\n" +
 	"\x06action\x18\x02 \x01(\x0e2\x1e.keycap.kernel.v1.ResumeActionR\x06action\x12\x1e\n" +
@@ -1575,12 +1594,13 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\vCallOutcome\x12\x1c\n" +
 	"\x18CALL_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16CALL_OUTCOME_SUCCEEDED\x10\x01\x12\x17\n" +
-	"\x13CALL_OUTCOME_FAILED\x10\x02*\x83\x01\n" +
+	"\x13CALL_OUTCOME_FAILED\x10\x02*\xa3\x01\n" +
 	"\fResumeAction\x12\x1d\n" +
 	"\x19RESUME_ACTION_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13RESUME_ACTION_RETRY\x10\x01\x12\x16\n" +
 	"\x12RESUME_ACTION_DONE\x10\x02\x12#\n" +
-	"\x1fRESUME_ACTION_ALREADY_COMPLETED\x10\x032\xef\x06\n" +
+	"\x1fRESUME_ACTION_ALREADY_COMPLETED\x10\x03\x12\x1e\n" +
+	"\x1aRESUME_ACTION_LEFT_PENDING\x10\x042\xef\x06\n" +
 	"\rKernelService\x12]\n" +
 	"\fRegisterTool\x12%.keycap.kernel.v1.RegisterToolRequest\x1a&.keycap.kernel.v1.RegisterToolResponse\x12N\n" +
 	"\aGetTool\x12 .keycap.kernel.v1.GetToolRequest\x1a!.keycap.kernel.v1.GetToolResponse\x12T\n" +

@@ -31,6 +31,7 @@ class ResumeAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESUME_ACTION_RETRY: _ClassVar[ResumeAction]
     RESUME_ACTION_DONE: _ClassVar[ResumeAction]
     RESUME_ACTION_ALREADY_COMPLETED: _ClassVar[ResumeAction]
+    RESUME_ACTION_LEFT_PENDING: _ClassVar[ResumeAction]
 CALL_STATE_UNSPECIFIED: CallState
 CALL_STATE_PENDING: CallState
 CALL_STATE_COMPLETED: CallState
@@ -42,6 +43,7 @@ RESUME_ACTION_UNSPECIFIED: ResumeAction
 RESUME_ACTION_RETRY: ResumeAction
 RESUME_ACTION_DONE: ResumeAction
 RESUME_ACTION_ALREADY_COMPLETED: ResumeAction
+RESUME_ACTION_LEFT_PENDING: ResumeAction
 
 class Tool(_message.Message):
     __slots__ = ("tool_id", "effect_class", "arguments_schema_json", "registered_at", "owner")
@@ -210,10 +212,12 @@ class ListIndeterminateCallsResponse(_message.Message):
     def __init__(self, calls: _Optional[_Iterable[_Union[Call, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ResumeCallRequest(_message.Message):
-    __slots__ = ("call_id",)
+    __slots__ = ("call_id", "lookup_only")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    LOOKUP_ONLY_FIELD_NUMBER: _ClassVar[int]
     call_id: str
-    def __init__(self, call_id: _Optional[str] = ...) -> None: ...
+    lookup_only: bool
+    def __init__(self, call_id: _Optional[str] = ..., lookup_only: _Optional[bool] = ...) -> None: ...
 
 class ResumeCallResponse(_message.Message):
     __slots__ = ("call", "action", "capability", "capability_expires_at")
