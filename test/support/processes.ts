@@ -119,12 +119,14 @@ export function runCli(
   args: string[],
   env: Record<string, string>,
   timeoutMs = 30000,
+  opts: { cwd?: string } = {},
 ): Promise<{ code: number | null; stdout: string; stderr: string; ms: number }> {
   const started = Date.now();
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [CLI_ENTRY, ...args], {
       env: { PATH: process.env["PATH"] ?? "", HOME: process.env["HOME"] ?? "", ...env },
       stdio: ["ignore", "pipe", "pipe"],
+      ...(opts.cwd !== undefined ? { cwd: opts.cwd } : {}),
     });
     let stdout = "";
     let stderr = "";
@@ -137,6 +139,32 @@ export function runCli(
     child.once("exit", (code) => {
       clearTimeout(timer);
       resolve({ code, stdout, stderr, ms: Date.now() - started });
+    });
+  });
+}
+
+/**
+ * Runs the CLI with stdout and stderr on a real terminal (a pty from util-linux's
+ * `script`), for what depends on a TTY (colour). Output is the terminal's, CRLF and all.
+ */
+export function runCliInTerminal(args: string[], env: Record<string, string>, timeoutMs = 30000): Promise<{ code: number | null; output: string }> {
+  const quote = (a: string): string => `'${a.replace(/'/g, "'\\''")}'`;
+  const command = [process.execPath, CLI_ENTRY, ...args].map(quote).join(" ");
+  return new Promise((resolve, reject) => {
+    const child = spawn("script", ["-qfec", command, "/dev/null"], {
+      env: { PATH: process.env["PATH"] ?? "", HOME: process.env["HOME"] ?? "", TERM: "xterm-256color", ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let output = "";
+    child.stdout.on("data", (d: Buffer) => (output += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (output += d.toString()));
+    const timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(new Error(`keycap ${args.join(" ")} (in a terminal) did not finish within ${timeoutMs} ms\n${output}`));
+    }, timeoutMs);
+    child.once("exit", (code) => {
+      clearTimeout(timer);
+      resolve({ code, output });
     });
   });
 }

@@ -2,27 +2,25 @@
  * `keycap principals` and `keycap grants`: who may call the kernel (DESIGN §9). Run
  * with an operator credential (the admin token by default).
  */
-import Table from "cli-table3";
 import type { Command } from "commander";
 import { AccessClient, type RoleName } from "../../../clients/ts/src";
 import type { Grant, Principal } from "../../../gen/ts/keycap/kernel/v1/access";
 import { PrincipalRole } from "../../../gen/ts/keycap/kernel/v1/access";
-import { adminToken, explain, kernelAddress, OperatorError, tlsOptions, type OperatorOptions } from "./operator-context";
+import { adminToken, explain, kernelAddress, tlsOptions, UsageError, type OperatorOptions } from "./operator-context";
+import { newTable, type Print } from "./output";
 
 function time(d: Date | undefined): string {
   return d ? d.toISOString() : "";
 }
 
-type Print = (opts: OperatorOptions, json: unknown, table: () => string) => void;
-
 async function withAccess<T>(o: OperatorOptions, fn: (a: AccessClient) => Promise<T>): Promise<T> {
-  const address = kernelAddress(o);
+  const at = kernelAddress(o);
   const tls = tlsOptions(o);
-  const access = new AccessClient(address, adminToken(o), tls ? { tls } : {});
+  const access = new AccessClient(at.address, adminToken(o), tls ? { tls } : {});
   try {
     return await fn(access);
   } catch (err) {
-    throw explain(err, "kernel", address);
+    throw explain(err, "kernel", at);
   } finally {
     access.close();
   }
@@ -38,7 +36,7 @@ function principalJson(p: Principal): Record<string, unknown> {
 
 function grantsTable(rows: Grant[]): string {
   if (rows.length === 0) return "no grants";
-  const t = new Table({ head: ["tool", "principal", "granted", "by"] });
+  const t = newTable(["tool", "principal", "granted", "by"]);
   for (const g of rows) t.push([g.toolId, g.principal, time(g.grantedAt), g.grantedBy]);
   return t.toString();
 }
@@ -50,10 +48,10 @@ export function addAccessCommands(program: Command, kernelOperator: (c: Command)
     .argument("<name>", "1-64 of [A-Za-z0-9._-]")
     .requiredOption("--role <role>", "runtime | operator")
     .action(async (name: string, o: OperatorOptions & { role: string }) => {
-      if (o.role !== "runtime" && o.role !== "operator") throw new OperatorError(`--role: expected runtime or operator, got ${JSON.stringify(o.role)}`);
+      if (o.role !== "runtime" && o.role !== "operator") throw new UsageError(`--role: expected runtime or operator, got ${JSON.stringify(o.role)}`);
       const res = await withAccess(o, (a) => a.createPrincipal(name, o.role as RoleName));
       const p = res.principal;
-      if (!p) throw new OperatorError("the kernel answered without the principal");
+      if (!p) throw new Error("the kernel answered without the principal");
       print(o, { principal: principalJson(p), secret: res.secret }, () =>
         [
           `created ${roleOf(p)} principal ${p.name}`,
@@ -67,7 +65,7 @@ export function addAccessCommands(program: Command, kernelOperator: (c: Command)
     const rows = await withAccess(o, (a) => a.listPrincipals());
     print(o, rows.map(principalJson), () => {
       if (rows.length === 0) return "no principals";
-      const t = new Table({ head: ["name", "role", "created", "by", "revoked", "by"] });
+      const t = newTable(["name", "role", "created", "by", "revoked", "by"]);
       for (const p of rows) t.push([p.name, roleOf(p), time(p.createdAt), p.createdBy, time(p.revokedAt), p.revokedBy]);
       return t.toString();
     });

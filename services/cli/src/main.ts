@@ -1,15 +1,16 @@
 #!/usr/bin/env node
-import { Command } from "commander";
+import { Command, CommanderError } from "commander";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { projectRoot } from "../../common/src/repo-paths";
-import { loadConfig } from "../../common/src/config";
+import { ConfigError } from "../../common/src/config";
 import { runServices } from "../../common/src/service-runner";
-import { rotateSigningKeys } from "../../kernel/src/signing-keys";
 import { startKernel } from "../../kernel/src/main";
 import { startLedger } from "../../ledger/src/main";
 import { OperatorError } from "./operator-context";
+import { addKeyCommands } from "./key-commands";
 import { addOperatorCommands } from "./operator-commands";
+import { EXIT } from "./exit-status";
 
 function packageVersion(): string {
   const pkg = JSON.parse(fs.readFileSync(path.join(projectRoot(), "package.json"), "utf8")) as { version?: string };
@@ -21,7 +22,10 @@ export function buildProgram(): Command {
   const program = new Command("keycap")
     .description("keycap: enforceable idempotency for agent tool calls")
     .version(packageVersion(), "-V, --version", "print the keycap version")
-    .showHelpAfterError();
+    // Subcommands inherit both: commander's usage errors reach the one failure path in
+    // main() below instead of exiting on their own with status 1.
+    .exitOverride()
+    .configureOutput({ outputError: () => undefined });
 
   program
     .command("serve")
@@ -39,29 +43,49 @@ export function buildProgram(): Command {
           program.error(`keycap serve: unknown service ${JSON.stringify(service)} (all, kernel, ledger)`);
       }
     });
-  program
-    .command("keys")
-    .description("the kernel's signing keys")
-    .command("rotate")
-    .description(
-      "make a new current signing key; the old one stays published for KEYCAP_RETIRED_KEY_GRACE_SECONDS (SIGHUP the kernel to sign with the new key)",
-    )
-    .action(async () => {
-      const config = loadConfig();
-      const keys = await rotateSigningKeys(config.signingKeyFile, { retiredGraceSeconds: config.retiredKeyGraceSeconds });
-      process.stdout.write(`rotated ${keys.path}: current key id ${keys.currentKid}; send the kernel SIGHUP (or restart it) to sign with it\n`);
-    });
-
+  addKeyCommands(program);
   addOperatorCommands(program);
   return program;
+}
+
+/**
+ * Prints a failure as one line on stderr and sets the exit status (exit-status.ts). With
+ * --json, stdout still gets one JSON document (`null`) and the stderr line is a JSON object.
+ */
+export function reportFailure(err: unknown, json: boolean): void {
+  let exitCode: number = EXIT.FAILURE;
+  let code = "";
+  let reason = "";
+  let message = err instanceof Error ? err.message : String(err);
+  if (err instanceof CommanderError) {
+    if (err.exitCode === 0) return; // --help, --version
+    exitCode = EXIT.USAGE;
+    // No command given: commander has printed the help on stderr; that is the message.
+    if (err.code === "commander.help") {
+      process.exitCode = exitCode;
+      return;
+    }
+    code = err.code;
+    message = `${err.message.replace(/^error: /, "")} (add --help for usage)`;
+  } else if (err instanceof OperatorError) {
+    ({ exitCode, code, reason } = err);
+  } else if (err instanceof ConfigError) {
+    exitCode = EXIT.USAGE;
+  }
+  message = message.split("\n")[0] ?? "";
+  if (json) {
+    process.stdout.write("null\n");
+    process.stderr.write(JSON.stringify({ error: { message, exitCode, ...(code ? { code } : {}), ...(reason ? { reason } : {}) } }) + "\n");
+  } else {
+    process.stderr.write(`keycap: ${message}\n`);
+  }
+  process.exitCode = exitCode;
+  // Let stdout drain, but do not wait on a channel that is still backing off.
+  setTimeout(() => process.exit(exitCode), 2000).unref();
 }
 
 if (require.main === module) {
   buildProgram()
     .parseAsync(process.argv)
-    .catch((err: unknown) => {
-      const message = err instanceof OperatorError || err instanceof Error ? err.message : String(err);
-      process.stderr.write(`keycap: ${message.split("\n")[0]}\n`);
-      process.exit(1);
-    });
+    .catch((err: unknown) => reportFailure(err, process.argv.includes("--json")));
 }

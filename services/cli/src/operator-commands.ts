@@ -1,4 +1,3 @@
-import Table from "cli-table3";
 import { InvalidArgumentError, type Command } from "commander";
 import { pathToFileURL } from "node:url";
 import * as path from "node:path";
@@ -12,22 +11,16 @@ import {
   explain,
   kernelAddress,
   ledgerAddress,
+  NotFoundError,
   OperatorError,
   runtimeToken,
+  UsageError,
   tlsOptions,
   withAdmin,
   withTlsOptions,
   type OperatorOptions,
 } from "./operator-context";
-
-export function print(opts: OperatorOptions, json: unknown, table: () => string): void {
-  process.stdout.write(opts.json ? JSON.stringify(json, jsonReplacer, 2) + "\n" : table() + "\n");
-}
-
-function jsonReplacer(_k: string, v: unknown): unknown {
-  if (v && typeof v === "object" && (v as { type?: string }).type === "Buffer") return Buffer.from((v as { data: number[] }).data).toString("base64");
-  return v;
-}
+import { newTable, print, printMoreHint } from "./output";
 
 function kind(k: EffectKind): string {
   return effectKindToJSON(k).replace("EFFECT_KIND_", "").toLowerCase();
@@ -37,13 +30,14 @@ function time(d: Date | undefined): string {
   return d ? d.toISOString() : "";
 }
 
-function short(s: string, n = 16): string {
+/** Shortens free text (arguments, details) for a table; never an id a later command needs. */
+function short(s: string, n: number): string {
   return s.length > n ? `${s.slice(0, n - 1)}…` : s;
 }
 
 function rejectionsTable(rows: Rejection[]): string {
   if (rows.length === 0) return "no rejections";
-  const t = new Table({ head: ["time", "service", "principal", "tool", "verified", "reason", "code", "attempted key", "bound key", "call", "peer", "count"] });
+  const t = newTable(["time", "service", "principal", "tool", "verified", "reason", "code", "attempted key", "bound key", "call", "peer", "count"]);
   for (const r of rows) {
     t.push([
       time(r.rejectedAt),
@@ -53,9 +47,9 @@ function rejectionsTable(rows: Rejection[]): string {
       r.toolIdVerified ? "yes" : "no",
       r.reason,
       r.code,
-      short(r.attemptedKey || r.attemptedRequestId),
-      short(r.capabilityKey || r.capabilityRequestId),
-      short(r.callId),
+      r.attemptedKey || r.attemptedRequestId,
+      r.capabilityKey || r.capabilityRequestId,
+      r.callId,
       r.peer,
       String(r.count),
     ]);
@@ -63,23 +57,53 @@ function rejectionsTable(rows: Rejection[]): string {
   return t.toString();
 }
 
+// Ids in full: the next command (keycap entry, keycap complete) takes them as printed.
 function entriesTable(rows: Entry[]): string {
   if (rows.length === 0) return "no entries";
-  const t = new Table({ head: ["recorded", "tool", "class", "key / request id", "call", "attempt", "duplicates", "payload mismatch", "payload sha256"] });
+  const t = newTable(["recorded", "entry id", "tool", "class", "key / request id", "call", "attempt", "duplicates", "payload mismatch"]);
   for (const e of rows) {
     t.push([
       time(e.recordedAt),
+      e.entryId,
       e.toolId,
       kind(e.effectKind),
-      short(e.key || e.requestId, 24),
-      short(e.callId),
+      e.key || e.requestId,
+      e.callId,
       String(e.attempt),
       String(e.duplicateCount),
       e.payloadMismatch ? `yes (${e.payloadMismatchCount})` : "no",
-      short(e.payloadSha256),
     ]);
   }
   return t.toString();
+}
+
+/** One entry, every field on its own row. */
+function entryTable(e: Entry): string {
+  const t = newTable();
+  t.push(
+    { "entry id": e.entryId },
+    { tool: e.toolId },
+    { class: kind(e.effectKind) },
+    { [e.key ? "key" : "request id"]: e.key || e.requestId },
+    { call: e.callId },
+    { attempt: String(e.attempt) },
+    { recorded: time(e.recordedAt) },
+    { duplicates: String(e.duplicateCount) },
+    { "payload mismatch": e.payloadMismatch ? `yes (${e.payloadMismatchCount})` : "no" },
+    { "payload sha256": e.payloadSha256 },
+  );
+  return t.toString();
+}
+
+/** A derived key is base64url(SHA-256): 43 characters. */
+const KEY_LENGTH = 43;
+
+function entryNotFound(key: string | undefined, id: string | undefined): NotFoundError {
+  if (id !== undefined) return new NotFoundError(`no entry with id ${JSON.stringify(id)}`);
+  const k = key ?? "";
+  const hint =
+    k.includes("…") || k.length < KEY_LENGTH ? ` (a key is ${KEY_LENGTH} characters, this one has ${[...k].length}: copy it whole from keycap entries)` : "";
+  return new NotFoundError(`no entry with key ${JSON.stringify(k)}${hint}`);
 }
 
 function parseTime(value: string): Date {
@@ -89,7 +113,7 @@ function parseTime(value: string): Date {
     return new Date(Date.now() - Number(rel[1]) * unit);
   }
   const d = new Date(value);
-  if (Number.isNaN(d.getTime())) throw new OperatorError(`--since: expected an ISO time or a duration like 15m, 2h, 1d; got ${JSON.stringify(value)}`);
+  if (Number.isNaN(d.getTime())) throw new UsageError(`--since: expected an ISO time or a duration like 15m, 2h, 1d; got ${JSON.stringify(value)}`);
   return d;
 }
 
@@ -122,40 +146,44 @@ export function addOperatorCommands(program: Command): void {
     .option("--reason <REASON>", "only this reason, e.g. KEY_MISMATCH")
     .option("--since <time>", "ISO time or a duration ago (15m, 2h, 1d)")
     .option("--limit <n>", "at most this many (1-1000)", parseLimit, 100)
-    .action(async (o: OperatorOptions & { service: string; tool?: string; reason?: string; since?: string; limit: number }) => {
-      if (!["kernel", "ledger", "all"].includes(o.service))
-        throw new OperatorError(`--service: expected kernel, ledger or all, got ${JSON.stringify(o.service)}`);
+    .option("--page <cursor>", 'the next page, from the previous run\'s "more results" line')
+    .action(async (o: OperatorOptions & { service: string; tool?: string; reason?: string; since?: string; limit: number; page?: string }) => {
+      if (!["kernel", "ledger", "all"].includes(o.service)) throw new UsageError(`--service: expected kernel, ledger or all, got ${JSON.stringify(o.service)}`);
       const filter = {
         ...(o.service !== "all" ? { service: o.service } : {}),
         ...(o.tool ? { toolId: o.tool } : {}),
         ...(o.reason ? { reason: o.reason } : {}),
         ...(o.since ? { since: parseTime(o.since) } : {}),
       };
-      const rows = await withAdmin(o, async (a) => (await a.listRejectionsPage(filter, "", o.limit)).rejections);
-      print(o, rows, () => rejectionsTable(rows));
+      const page = await withAdmin(o, (a) => a.listRejectionsPage(filter, o.page ?? "", o.limit));
+      print(o, page.rejections, () => rejectionsTable(page.rejections));
+      printMoreHint(page.nextPageToken);
     });
 
   common(program.command("entries").description("ledger entries (effects), newest first"))
     .option("--tool <id>", "only entries of this tool")
     .option("--limit <n>", "at most this many (1-1000)", parseLimit, 100)
-    .action(async (o: OperatorOptions & { tool?: string; limit: number }) => {
-      const rows = await withAdmin(o, async (a) => (await a.listEntriesPage(o.tool ?? "", "", o.limit)).entries);
-      print(o, rows, () => entriesTable(rows));
+    .option("--page <cursor>", 'the next page, from the previous run\'s "more results" line')
+    .action(async (o: OperatorOptions & { tool?: string; limit: number; page?: string }) => {
+      const page = await withAdmin(o, (a) => a.listEntriesPage(o.tool ?? "", o.page ?? "", o.limit));
+      print(o, page.entries, () => entriesTable(page.entries));
+      printMoreHint(page.nextPageToken);
     });
 
   common(program.command("entry").description("one entry, by idempotency key (or --id entry id)"))
     .argument("[key]", "the idempotency key")
     .option("--id <entryId>", "look up by entry id instead")
     .action(async (key: string | undefined, o: OperatorOptions & { id?: string }) => {
-      if (!key && !o.id) throw new OperatorError("entry: give a key or --id <entry id>");
+      if (!key && !o.id) throw new UsageError("entry: give a key or --id <entry id>");
       const entry = await withAdmin(o, (a) => (o.id ? a.getEntryById(o.id) : a.getEntryByKey(key!)));
-      print(o, entry, () => (entry ? entriesTable([entry]) : "not found"));
+      if (!entry) throw entryNotFound(key, o.id);
+      print(o, entry, () => entryTable(entry));
     });
 
   common(program.command("stats").description("counts of entries, duplicates, mismatches and refusals")).action(async (o: OperatorOptions) => {
     const s = await withAdmin(o, (a) => a.stats());
     print(o, s, () => {
-      const t = new Table();
+      const t = newTable();
       t.push(
         { entries: String(s.entries) },
         { duplicates: String(s.duplicates) },
@@ -173,21 +201,21 @@ export function addOperatorCommands(program: Command): void {
     .option("--tool <id>", "only calls of this tool")
     .action(async (o: OperatorOptions & { state: string; tool?: string }) => {
       if (o.state !== "pending" && o.state !== "indeterminate")
-        throw new OperatorError(`--state: expected pending or indeterminate, got ${JSON.stringify(o.state)}`);
-      const address = kernelAddress(o);
+        throw new UsageError(`--state: expected pending or indeterminate, got ${JSON.stringify(o.state)}`);
+      const at = kernelAddress(o);
       const tls = tlsOptions(o);
-      const kernel = new KernelClient(address, { token: adminToken(o), ...(tls ? { tls } : {}) });
+      const kernel = new KernelClient(at.address, { token: adminToken(o), ...(tls ? { tls } : {}) });
       try {
         const calls = o.state === "pending" ? await kernel.listPendingCalls(o.tool ?? "") : await kernel.listIndeterminateCalls(o.tool ?? "");
         print(o, calls, () => {
           if (calls.length === 0) return `no ${o.state} calls`;
-          const t = new Table({ head: ["call", "tool", "class", "attempt", "begun", "key / request id", "arguments"] });
+          const t = newTable(["call", "tool", "class", "attempt", "begun", "key / request id", "arguments"]);
           for (const c of calls)
-            t.push([c.callId, c.toolId, kind(c.effectKind), String(c.attempt), time(c.createdAt), short(c.key || c.requestId, 24), short(c.argumentsJson, 40)]);
+            t.push([c.callId, c.toolId, kind(c.effectKind), String(c.attempt), time(c.createdAt), c.key || c.requestId, short(c.argumentsJson, 40)]);
           return t.toString();
         });
       } catch (err) {
-        throw explain(err, "kernel", address);
+        throw explain(err, "kernel", at);
       } finally {
         kernel.close();
       }
@@ -199,15 +227,15 @@ export function addOperatorCommands(program: Command): void {
     .option("--detail <text>", "why (recorded with the call)", "")
     .action(async (callId: string, o: OperatorOptions & { outcome: string; detail: string }) => {
       if (o.outcome !== "succeeded" && o.outcome !== "failed")
-        throw new OperatorError(`--outcome: expected succeeded or failed, got ${JSON.stringify(o.outcome)}`);
-      const address = kernelAddress(o);
+        throw new UsageError(`--outcome: expected succeeded or failed, got ${JSON.stringify(o.outcome)}`);
+      const at = kernelAddress(o);
       const tls = tlsOptions(o);
-      const kernel = new KernelClient(address, { token: adminToken(o), ...(tls ? { tls } : {}) });
+      const kernel = new KernelClient(at.address, { token: adminToken(o), ...(tls ? { tls } : {}) });
       try {
         const res = await kernel.completeCall(callId, o.outcome, o.detail);
         print(o, res, () => (res.alreadyCompleted ? `call ${callId} was already completed as ${o.outcome}` : `call ${callId} completed as ${o.outcome}`));
       } catch (err) {
-        throw explain(err, "kernel", address);
+        throw explain(err, "kernel", at);
       } finally {
         kernel.close();
       }
@@ -227,21 +255,21 @@ export function addOperatorCommands(program: Command): void {
     .option("--json", "print JSON instead of a table")
     .action(async (o: OperatorOptions & { tool?: string[]; dryRun?: boolean; handlers?: string; runtimeTokenFile?: string }) => {
       const tools = o.handlers ? await loadHandlers(o.handlers) : [];
-      const address = kernelAddress(o);
+      const at = kernelAddress(o);
       const tls = tlsOptions(o);
-      const kernel = new KernelClient(address, { ledgerAddress: ledgerAddress(o), token: runtimeToken(o), ...(tls ? { tls } : {}) });
+      const kernel = new KernelClient(at.address, { ledgerAddress: ledgerAddress(o).address, token: runtimeToken(o), ...(tls ? { tls } : {}) });
       try {
         const runtime = new Runtime(kernel, tools);
         const steps = await runtime.recover({ ...(o.tool ? { toolIds: o.tool } : {}), dryRun: o.dryRun === true, includeUnknownTools: true });
         print(o, steps, () => {
           if (steps.length === 0) return "nothing to recover: no pending calls";
-          const t = new Table({ head: ["call", "tool", "class", "attempt", "action", "result", "detail"] });
+          const t = newTable(["call", "tool", "class", "attempt", "action", "result", "detail"]);
           for (const s of steps) t.push([s.callId, s.toolId, s.effect, String(s.attempt), s.plan, s.result, short(s.detail, 60)]);
           return t.toString();
         });
         if (steps.some((s) => s.result === "failed")) process.exitCode = 1;
       } catch (err) {
-        throw explain(err, "kernel", address);
+        throw explain(err, "kernel", at);
       } finally {
         kernel.close();
       }

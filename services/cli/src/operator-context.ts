@@ -1,7 +1,17 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import type { Command } from "commander";
-import { AdminClient, channelCredentials, KeycapClientError, runtimeTokenFromEnv, tlsFromEnv, type TlsOptions } from "../../../clients/ts/src";
+import {
+  AdminClient,
+  channelCredentials,
+  ClientConfigError,
+  KeycapClientError,
+  runtimeTokenFromEnv,
+  tlsFromEnv,
+  type TlsOptions,
+} from "../../../clients/ts/src";
+import { resolveDataDir } from "../../common/src/data-dir";
+import { EXIT } from "./exit-status";
 
 /** Options every operator command accepts. */
 export interface OperatorOptions {
@@ -30,7 +40,7 @@ export function tlsOptions(opts: OperatorOptions): TlsOptions | undefined {
   const certFile = opts.cert ?? env?.certFile;
   const keyFile = opts.key ?? env?.keyFile;
   if (caFile === undefined && certFile === undefined && keyFile === undefined) return undefined;
-  if ((certFile === undefined) !== (keyFile === undefined)) throw new OperatorError("--cert and --key go together");
+  if ((certFile === undefined) !== (keyFile === undefined)) throw new UsageError("--cert and --key go together");
   return { ...(caFile ? { caFile } : {}), ...(certFile ? { certFile } : {}), ...(keyFile ? { keyFile } : {}) };
 }
 
@@ -53,13 +63,14 @@ export function runtimeToken(opts: { runtimeTokenFile?: string }): string {
 
 /**
  * The operator credential: KEYCAP_ADMIN_TOKEN, else --token-file / KEYCAP_ADMIN_TOKEN_FILE,
- * else the data dir's admin-token. The ledger admin API takes the admin token; the kernel
- * takes it too (the built-in operator "admin") or an operator principal's secret.
+ * else the data dir's admin-token (the data dir found as the services find it). The ledger
+ * admin API takes the admin token; the kernel takes it too (the built-in operator "admin")
+ * or an operator principal's secret.
  */
 export function adminToken(opts: OperatorOptions): string {
   const fromEnv = process.env["KEYCAP_ADMIN_TOKEN"]?.trim();
   if (fromEnv && !opts.tokenFile) return fromEnv;
-  const file = opts.tokenFile ?? process.env["KEYCAP_ADMIN_TOKEN_FILE"] ?? path.join(path.resolve(process.env["KEYCAP_DATA_DIR"] ?? ".keycap"), "admin-token");
+  const file = opts.tokenFile ?? process.env["KEYCAP_ADMIN_TOKEN_FILE"] ?? path.join(resolveDataDir(process.env["KEYCAP_DATA_DIR"]), "admin-token");
   try {
     return fs.readFileSync(file, "utf8").trim();
   } catch {
@@ -67,40 +78,106 @@ export function adminToken(opts: OperatorOptions): string {
   }
 }
 
-export function adminAddress(opts: OperatorOptions): string {
-  return opts.admin ?? process.env["KEYCAP_ADMIN_ADDRESS"] ?? process.env["KEYCAP_ADMIN_LISTEN"] ?? "127.0.0.1:50053";
+/** A service address and the setting it came from, so an error can say what to change. */
+export interface Address {
+  address: string;
+  /** "--admin", "KEYCAP_ADMIN_ADDRESS", … or a sentence naming what would set it. */
+  setting: string;
 }
 
-export function kernelAddress(opts: OperatorOptions): string {
-  return opts.kernel ?? process.env["KEYCAP_KERNEL_ADDRESS"] ?? process.env["KEYCAP_KERNEL_LISTEN"] ?? "127.0.0.1:50051";
+function address(flag: string, given: string | undefined, envNames: readonly string[], fallback: string): Address {
+  if (given !== undefined) return { address: given, setting: flag };
+  for (const name of envNames) {
+    const v = process.env[name]?.trim();
+    if (v) return { address: v, setting: name };
+  }
+  return { address: fallback, setting: `the default; set ${flag} or ${envNames[0]}` };
 }
 
-export function ledgerAddress(opts: OperatorOptions): string {
-  return opts.ledger ?? process.env["KEYCAP_LEDGER_ADDRESS"] ?? process.env["KEYCAP_LEDGER_LISTEN"] ?? "127.0.0.1:50052";
+export function adminAddress(opts: OperatorOptions): Address {
+  return address("--admin", opts.admin, ["KEYCAP_ADMIN_ADDRESS", "KEYCAP_ADMIN_LISTEN"], "127.0.0.1:50053");
 }
 
-/** An error the CLI prints as one line before exiting non-zero. */
-export class OperatorError extends Error {}
+export function kernelAddress(opts: OperatorOptions): Address {
+  return address("--kernel", opts.kernel, ["KEYCAP_KERNEL_ADDRESS", "KEYCAP_KERNEL_LISTEN"], "127.0.0.1:50051");
+}
 
-/** Turns a client error into the one line an operator needs. */
-export function explain(err: unknown, what: string, address: string): OperatorError {
+export function ledgerAddress(opts: OperatorOptions): Address {
+  return address("--ledger", opts.ledger, ["KEYCAP_LEDGER_ADDRESS", "KEYCAP_LEDGER_LISTEN"], "127.0.0.1:50052");
+}
+
+/**
+ * An error the CLI prints as one line before exiting with `exitCode` (exit-status.ts).
+ * `code` and `reason` are the service's answer, when there was one, for --json output.
+ */
+export class OperatorError extends Error {
+  constructor(
+    message: string,
+    readonly exitCode: number = EXIT.FAILURE,
+    readonly code = "",
+    readonly reason = "",
+  ) {
+    super(message);
+    this.name = "OperatorError";
+  }
+}
+
+/** The command line itself is wrong (a bad option value, a missing argument): exit 2. */
+export class UsageError extends OperatorError {
+  constructor(message: string) {
+    super(message, EXIT.USAGE);
+    this.name = "UsageError";
+  }
+}
+
+/** What was asked for does not exist (an entry, a call, a principal): exit 3. */
+export class NotFoundError extends OperatorError {
+  constructor(message: string, reason = "NOT_FOUND") {
+    super(message, EXIT.NOT_FOUND, "NOT_FOUND", reason);
+    this.name = "NotFoundError";
+  }
+}
+
+/**
+ * Turns a client error into the one line an operator needs. A channel that never
+ * connected is "cannot reach", naming the setting that chose the address; a service
+ * that answered UNAVAILABLE with a reason of its own was reached and says why it
+ * cannot serve.
+ */
+export function explain(err: unknown, what: string, at: Address): OperatorError {
   if (err instanceof OperatorError) return err;
+  if (err instanceof ClientConfigError) return new UsageError(err.message);
   const e = KeycapClientError.from(err);
-  if (e.codeName === "UNAVAILABLE" || e.codeName === "DEADLINE_EXCEEDED")
-    return new OperatorError(`cannot reach the ${what} at ${address} (${e.codeName}: ${e.message})`);
-  if (e.codeName === "UNAUTHENTICATED") return new OperatorError(`the ${what} at ${address} refused the credential (${e.reason})`);
-  if (e.codeName === "PERMISSION_DENIED") return new OperatorError(`the ${what} at ${address} refused: ${e.reason}: ${e.message}`);
-  return new OperatorError(`${what} at ${address}: ${e.codeName} ${e.reason}: ${e.message}`);
+  const fail = (message: string): OperatorError => new OperatorError(message, EXIT.FAILURE, e.codeName, e.reason);
+  const fromService = e.reason !== "" && e.reason !== e.codeName;
+  if ((e.codeName === "UNAVAILABLE" || e.codeName === "DEADLINE_EXCEEDED") && !fromService)
+    return fail(`cannot reach the ${what} at ${at.address} (setting ${at.setting}): ${unreachableCause(e)}`);
+  if (e.codeName === "UNAVAILABLE") return fail(`the ${what} at ${at.address} cannot serve now, retry later: ${e.summary}`);
+  if (e.codeName === "UNAUTHENTICATED") return fail(`the ${what} at ${at.address} refused the credential (${e.reason})`);
+  if (e.codeName === "PERMISSION_DENIED") return fail(`the ${what} at ${at.address} refused: ${e.reason}: ${e.message}`);
+  if (e.codeName === "NOT_FOUND") return new NotFoundError(`${what} at ${at.address}: ${e.message || "not found"}`, e.reason);
+  if (e.codeName === "INVALID_ARGUMENT") return new OperatorError(`${what} at ${at.address}: ${e.summary}`, EXIT.USAGE, e.codeName, e.reason);
+  return fail(`${what} at ${at.address}: ${e.summary}`);
+}
+
+/** Why a channel did not connect, in words (grpc-js's text is a trace of its pick states). */
+function unreachableCause(e: KeycapClientError): string {
+  const text = `${e.message} ${String((e.cause as { details?: unknown } | undefined)?.details ?? "")}`;
+  if (/ECONNREFUSED/.test(text)) return "nothing is listening there; is keycap serve running, and is this its address?";
+  if (/ENOTFOUND|EAI_AGAIN|name resolution failed/i.test(text)) return "the host name does not resolve";
+  if (e.codeName === "DEADLINE_EXCEEDED") return "no answer before the deadline; is keycap serve running, and is this its address?";
+  return e.message;
 }
 
 export async function withAdmin<T>(opts: OperatorOptions, fn: (admin: AdminClient) => Promise<T>): Promise<T> {
-  const address = adminAddress(opts);
-  const admin = new AdminClient(address, adminToken(opts), channelCredentials(tlsOptions(opts)));
+  const at = adminAddress(opts);
+  let admin: AdminClient | undefined;
   try {
+    admin = new AdminClient(at.address, adminToken(opts), channelCredentials(tlsOptions(opts)));
     return await fn(admin);
   } catch (err) {
-    throw explain(err, "ledger admin API", address);
+    throw explain(err, "ledger admin API", at);
   } finally {
-    admin.close();
+    admin?.close();
   }
 }

@@ -1,7 +1,7 @@
 import { AccessServiceService } from "../../../gen/ts/keycap/kernel/v1/access";
 import { KernelServiceService } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { loadAdminCredential } from "../../common/src/admin-credential";
-import { ConfigError } from "../../common/src/config";
+import { ConfigError, formatHostPort } from "../../common/src/config";
 import { startListener } from "../../common/src/grpc-server";
 import { connectMongo } from "../../common/src/mongo";
 import { RejectionAudit } from "../../common/src/rejection-audit";
@@ -16,6 +16,7 @@ import { CapabilityMinter } from "./capability-minter";
 import { GrantStore } from "./grant-store";
 import { Kernel, kernelServiceImpl } from "./kernel-service";
 import { GrpcLedgerLookup } from "./ledger-lookup";
+import { writeKernelPidFile } from "./pid-file";
 import { PrincipalStore } from "./principal-store";
 import { loadOrCreateSigningKeys, SigningKeyFileError, type SigningKeys } from "./signing-keys";
 import { ToolRegistry } from "./tool-registry";
@@ -95,6 +96,7 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
         { name: ACCESS_SERVICE_NAME, definition: AccessServiceService, implementation: accessServiceImpl(access, edge) },
       ],
     });
+    const removePidFile = writeKernelPidFile(config.dataDir, formatHostPort(listener.address));
     return {
       name: "kernel",
       listeners: [listener],
@@ -104,6 +106,7 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
         listener.reloadTls();
       },
       stop: async (graceMs) => {
+        removePidFile();
         await listener.shutdown(graceMs);
         await release();
       },
