@@ -106,6 +106,7 @@ export async function startPeer(deps: ServiceDeps): Promise<RunningService> {
     const listener = await startListener({
       name: "peer",
       address: config.ledgerListen,
+      setting: "KEYCAP_LEDGER_LISTEN",
       logger,
       maxReceiveBytes: 2 * config.maxPayloadBytes + 64 * 1024,
       services: [benchPeerBinding(writer, logger)],
