@@ -107,6 +107,7 @@ torture-short: build
 	node dist/test/torture/main.js --kills 40 --backend $${TORTURE_BACKEND:-ferretdb-sqlite} --seed $${SEED:-20261203}
 
 ## bench: benchmarks on FerretDB backed by PostgreSQL unless KEYCAP_EMBEDDED_MONGO says otherwise
+## (the peer scenario's Redis is Debian's redis-server, installed with apt-get on first use, like PostgreSQL)
 bench: build
 	KEYCAP_EMBEDDED_MONGO=$${KEYCAP_EMBEDDED_MONGO:-ferretdb-pg} node dist/bench/run.js $(if $(QUICK),--quick,)
 

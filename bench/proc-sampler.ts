@@ -123,3 +123,17 @@ export function findChildPids(parent: number, prefix: string): number[] {
   }
   return out;
 }
+
+/** The whole machine's CPU time so far (first line of /proc/stat), seconds; undefined off Linux. */
+export function machineCpuSeconds(): { busy: number; total: number } | undefined {
+  try {
+    const line = fs.readFileSync("/proc/stat", "utf8").split("\n", 1)[0]!;
+    // cpu user nice system idle iowait irq softirq steal guest guest_nice (guest time is already in user)
+    const f = line.trim().split(/\s+/).slice(1, 9).map(Number);
+    const total = f.reduce((a, b) => a + b, 0);
+    const idle = (f[3] ?? 0) + (f[4] ?? 0);
+    return { busy: (total - idle) / ticksPerSecond(), total: total / ticksPerSecond() };
+  } catch {
+    return undefined;
+  }
+}

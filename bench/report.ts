@@ -28,10 +28,24 @@ export interface RunResult {
   latencyMs: LatencySummary;
   /** Ratios to ledger-write-baseline at the same concurrency, in the same run. */
   vsBaseline?: { throughput: number; p99: number };
-  /** Resource use of each service during the run ("ledger", "kernel", "db"). */
+  /** `call` and `call-2x2`: ratios to `peer-powertools` at the same concurrency, in the same run. */
+  vsPeer?: { throughput: number; p99: number };
+  /** `call-2x2`: ratios to the single-process `call` at the same concurrency, in the same run. */
+  vsCall?: { throughput: number; p99: number };
+  /**
+   * Resource use of each process during the run: "ledger" (or the baseline / peer serving
+   * the scenario), "kernel", "db"; "kernel2", "ledger2" for replicas, "redis" for the peer,
+   * "driver" (this process) for the Node driver.
+   */
   services: Record<string, ProcUsage & { cpuMicrosPerRequest: number }>;
   /** ghz invocations (chunks) the run took. */
   invocations: number;
+  /**
+   * Node driver: the whole machine's busy cores during the run, from /proc/stat: every
+   * process, PostgreSQL's backends (children of FerretDB's wrapper, not in `db`) and other
+   * tenants included.
+   */
+  machineBusyCores?: number;
 }
 
 /** A target of the issue, checked against this run. */
@@ -46,7 +60,19 @@ export interface BenchRecord {
   timestamp: string;
   mode: "quick" | "full";
   machine: { cpuModel: string; cores: number; memGiB: number; os: string; loadAvgAtStart: number[] };
-  versions: { node: string; ghz: string; keycap: string; gitCommit: string; mongoBackend: string; mongoBackendReason: string; ferretdb?: string };
+  versions: {
+    node: string;
+    ghz: string;
+    keycap: string;
+    gitCommit: string;
+    mongoBackend: string;
+    mongoBackendReason: string;
+    ferretdb?: string;
+    /** The peer scenario's Redis (`redis-server --version`) and libraries. */
+    redis?: string;
+    powertoolsIdempotency?: string;
+    redisClient?: string;
+  };
   parameters: {
     concurrency: number[];
     secondsPerRun: number;
@@ -91,13 +117,19 @@ export function markdown(rec: BenchRecord): string {
   );
   lines.push("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
   for (const r of rec.runs) {
-    const s = (n: string): (ProcUsage & { cpuMicrosPerRequest: number }) | undefined => r.services[n];
+    // The kernel and ledger columns sum the replicas' CPU (kernel + kernel2 ...) and show the largest RSS.
+    const s = (n: string): { cpuMicrosPerRequest: number; peakRssMiB: number } | undefined => group(r, n);
     lines.push(
       `| ${r.scenario} | ${r.driver} | ${r.concurrency} | ${fmtInt(r.throughput)} | ${fmt(r.latencyMs.p50, 2)} | ${fmt(r.latencyMs.p90, 2)} | ${fmt(r.latencyMs.p99, 2)} | ${fmt(r.latencyMs.max, 1)} | ${r.errors} | ` +
         `${r.vsBaseline ? fmt(r.vsBaseline.throughput, 2) : "–"} | ${r.vsBaseline ? fmt(r.vsBaseline.p99, 2) : "–"} | ` +
         `${fmtInt(s("ledger")?.cpuMicrosPerRequest ?? Number.NaN)} | ${fmt(s("ledger")?.peakRssMiB ?? Number.NaN, 0)} | ` +
         `${fmtInt(s("kernel")?.cpuMicrosPerRequest ?? Number.NaN)} | ${fmt(s("kernel")?.peakRssMiB ?? Number.NaN, 0)} | ${fmtInt(s("db")?.cpuMicrosPerRequest ?? Number.NaN)} |`,
     );
+  }
+  const whole = wholeEffectMarkdown(rec);
+  if (whole) {
+    lines.push("");
+    lines.push(whole);
   }
   lines.push("");
   lines.push(`| micro benchmark${rec.parameters.microPinnedToOneCore ? " (one core)" : ""} | best ops/s | median ops/s | what |`);
@@ -122,6 +154,70 @@ export function markdown(rec: BenchRecord): string {
   }
   for (const n of rec.notes) lines.push(`\n> ${n}`);
   return lines.join("\n") + "\n";
+}
+
+/** A process and its replicas (`kernel`, `kernel2`, ...): CPU summed, RSS the largest; undefined if none was sampled. */
+export function group(r: RunResult, name: string): { cpuMicrosPerRequest: number; cpuSeconds: number; peakRssMiB: number } | undefined {
+  const members = Object.entries(r.services).filter(([k]) => k === name || new RegExp(`^${name}\\d+$`).test(k));
+  if (members.length === 0) return undefined;
+  const cpuSeconds = members.reduce((n, [, u]) => n + u.cpuSeconds, 0);
+  return {
+    cpuSeconds,
+    cpuMicrosPerRequest: r.requests ? (cpuSeconds * 1e6) / r.requests : Number.NaN,
+    peakRssMiB: Math.max(...members.map(([, u]) => u.peakRssMiB)),
+  };
+}
+
+/** Cores the sampled processes kept busy during a run: their CPU seconds over the run's seconds. */
+export function busyCores(r: RunResult): number {
+  return Object.values(r.services).reduce((n, u) => n + u.cpuSeconds, 0) / r.seconds;
+}
+
+/** `call` against the peer and against itself on two kernels and two ledgers, per concurrency; "" when neither ran. */
+export function wholeEffectMarkdown(rec: BenchRecord): string {
+  const at = (name: string, c: number): RunResult | undefined => rec.runs.find((r) => r.scenario === name && r.concurrency === c);
+  const cs = [...new Set(rec.runs.filter((r) => r.scenario === "peer-powertools" || r.scenario === "call-2x2").map((r) => r.concurrency))].sort(
+    (a, b) => a - b,
+  );
+  if (cs.length === 0) return "";
+  const rate = (r: RunResult | undefined): string => (r ? fmtInt(r.throughput) : "–");
+  const p99 = (r: RunResult | undefined): string => (r ? fmt(r.latencyMs.p99, 1) : "–");
+  const cpu = (r: RunResult | undefined, ...names: string[]): string =>
+    r
+      ? names
+          .map((n) => [n, group(r, n)] as const)
+          .filter(([, g]) => g !== undefined)
+          .map(([n, g]) => `${n} ${fmtInt(g!.cpuMicrosPerRequest)}`)
+          .join(", ")
+      : "–";
+  const lines: string[] = [];
+  lines.push("Whole effect: keycap's `call` against the peer (Powertools idempotency on Redis, same insert) and on two kernels + two ledgers:");
+  lines.push("");
+  lines.push(
+    "| c | call req/s | call p99 ms | peer req/s | peer p99 ms | call ÷ peer req/s | call ÷ peer p99 | call-2x2 req/s | call-2x2 p99 ms | 2x2 ÷ call req/s | cores busy: ours (machine) call / peer / 2x2 |",
+  );
+  lines.push("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+  for (const c of cs) {
+    const call = at("call", c);
+    const peer = at("peer-powertools", c);
+    const x2 = at("call-2x2", c);
+    const cores = [call, peer, x2]
+      .map((r) => (r ? `${fmt(busyCores(r), 2)} (${r.machineBusyCores !== undefined ? fmt(r.machineBusyCores, 2) : "–"})` : "–"))
+      .join(" / ");
+    lines.push(
+      `| ${c} | ${rate(call)} | ${p99(call)} | ${rate(peer)} | ${p99(peer)} | ${call?.vsPeer ? fmt(call.vsPeer.throughput, 2) : "–"} | ${call?.vsPeer ? fmt(call.vsPeer.p99, 2) : "–"} | ` +
+        `${rate(x2)} | ${p99(x2)} | ${x2?.vsCall ? fmt(x2.vsCall.throughput, 2) : "–"} | ${cores} |`,
+    );
+  }
+  lines.push("");
+  lines.push("| c | CPU µs per call: call | peer-powertools | call-2x2 (kernel and ledger summed over both) |");
+  lines.push("| ---: | --- | --- | --- |");
+  for (const c of cs) {
+    lines.push(
+      `| ${c} | ${cpu(at("call", c), "kernel", "ledger", "db", "driver")} | ${cpu(at("peer-powertools", c), "ledger", "redis", "db", "driver").replace(/^ledger/, "peer")} | ${cpu(at("call-2x2", c), "kernel", "ledger", "db", "driver")} |`,
+    );
+  }
+  return lines.join("\n");
 }
 
 /** Checks the issue's targets against a run. */
@@ -152,6 +248,17 @@ export function checkTargets(runs: RunResult[], micro: MicroResult[], soak: Benc
     measured: x?.vsBaseline ? `${fmt(x.vsBaseline.throughput, 2)}×` : "–",
     met: x?.vsBaseline ? x.vsBaseline.throughput >= 0.8 : undefined,
   });
+  const call = at("call", maxC);
+  if (call) {
+    out.push({ target: `whole call ≥ 1,000 calls/s at c=${maxC} (issue 11)`, measured: `${fmtInt(call.throughput)}/s`, met: call.throughput >= 1000 });
+  }
+  if (call?.vsPeer) {
+    out.push({
+      target: `whole call ≥ 0.7× the peer at c=${maxC} (issue 11)`,
+      measured: `${fmt(call.vsPeer.throughput, 2)}×`,
+      met: call.vsPeer.throughput >= 0.7,
+    });
+  }
   const k = micro.find((m) => m.name === "key derivation (10 fields)");
   out.push({
     target: "key derivation > 100,000/s on one core (10 fields)",

@@ -34,6 +34,8 @@ export interface SameInsert {
 export interface RoundTripReport {
   operations: PerOperation[];
   sameInsert: SameInsert;
+  /** The peer's entry insert against the baseline's (the peer adds Redis, not a different insert). */
+  peerSameInsert?: SameInsert;
 }
 
 const CALL_TOOL = "bench.rt.call";
@@ -41,10 +43,11 @@ const WRITE_TOOL = BENCH_WRITE_TOOL_ID;
 
 /** Runs the pass on its own stack (started and stopped here). */
 export async function measureRoundTrips(payload: Buffer, samples: number, log: (m: string) => void): Promise<RoundTripReport> {
-  const stack = await startStack({ tap: true });
+  const stack = await startStack({ tap: true, peer: true, log });
   const kernel = new KernelClient(stack.kernelAddress, { ledgerAddress: stack.ledgerAddress, token: stack.runtimeToken });
   const ledger = new LedgerClient(stack.ledgerAddress);
   const baseline = new BaselineServiceClient(stack.baselineAddress, credentials.createInsecure());
+  const peer = new BaselineServiceClient(stack.peer!.address, credentials.createInsecure());
   try {
     log(`round trips: ${samples} of each operation, one at a time, through wire taps`);
     const factory = await CapabilityFactory.open(stack.signingKeyFile);
@@ -66,16 +69,22 @@ export async function measureRoundTrips(payload: Buffer, samples: number, log: (
       new Promise((resolve, reject) =>
         baseline.write({ key: benchKey(`${space}-b`, i), payload } satisfies WriteRequest, new Metadata(), (err, res) => (err ? reject(err) : resolve(res))),
       );
+    const peerWrite = (i: number): Promise<WriteResponse> =>
+      new Promise((resolve, reject) =>
+        peer.write({ key: benchKey(`${space}-p`, i), payload } satisfies WriteRequest, new Metadata(), (err, res) => (err ? reject(err) : resolve(res))),
+      );
     const operations = [
       await perOperation(stack, "call (BeginCall → Write → CompleteCall)", samples, call),
       await perOperation(stack, "ledger-write", samples, write),
       await perOperation(stack, "ledger-write-baseline", samples, baselineWrite),
+      await perOperation(stack, "peer-powertools (Redis SET NX, insert, SET)", samples, peerWrite),
     ];
-    return { operations, sameInsert: compareInserts(stack) };
+    return { operations, sameInsert: compareInserts(stack), peerSameInsert: comparePeerInsert(stack) };
   } finally {
     kernel.close();
     ledger.close();
     baseline.close();
+    peer.close();
     await stack.stop();
   }
 }
@@ -91,7 +100,7 @@ async function perOperation(
   for (let i = 0; i < 20; i++) await warm(i);
   const taps = stack.taps!;
   for (const t of Object.values(taps)) t.reset();
-  const services = { kernel: stack.kernel, ledger: stack.ledger, baseline: stack.baseline };
+  const services = { kernel: stack.kernel, ledger: stack.ledger, baseline: stack.baseline, ...(stack.peer ? { peer: stack.peer.proc } : {}) };
   const linesBefore = Object.fromEntries(Object.entries(services).map(([k, s]) => [k, s.lines()]));
   for (let i = 0; i < samples; i++) await op(i);
   const roundTrips: PerOperation["roundTrips"] = {};
@@ -115,6 +124,14 @@ export function compareInserts(stack: Stack): SameInsert {
   const baseline = stack.taps!.baseline.inserts.get("entries");
   if (!enforced || !baseline) throw new Error("round trips: no insert into entries seen from the ledger or the baseline");
   return { ...sameShape(enforced, baseline), enforced, baseline };
+}
+
+/** The peer's entry insert against the baseline's. */
+export function comparePeerInsert(stack: Stack): SameInsert {
+  const peer = stack.taps!.peer?.inserts.get("entries");
+  const baseline = stack.taps!.baseline.inserts.get("entries");
+  if (!peer || !baseline) throw new Error("round trips: no insert into entries seen from the peer or the baseline");
+  return { ...sameShape(baseline, peer), enforced: baseline, baseline: peer };
 }
 
 export function sameShape(a: InsertShape, b: InsertShape): { same: boolean; differences: string[] } {
@@ -150,5 +167,14 @@ export function roundTripMarkdown(r: RoundTripReport): string {
       ? `Baseline insert = enforced insert: collection \`${s.enforced.collection}\`, options ${JSON.stringify(s.enforced.options)}, ${s.enforced.fields.length} fields with the same names, types and sizes, ${s.enforced.documentBytes} bytes.`
       : `Baseline insert DIFFERS from the enforced insert: ${s.differences.join("; ")}`,
   );
+  const p = r.peerSameInsert;
+  if (p) {
+    out.push("");
+    out.push(
+      p.same
+        ? `Peer insert = baseline insert: collection \`${p.baseline.collection}\`, options ${JSON.stringify(p.baseline.options)}, ${p.baseline.fields.length} fields with the same names, types and sizes, ${p.baseline.documentBytes} bytes (the peer adds Redis, not a different insert).`
+        : `Peer insert DIFFERS from the baseline insert: ${p.differences.join("; ")}`,
+    );
+  }
   return out.join("\n") + "\n";
 }

@@ -18,14 +18,17 @@ import { FERRETDB_VERSION } from "../services/common/src/embedded-mongo";
 import { descriptorSetPath, projectRoot } from "../services/common/src/repo-paths";
 import { BENCH_WRITE_TOOL_ID } from "./bench-ids";
 import { benchKey, CapabilityFactory, newKeySpace, type PoolItem } from "./capabilities";
+import { credentials, Metadata } from "@grpc/grpc-js";
+import { BaselineServiceClient, type WriteRequest, type WriteResponse } from "../gen/ts/keycap/bench/v1/baseline";
 import { CHUNK, ensureGhz, runGhzChunk } from "./ghz";
 import { TEN_FIELD_DERIVATION, tenFieldArguments, type MicroResult } from "./micro";
 import { runClosedLoop } from "./node-driver";
-import { memoryOf, ProcSampler, type ProcUsage } from "./proc-sampler";
+import { machineCpuSeconds, memoryOf, ProcSampler, type ProcUsage } from "./proc-sampler";
 import { profileMarkdown } from "./profile";
 import { checkTargets, markdown, svgChart, type BenchRecord, type RunResult } from "./report";
 import { measureRoundTrips, roundTripMarkdown } from "./round-trips";
 import { startStack, type Stack } from "./stack";
+import { crossPairs, RoundRobin } from "./round-robin";
 import { LatencyRecorder, summarise } from "./stats";
 
 /** The baseline measured again after the enforced scenarios at the same level. */
@@ -34,6 +37,14 @@ const WRITE_TOOL = BENCH_WRITE_TOOL_ID;
 const CALL_TOOL = "bench.call";
 const BASELINE_CALL = "keycap.bench.v1.BaselineService.Write";
 const LEDGER_CALL = "keycap.ledger.v1.LedgerService.Write";
+/** The peer: Powertools idempotency on Redis around the baseline's insert (bench/peer-server.ts). */
+const PEER = "peer-powertools";
+/** The whole call on two kernels and two ledgers (round robin), same databases. */
+const CALL_2X2 = "call-2x2";
+/** Concurrency levels call-2x2 runs at (where more processes could help). */
+const CALL_2X2_LEVELS = [16, 64];
+/** The node-driven scenarios, run after the ledger-only ones at each level, in this order. */
+const WHOLE_EFFECT = ["call", PEER, CALL_2X2];
 /** The payload of every write: 256 bytes, like a small JSON effect description. */
 const PAYLOAD = Buffer.from(JSON.stringify({ kind: "charge", amount_cents: 129900, currency: "EUR", note: "x".repeat(180) }).padEnd(256, " "));
 
@@ -93,8 +104,14 @@ interface Scenario {
   expected: "OK" | "PERMISSION_DENIED";
   /** ghz: the method. */
   call?: string;
-  /** ghz: "baseline" sends to the bench-only baseline process; default the ledger. */
-  target?: "ledger" | "baseline";
+  /**
+   * Which processes serve it: ghz sends to the bench-only baseline process for
+   * "baseline" (default the ledger); the "ledger" report column is the baseline or the
+   * peer for those, the kernel and ledger columns sum the replicas for "replicas".
+   */
+  target?: "ledger" | "baseline" | "peer" | "replicas";
+  /** Only at these concurrency levels (default all). */
+  levels?: number[];
   /** ghz: n requests (keys and capabilities), made just before they are sent. */
   items?: (n: number) => Promise<PoolItem[]>;
   /** node: one operation. */
@@ -108,6 +125,8 @@ interface Measured {
   errorSamples: string[];
   usage: Record<string, ProcUsage>;
   invocations: number;
+  /** Node driver: the whole machine's busy cores during the run (every process, other tenants too). */
+  machineBusyCores?: number;
 }
 
 /** Adds one window's usage to an accumulated one. */
@@ -147,11 +166,15 @@ class Bench {
     };
     let elapsed = 0;
     let invocations = 0;
+    let machineBusyCores: number | undefined;
     if (sc.driver === "node") {
       const sampler = new ProcSampler(this.sampled(sc));
+      const cpu0 = machineCpuSeconds();
       sampler.start();
       const r = await runClosedLoop(concurrency, seconds, sc.op!);
       addUsage(usage, sampler.stop());
+      const cpu1 = machineCpuSeconds();
+      if (cpu0 && cpu1) machineBusyCores = (cpu1.busy - cpu0.busy) / r.seconds;
       merge(r);
       elapsed = r.seconds;
     } else {
@@ -182,7 +205,7 @@ class Bench {
       }
     }
     for (const u of Object.values(usage)) u.cores = u.cpuSeconds / elapsed;
-    return { seconds: elapsed, latencies, statuses, errorSamples, usage, invocations };
+    return { seconds: elapsed, latencies, statuses, errorSamples, usage, invocations, ...(machineBusyCores !== undefined ? { machineBusyCores } : {}) };
   }
 
   /**
@@ -190,8 +213,20 @@ class Bench {
    * "ledger" column is the baseline process, the one serving those requests.
    */
   private sampled(sc: Scenario): Record<string, number> {
-    const { baseline, ledger, ...rest } = this.stack.pids;
-    return { ...rest, ledger: (sc.target === "baseline" ? baseline : ledger)! };
+    const pids = this.stack.pids;
+    // The peer has no kernel in its path: its rows leave the kernel columns empty.
+    const out: Record<string, number> = sc.target === "peer" ? {} : { kernel: pids["kernel"]! };
+    out["ledger"] = pids["ledger"]!;
+    if (pids["db"] !== undefined) out["db"] = pids["db"];
+    if (sc.target === "baseline") out["ledger"] = pids["baseline"]!;
+    if (sc.target === "peer") {
+      out["ledger"] = pids["peer"]!;
+      out["redis"] = pids["redis"]!;
+    }
+    if (sc.target === "replicas") for (const [k, v] of Object.entries(pids)) if (/^(kernel|ledger)\d+$/.test(k)) out[k] = v;
+    // The Node driver runs in this process: its CPU is the client's.
+    if (sc.driver === "node") out["driver"] = process.pid;
+    return out;
   }
 
   cleanup(): void {
@@ -218,6 +253,7 @@ function toResult(sc: Scenario, concurrency: number, m: Measured): RunResult {
     latencyMs: summarise(m.latencies.values()),
     services,
     invocations: m.invocations,
+    ...(m.machineBusyCores !== undefined ? { machineBusyCores: m.machineBusyCores } : {}),
   };
 }
 
@@ -280,7 +316,13 @@ async function main(): Promise<void> {
 
   log("starting MongoDB, kernel and ledger");
   const profFlags = ["--cpu-prof", `--cpu-prof-dir=${profileDir}`];
-  const stack = await startStack(opts.profile ? (opts.profileService === "kernel" ? { kernelNodeFlags: profFlags } : { ledgerNodeFlags: profFlags }) : {});
+  const wanted = (name: string): boolean => !opts.profile && (!opts.scenarios || opts.scenarios.includes(name));
+  const stack = await startStack({
+    ...(opts.profile ? (opts.profileService === "kernel" ? { kernelNodeFlags: profFlags } : { ledgerNodeFlags: profFlags }) : {}),
+    ...(wanted(CALL_2X2) ? { replicas: 1 } : {}),
+    ...(wanted(PEER) ? { peer: true } : {}),
+    log,
+  });
   let stopping = false;
   const onSignal = (sig: string): void => {
     if (stopping) process.exit(1);
@@ -294,6 +336,14 @@ async function main(): Promise<void> {
 
   const kernel = new KernelClient(stack.kernelAddress, { ledgerAddress: stack.ledgerAddress, token: stack.runtimeToken });
   const ledger = new LedgerClient(stack.ledgerAddress);
+  // call-2x2: one client object per kernel/ledger pair, picked round robin.
+  const kernelAddresses = [stack.kernelAddress, ...stack.replicas.map((r) => r.kernelAddress)];
+  const ledgerAddresses = [stack.ledgerAddress, ...stack.replicas.map((r) => r.ledgerAddress)];
+  const pairClients = crossPairs(kernelAddresses, ledgerAddresses).map(
+    (p) => new KernelClient(p.kernel, { ledgerAddress: p.ledger, token: stack.runtimeToken }),
+  );
+  const scaled = new RoundRobin(pairClients);
+  const peer = stack.peer ? new BaselineServiceClient(stack.peer.address, credentials.createInsecure()) : undefined;
   const bench = new Bench(stack, ghz.bin);
   const runs: RunResult[] = [];
   let soak: BenchRecord["soak"];
@@ -369,6 +419,40 @@ async function main(): Promise<void> {
           };
         })(),
       },
+      {
+        // The same effect through the peer: the caller supplies the idempotency key (here a
+        // SHA-256 of its order id, base64url: as long as the key the kernel derives, so the
+        // entry documents have the same size; bench/round-trips.ts checks it).
+        name: PEER,
+        driver: "node",
+        expected: "OK",
+        target: "peer",
+        op: (() => {
+          const space = newKeySpace("peer");
+          return (i: number): Promise<WriteResponse> =>
+            new Promise((resolve, reject) => {
+              if (!peer) return reject(new Error("no peer started"));
+              peer.write({ key: benchKey(space, i), payload: PAYLOAD } satisfies WriteRequest, new Metadata(), (err, res) =>
+                err ? reject(err) : resolve(res),
+              );
+            });
+        })(),
+      },
+      {
+        name: CALL_2X2,
+        driver: "node",
+        expected: "OK",
+        target: "replicas",
+        levels: CALL_2X2_LEVELS,
+        op: (() => {
+          const space = newKeySpace("call2x2");
+          return async (i: number): Promise<void> => {
+            const handle = await scaled.next().begin(CALL_TOOL, { ...tenFieldArguments(i), order_id: `${space}-${i}` });
+            await handle.write(PAYLOAD);
+            await handle.complete("succeeded");
+          };
+        })(),
+      },
     ];
     const scenarios = all.filter((s) => !opts.scenarios || opts.scenarios.includes(s.name));
 
@@ -387,10 +471,12 @@ async function main(): Promise<void> {
         // before the enforced scenarios would flatter or penalise them by position alone.
         // Ratios are taken against the mean of the two.
         const baseline = scenarios.find((s) => s.name === "ledger-write-baseline");
-        // `call` (the kernel's journal plus a write) goes last, after the second baseline.
-        const ledgerOnly = scenarios.filter((s) => s.name !== "call");
-        const call = scenarios.filter((s) => s.name === "call");
-        const order = baseline ? [...ledgerOnly, { ...baseline, name: BASELINE_AFTER }, ...call] : scenarios;
+        // The whole effect (`call`, the peer, `call-2x2`: the kernel's journal plus a
+        // write, or the peer's Redis plus the insert) goes last, after the second baseline.
+        const atLevel = scenarios.filter((s) => !s.levels || s.levels.includes(c));
+        const ledgerOnly = atLevel.filter((s) => !WHOLE_EFFECT.includes(s.name));
+        const whole = WHOLE_EFFECT.flatMap((n) => atLevel.filter((s) => s.name === n));
+        const order = [...ledgerOnly, ...(baseline ? [{ ...baseline, name: BASELINE_AFTER }] : []), ...whole];
         for (const sc of order) {
           const r = toResult(sc, c, await bench.measure(sc, c, opts.seconds));
           runs.push(r);
@@ -408,6 +494,8 @@ async function main(): Promise<void> {
   } finally {
     kernel.close();
     ledger.close();
+    for (const c of pairClients) c.close();
+    peer?.close();
     bench.cleanup();
     log("stopping services");
     await stack.stop();
@@ -422,6 +510,13 @@ async function main(): Promise<void> {
     const throughput = bases.reduce((n, b) => n + b.throughput, 0) / bases.length;
     const p99 = bases.reduce((n, b) => n + b.latencyMs.p99, 0) / bases.length;
     r.vsBaseline = { throughput: r.throughput / throughput, p99: r.latencyMs.p99 / p99 };
+  }
+  for (const r of runs) {
+    const at = (name: string): RunResult | undefined => runs.find((x) => x.scenario === name && x.concurrency === r.concurrency);
+    const p = at(PEER);
+    if (p && (r.scenario === "call" || r.scenario === CALL_2X2)) r.vsPeer = { throughput: r.throughput / p.throughput, p99: r.latencyMs.p99 / p.latencyMs.p99 };
+    const single = at("call");
+    if (single && r.scenario === CALL_2X2) r.vsCall = { throughput: r.throughput / single.throughput, p99: r.latencyMs.p99 / single.latencyMs.p99 };
   }
   if (machineInfo.cores <= 2) {
     notes.push(
@@ -442,6 +537,13 @@ async function main(): Promise<void> {
       mongoBackendReason: stack.mongo.reason,
       ...(stack.mongo.backend === "ferretdb-sqlite" ? { ferretdb: `${FERRETDB_VERSION} (SQLite)` } : {}),
       ...(stack.mongo.backend === "ferretdb-pg" ? { ferretdb: `${FERRETDB_VERSION} (PostgreSQL)` } : {}),
+      ...(stack.peer
+        ? {
+            redis: stack.peer.redis.version,
+            powertoolsIdempotency: packageVersion("@aws-lambda-powertools/idempotency"),
+            redisClient: packageVersion("@redis/client"),
+          }
+        : {}),
     },
     parameters: {
       concurrency: opts.concurrency,
@@ -477,6 +579,16 @@ async function main(): Promise<void> {
   if (!opts.quick) fs.writeFileSync(path.join(resultsDir, "latest.svg"), svg);
   process.stdout.write(markdown(rec));
   log(`wrote ${base}.json and ${base}.svg in ${((Date.now() - started) / 1000).toFixed(0)} s`);
+}
+
+/** The installed version of a package (its package.json). */
+function packageVersion(name: string): string {
+  try {
+    const file = path.join(projectRoot(), "node_modules", name, "package.json");
+    return (JSON.parse(fs.readFileSync(file, "utf8")) as { version?: string }).version ?? "unknown";
+  } catch {
+    return "unknown";
+  }
 }
 
 /** ledger-write at c=64 for a long time; the ledger's RSS at start and end, and every 10 s. */

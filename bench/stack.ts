@@ -4,6 +4,10 @@
  * FerretDB, it says which), then `keycap serve kernel` and `keycap serve ledger` as two
  * child processes (so each one's CPU and memory can be read), and the benchmark baseline
  * (bench/baseline-server.ts) as a third, bench-only process on the ledger's database.
+ * On request also: the peer (bench/peer-server.ts, Powertools idempotency on a Redis of
+ * its own, bench/redis.ts) on the ledger's database, and extra kernel + ledger replicas
+ * sharing the first kernel's data dir (signing keys, runtime secret) and the same two
+ * databases.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import * as crypto from "node:crypto";
@@ -15,6 +19,7 @@ import { startMongoServer, type MongoServerHandle } from "../services/common/src
 import { createLogger } from "../services/common/src/logger";
 import { projectRoot } from "../services/common/src/repo-paths";
 import { findChildPids } from "./proc-sampler";
+import { startRedis, type RedisHandle } from "./redis";
 import { targetOf, viaTap, WireTap } from "./wire-tap";
 
 /** One keycap service process. */
@@ -29,6 +34,21 @@ export interface ServiceProc {
   /** How many lines it has printed (stdout and stderr): its log volume. */
   lines(): number;
   stop(): Promise<void>;
+}
+
+/** One extra kernel + ledger pair (StackOptions.replicas). */
+export interface Replica {
+  kernel: ServiceProc;
+  ledger: ServiceProc;
+  kernelAddress: string;
+  ledgerAddress: string;
+}
+
+/** The peer (StackOptions.peer): Powertools idempotency on Redis around the baseline's insert. */
+export interface PeerProc {
+  proc: ServiceProc;
+  address: string;
+  redis: RedisHandle;
 }
 
 /** The running stack. */
@@ -46,10 +66,17 @@ export interface Stack {
   runtimeToken: string;
   /** The kernel's signing key file (the bench mints capabilities with it, as the kernel does). */
   signingKeyFile: string;
-  /** PIDs to sample: ledger, kernel, baseline and, when found, the MongoDB-protocol server. */
+  /** Extra kernel + ledger pairs, in start order (kernel2/ledger2, kernel3/ledger3, ...). */
+  replicas: Replica[];
+  /** The peer, when asked for. */
+  peer?: PeerProc;
+  /**
+   * PIDs to sample: ledger, kernel, baseline and, when found, the MongoDB-protocol server;
+   * with replicas kernel2, ledger2, ...; with the peer `peer` and `redis`.
+   */
   pids: Record<string, number>;
   /** With `tap`: one wire tap per service, between it and the database. */
-  taps?: Record<"kernel" | "ledger" | "baseline", WireTap>;
+  taps?: Record<"kernel" | "ledger" | "baseline", WireTap> & { peer?: WireTap };
   stop(): Promise<void>;
 }
 
@@ -62,6 +89,12 @@ export interface StackOptions {
   readyTimeoutMs?: number;
   /** Put a wire tap (bench/wire-tap.ts) between each service and the database. */
   tap?: boolean;
+  /** Extra kernel + ledger pairs to start (default 0). */
+  replicas?: number;
+  /** Start Redis and the peer (bench/peer-server.ts). */
+  peer?: boolean;
+  /** Progress messages (e.g. installing redis-server). */
+  log?: (m: string) => void;
 }
 
 /** Starts MongoDB (harness), the kernel, then the ledger; stops whatever started on failure. */
@@ -70,8 +103,10 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "keycap-bench-"));
   const started: ServiceProc[] = [];
   const taps: WireTap[] = [];
+  let redis: RedisHandle | undefined;
   const cleanup = async (): Promise<void> => {
     for (const s of started.reverse()) await s.stop().catch(() => undefined);
+    await redis?.stop().catch(() => undefined);
     for (const t of taps) await t.stop().catch(() => undefined);
     await mongo.stop().catch(() => undefined);
     fs.rmSync(dataDir, { recursive: true, force: true });
@@ -119,6 +154,45 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     started.push(baseline);
     const baselineAddress = need(baseline.endpoints, "baseline");
     const pids: Record<string, number> = { ledger: ledger.pid, kernel: kernel.pid, baseline: baseline.pid };
+    // Replicas: the same env (data dir with the signing keys and runtime secret the first
+    // kernel wrote, the same kernel and ledger databases), their own free ports; each
+    // extra ledger fetches the kernel's public keys from its own kernel.
+    const replicas: Replica[] = [];
+    for (let i = 0; i < (opts.replicas ?? 0); i++) {
+      const n = i + 2;
+      const k = await startService(
+        "kernel",
+        { ...base, MONGODB_URI: mongo.uri, KEYCAP_MONGODB_DATABASE: `${database}_kernel` },
+        opts.readyTimeoutMs,
+        opts.kernelNodeFlags,
+        `kernel${n}`,
+      );
+      started.push(k);
+      const kAddress = need(k.endpoints, "kernel");
+      const l = await startService(
+        "ledger",
+        { ...base, KEYCAP_KERNEL_ADDRESS: kAddress, MONGODB_URI: mongo.uri },
+        opts.readyTimeoutMs,
+        opts.ledgerNodeFlags,
+        `ledger${n}`,
+      );
+      started.push(l);
+      replicas.push({ kernel: k, ledger: l, kernelAddress: kAddress, ledgerAddress: need(l.endpoints, "ledger") });
+      pids[`kernel${n}`] = k.pid;
+      pids[`ledger${n}`] = l.pid;
+    }
+    let peer: PeerProc | undefined;
+    let peerTap: WireTap | undefined;
+    if (opts.peer) {
+      redis = await startRedis(opts.log ? { log: opts.log } : {});
+      const peerDb = await tapFor();
+      peerTap = peerDb.tap;
+      const proc = await startService("peer", { ...ledgerEnv, MONGODB_URI: peerDb.uri, KEYCAP_BENCH_REDIS_URL: redis.url }, opts.readyTimeoutMs);
+      started.push(proc);
+      peer = { proc, address: need(proc.endpoints, "peer"), redis };
+      pids["peer"] = proc.pid;
+      pids["redis"] = redis.pid;
+    }
     const db = mongo.pid ?? findChildPids(process.pid, "mongod")[0];
     if (db !== undefined) pids["db"] = db;
     return {
@@ -132,8 +206,12 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       baselineAddress,
       runtimeToken: base["KEYCAP_RUNTIME_TOKEN"]!,
       signingKeyFile: path.join(dataDir, "signing-keys.json"),
+      replicas,
+      ...(peer ? { peer } : {}),
       pids,
-      ...(kernelDb.tap && ledgerDb.tap && baselineDb.tap ? { taps: { kernel: kernelDb.tap, ledger: ledgerDb.tap, baseline: baselineDb.tap } } : {}),
+      ...(kernelDb.tap && ledgerDb.tap && baselineDb.tap
+        ? { taps: { kernel: kernelDb.tap, ledger: ledgerDb.tap, baseline: baselineDb.tap, ...(peerTap ? { peer: peerTap } : {}) } }
+        : {}),
       stop: cleanup,
     };
   } catch (err) {
@@ -148,16 +226,17 @@ function need(endpoints: Record<string, string>, name: string): string {
   return v;
 }
 
-/** Starts `keycap serve <which>` (or the bench-only baseline process) and waits for its "ready" log line. */
+/** Starts `keycap serve <which>` (or a bench-only process: baseline, peer) and waits for its "ready" log line. */
 async function startService(
-  which: "kernel" | "ledger" | "baseline",
+  which: "kernel" | "ledger" | "baseline" | "peer",
   env: Record<string, string>,
   readyTimeoutMs = 60_000,
   nodeFlags: string[] = [],
+  name: string = which,
 ): Promise<ServiceProc> {
   const args =
-    which === "baseline"
-      ? [path.join(projectRoot(), "dist/bench/baseline-server.js")]
+    which === "baseline" || which === "peer"
+      ? [path.join(projectRoot(), `dist/bench/${which}-server.js`)]
       : [path.join(projectRoot(), "dist/services/cli/src/main.js"), "serve", which];
   const child = spawn(process.execPath, [...nodeFlags, ...args], { env, stdio: ["ignore", "pipe", "pipe"] });
   let tail: string[] = [];
@@ -172,7 +251,7 @@ async function startService(
   const endpoints = await new Promise<Record<string, string>>((resolve, reject) => {
     const timer = setTimeout(() => {
       child.kill("SIGKILL");
-      reject(new Error(`${which} not ready within ${readyTimeoutMs} ms:\n${tail.join("\n")}`));
+      reject(new Error(`${name} not ready within ${readyTimeoutMs} ms:\n${tail.join("\n")}`));
     }, readyTimeoutMs);
     readline.createInterface({ input: child.stdout! }).on("line", (line) => {
       keep(line);
@@ -188,11 +267,11 @@ async function startService(
     });
     void exited.then(() => {
       clearTimeout(timer);
-      reject(new Error(`${which} exited (${child.exitCode ?? child.signalCode}) before ready:\n${tail.join("\n")}`));
+      reject(new Error(`${name} exited (${child.exitCode ?? child.signalCode}) before ready:\n${tail.join("\n")}`));
     });
   });
   return {
-    name: which,
+    name,
     child,
     pid: child.pid as number,
     endpoints,

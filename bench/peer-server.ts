@@ -1,0 +1,130 @@
+/**
+ * The benchmarks' peer (bench/README.md, scenario `peer-powertools`): the same effect
+ * through the idempotency layer a user would pick instead of keycap, AWS Powertools for
+ * TypeScript (`@aws-lambda-powertools/idempotency`: `makeIdempotent` + `IdempotencyConfig`)
+ * with its Redis persistence layer (`CachePersistenceLayer` from `.../idempotency/cache`
+ * on a `@redis/client` client), around the very insert the baseline does
+ * (bench/baseline-server.ts: `EntryStore.insert` of the same document, same collection,
+ * same unique `_id`).
+ *
+ * It serves keycap.bench.v1.BaselineService (the Write shape fits: a caller-chosen key
+ * and a payload) in a process of its own (`node dist/bench/peer-server.js`, started by
+ * bench/stack.ts with KEYCAP_BENCH_REDIS_URL), through the same listener machinery and
+ * MongoDB settings as the ledger. What it gives: the caller's key is trusted as is; a
+ * repeat of a completed key returns the stored response (Redis) without running the
+ * insert; a repeat while the first is in flight is refused (ABORTED). Nothing at the sink
+ * checks anything: any process holding the database credentials writes whatever it likes.
+ */
+import { status, type ServerUnaryCall } from "@grpc/grpc-js";
+import { IdempotencyAlreadyInProgressError, IdempotencyConfig, makeIdempotent } from "@aws-lambda-powertools/idempotency";
+import { CachePersistenceLayer } from "@aws-lambda-powertools/idempotency/cache";
+import { createClient } from "@redis/client";
+import { BaselineServiceService, WriteResponse, type BaselineServiceServer, type WriteRequest } from "../gen/ts/keycap/bench/v1/baseline";
+import { KeycapError } from "../services/common/src/errors";
+import { startListener, type ServiceBinding } from "../services/common/src/grpc-server";
+import { unaryHandler } from "../services/common/src/grpc-status";
+import type { Logger } from "../services/common/src/logger";
+import { connectMongo } from "../services/common/src/mongo";
+import { runServices, type RunningService, type ServiceDeps } from "../services/common/src/service-runner";
+import { EntryStore } from "../services/ledger/src/entry-store";
+import { BaselineWriter } from "./baseline-server";
+
+/** The peer's Redis, from bench/stack.ts. */
+export const PEER_REDIS_URL_ENV = "KEYCAP_BENCH_REDIS_URL";
+/** Prefix of the peer's Redis keys (Powertools would otherwise take the Lambda function's name). */
+export const PEER_KEY_PREFIX = "keycap-bench-peer";
+
+/** What Powertools' idempotent function receives: the event it hashes the key from. */
+interface PeerEvent {
+  /** The caller's idempotency key (IdempotencyConfig.eventKeyJmesPath = "key"). */
+  key: string;
+}
+
+/** The request as the idempotent function's second argument (not hashed). */
+type Write = (event: PeerEvent, req: WriteRequest) => Promise<unknown>;
+
+/**
+ * Write, made idempotent by Powertools: Redis `SET NX` of an INPROGRESS record, the
+ * insert, `SET` of the COMPLETED record with the JSON response; a completed key
+ * returns the stored response instead.
+ */
+export class PeerWriter {
+  private readonly idempotent: Write;
+
+  constructor(writer: BaselineWriter, persistenceStore: CachePersistenceLayer, expiresAfterSeconds = 3600, inProgressMs = 30_000) {
+    const config = new IdempotencyConfig({
+      eventKeyJmesPath: "key",
+      throwOnNoIdempotencyKey: true,
+      expiresAfterSeconds,
+      // Outside Lambda there is no invocation deadline; this stands in for one, so an
+      // in-progress record left by a crash expires after inProgressMs (Powertools' orphan
+      // recovery) instead of blocking its key for expiresAfterSeconds; without it
+      // Powertools also console.warns on every call.
+      lambdaContext: { getRemainingTimeInMillis: () => inProgressMs },
+      // A replay answers with the response of the first call, marked as a duplicate.
+      responseHook: (response) => (isJsonObject(response) ? { ...response, duplicate: true } : response),
+    });
+    const write: Write = async (_event, req) => WriteResponse.toJSON(await writer.write(req));
+    // The first argument is the hashed event (Powertools' default for a non-handler function).
+    this.idempotent = makeIdempotent(write, { persistenceStore, config, keyPrefix: PEER_KEY_PREFIX });
+  }
+
+  async write(req: WriteRequest): Promise<WriteResponse> {
+    if (req.key === "") throw new KeycapError(status.INVALID_ARGUMENT, "KEY_MISSING", "key is required");
+    try {
+      return WriteResponse.fromJSON(await this.idempotent({ key: req.key }, req));
+    } catch (err) {
+      if (err instanceof IdempotencyAlreadyInProgressError) throw new KeycapError(status.ABORTED, "IN_PROGRESS", "a write with this key is in progress");
+      throw err;
+    }
+  }
+}
+
+function isJsonObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** The peer as a service binding (keycap.bench.v1.BaselineService). */
+export function benchPeerBinding(writer: PeerWriter, logger: Logger): ServiceBinding {
+  const implementation: BaselineServiceServer = {
+    write: unaryHandler(logger, "PeerWrite", (req: WriteRequest, _call: ServerUnaryCall<WriteRequest, WriteResponse>) => writer.write(req)),
+  };
+  return { name: "keycap.bench.v1.BaselineService", definition: BaselineServiceService, implementation };
+}
+
+/** Starts the peer on KEYCAP_LEDGER_LISTEN with the ledger's MongoDB settings and KEYCAP_BENCH_REDIS_URL. */
+export async function startPeer(deps: ServiceDeps): Promise<RunningService> {
+  const { config } = deps;
+  const logger = deps.logger.child({ component: "peer" });
+  const url = process.env[PEER_REDIS_URL_ENV];
+  if (!url) throw new Error(`${PEER_REDIS_URL_ENV} is not set`);
+  const redis = await createClient({ url }).connect();
+  const mongo = await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs);
+  try {
+    const entries = await EntryStore.open(mongo.db);
+    const writer = new PeerWriter(new BaselineWriter(entries, config.maxPayloadBytes), new CachePersistenceLayer({ client: redis }));
+    const listener = await startListener({
+      name: "peer",
+      address: config.ledgerListen,
+      setting: "KEYCAP_LEDGER_LISTEN",
+      logger,
+      maxReceiveBytes: 2 * config.maxPayloadBytes + 64 * 1024,
+      services: [benchPeerBinding(writer, logger)],
+    });
+    return {
+      name: "peer",
+      listeners: [listener],
+      stop: async (graceMs) => {
+        await listener.shutdown(graceMs);
+        await mongo.close();
+        redis.destroy();
+      },
+    };
+  } catch (err) {
+    await mongo.close();
+    redis.destroy();
+    throw err;
+  }
+}
+
+if (require.main === module) void runServices("peer", [startPeer]);
