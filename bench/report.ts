@@ -87,12 +87,14 @@ export interface BenchRecord {
   runs: RunResult[];
   targets: TargetCheck[];
   soak?: {
+    /** What ran (ledger-write unless --soak-scenario said otherwise). */
+    scenario?: string;
     seconds: number;
     concurrency: number;
     requests: number;
     throughput: number;
     rssMiB: { ledgerStart: number; ledgerEnd: number; kernelStart: number; kernelEnd: number };
-    timeline: { t: number; ledgerRssMiB: number }[];
+    timeline: { t: number; ledgerRssMiB: number; kernelRssMiB?: number }[];
   };
   /** The round-trip pass (bench/round-trips.ts): database commands, bytes and log lines per operation. */
   roundTrips?: RoundTripReport;
@@ -149,7 +151,7 @@ export function markdown(rec: BenchRecord): string {
     lines.push("");
     const k = rec.soak.rssMiB;
     lines.push(
-      `Soak: ${rec.soak.seconds} s at c=${rec.soak.concurrency}, ${fmtInt(rec.soak.throughput)} req/s; ledger RSS ${fmt(k.ledgerStart)} → ${fmt(k.ledgerEnd)} MiB, kernel RSS ${fmt(k.kernelStart)} → ${fmt(k.kernelEnd)} MiB.`,
+      `Soak (${rec.soak.scenario ?? "ledger-write"}): ${rec.soak.seconds} s at c=${rec.soak.concurrency}, ${fmtInt(rec.soak.throughput)} req/s; ledger RSS ${fmt(k.ledgerStart)} → ${fmt(k.ledgerEnd)} MiB, kernel RSS ${fmt(k.kernelStart)} → ${fmt(k.kernelEnd)} MiB.`,
     );
   }
   for (const n of rec.notes) lines.push(`\n> ${n}`);
@@ -267,7 +269,12 @@ export function checkTargets(runs: RunResult[], micro: MicroResult[], soak: Benc
   });
   if (soak) {
     const growth = soak.rssMiB.ledgerEnd - soak.rssMiB.ledgerStart;
-    out.push({ target: "memory flat over the soak (ledger RSS growth < 10%)", measured: `${fmt(growth, 1)} MiB`, met: growth < 0.1 * soak.rssMiB.ledgerStart });
+    const kernelGrowth = soak.rssMiB.kernelEnd - soak.rssMiB.kernelStart;
+    out.push({
+      target: `memory flat over the ${soak.scenario ?? "ledger-write"} soak (ledger and kernel RSS growth < 10%)`,
+      measured: `ledger ${fmt(growth, 1)} MiB, kernel ${fmt(kernelGrowth, 1)} MiB`,
+      met: growth < 0.1 * soak.rssMiB.ledgerStart && kernelGrowth < 0.1 * soak.rssMiB.kernelStart,
+    });
   } else {
     out.push({ target: "memory flat over a 5-minute soak at c=64", measured: "not run (--soak)", met: undefined });
   }

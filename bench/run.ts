@@ -52,6 +52,8 @@ interface Options {
   quick: boolean;
   soak: boolean;
   soakSeconds: number;
+  /** What the soak runs at c=64: ledger-write (default) or call (the whole call: kernel, journal and ledger). */
+  soakScenario: string;
   profile: boolean;
   /** Which process --profile records: the ledger (ledger-write at c=64) or the kernel (call at c=64). */
   profileService: "ledger" | "kernel";
@@ -72,6 +74,7 @@ function options(): Options {
       quick: { type: "boolean", default: false },
       soak: { type: "boolean", default: false },
       "soak-seconds": { type: "string" },
+      "soak-scenario": { type: "string" },
       profile: { type: "boolean", default: false },
       "round-trips": { type: "boolean", default: false },
       "profile-service": { type: "string", default: "ledger" },
@@ -85,6 +88,7 @@ function options(): Options {
     quick,
     soak: values.soak === true,
     soakSeconds: Number(values["soak-seconds"] ?? 300),
+    soakScenario: values["soak-scenario"] ?? "ledger-write",
     profile: values.profile === true,
     roundTripsOnly: values["round-trips"] === true,
     profileService: values["profile-service"] === "kernel" ? "kernel" : "ledger",
@@ -487,8 +491,9 @@ async function main(): Promise<void> {
         }
       }
       if (opts.soak) {
-        const write = scenarios.find((s) => s.name === "ledger-write");
-        if (write) soak = await runSoak(bench, write, stack, opts.soakSeconds);
+        const target = all.find((s) => s.name === opts.soakScenario);
+        if (!target) throw new Error(`--soak-scenario ${opts.soakScenario}: no such scenario`);
+        soak = await runSoak(bench, target, stack, opts.soakSeconds);
       }
     }
   } finally {
@@ -593,18 +598,24 @@ function packageVersion(name: string): string {
 
 /** ledger-write at c=64 for a long time; the ledger's RSS at start and end, and every 10 s. */
 async function runSoak(bench: Bench, write: Scenario, stack: Stack, seconds: number): Promise<NonNullable<BenchRecord["soak"]>> {
-  log(`soak: ledger-write at c=64 for ${seconds} s`);
+  log(`soak: ${write.name} at c=64 for ${seconds} s`);
   const ledgerStart = memoryOf(stack.pids["ledger"]!)?.rssMiB ?? Number.NaN;
   const kernelStart = memoryOf(stack.pids["kernel"]!)?.rssMiB ?? Number.NaN;
   const t0 = Date.now();
-  const timeline: { t: number; ledgerRssMiB: number }[] = [{ t: 0, ledgerRssMiB: ledgerStart }];
+  const timeline: { t: number; ledgerRssMiB: number; kernelRssMiB?: number }[] = [{ t: 0, ledgerRssMiB: ledgerStart, kernelRssMiB: kernelStart }];
   const timer = setInterval(
-    () => timeline.push({ t: Math.round((Date.now() - t0) / 1000), ledgerRssMiB: memoryOf(stack.pids["ledger"]!)?.rssMiB ?? Number.NaN }),
+    () =>
+      timeline.push({
+        t: Math.round((Date.now() - t0) / 1000),
+        ledgerRssMiB: memoryOf(stack.pids["ledger"]!)?.rssMiB ?? Number.NaN,
+        kernelRssMiB: memoryOf(stack.pids["kernel"]!)?.rssMiB ?? Number.NaN,
+      }),
     10_000,
   );
   try {
     const r = toResult(write, 64, await bench.measure(write, 64, seconds));
     return {
+      scenario: write.name,
       seconds: r.seconds,
       concurrency: 64,
       requests: r.requests,
