@@ -77,33 +77,51 @@ export function benchBaselineBinding(entries: EntryStore, maxPayloadBytes: numbe
   return { name: BENCH_BASELINE_SERVICE_NAME, definition: BaselineServiceService, implementation };
 }
 
-/** Starts the baseline on KEYCAP_LEDGER_LISTEN with the ledger's MongoDB settings and receive limit. */
-export async function startBaseline(deps: ServiceDeps): Promise<RunningService> {
+/**
+ * Starts a bench-only writer process (the baseline, the peer) on KEYCAP_LEDGER_LISTEN with
+ * the ledger's MongoDB settings and receive limit: the same listener machinery and entry
+ * store as the ledger, so the only difference measured is what the binding does.
+ * `release` frees what `binding` acquired, after the listener and the database close.
+ */
+export async function startBenchWriter(
+  name: string,
+  deps: ServiceDeps,
+  binding: (entries: EntryStore, logger: Logger) => Promise<{ service: ServiceBinding; release?: () => void }>,
+): Promise<RunningService> {
   const { config } = deps;
-  const logger = deps.logger.child({ component: "baseline" });
+  const logger = deps.logger.child({ component: name });
   const mongo = await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs);
+  let release: (() => void) | undefined;
   try {
-    const entries = await EntryStore.open(mongo.db);
+    const bound = await binding(await EntryStore.open(mongo.db), logger);
+    release = bound.release;
     const listener = await startListener({
-      name: "baseline",
+      name,
       address: config.ledgerListen,
       setting: "KEYCAP_LEDGER_LISTEN",
       logger,
       maxReceiveBytes: 2 * config.maxPayloadBytes + 64 * 1024,
-      services: [benchBaselineBinding(entries, config.maxPayloadBytes, logger)],
+      services: [bound.service],
     });
     return {
-      name: "baseline",
+      name,
       listeners: [listener],
       stop: async (graceMs) => {
         await listener.shutdown(graceMs);
         await mongo.close();
+        release?.();
       },
     };
   } catch (err) {
     await mongo.close();
+    release?.();
     throw err;
   }
+}
+
+/** Starts the baseline (see {@link startBenchWriter}). */
+export function startBaseline(deps: ServiceDeps): Promise<RunningService> {
+  return startBenchWriter("baseline", deps, async (entries, logger) => ({ service: benchBaselineBinding(entries, deps.config.maxPayloadBytes, logger) }));
 }
 
 if (require.main === module) void runServices("baseline", [startBaseline]);

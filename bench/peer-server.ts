@@ -21,13 +21,11 @@ import { CachePersistenceLayer } from "@aws-lambda-powertools/idempotency/cache"
 import { createClient } from "@redis/client";
 import { BaselineServiceService, WriteResponse, type BaselineServiceServer, type WriteRequest } from "../gen/ts/keycap/bench/v1/baseline";
 import { KeycapError } from "../services/common/src/errors";
-import { startListener, type ServiceBinding } from "../services/common/src/grpc-server";
+import type { ServiceBinding } from "../services/common/src/grpc-server";
 import { unaryHandler } from "../services/common/src/grpc-status";
 import type { Logger } from "../services/common/src/logger";
-import { connectMongo } from "../services/common/src/mongo";
 import { runServices, type RunningService, type ServiceDeps } from "../services/common/src/service-runner";
-import { EntryStore } from "../services/ledger/src/entry-store";
-import { BaselineWriter } from "./baseline-server";
+import { BaselineWriter, startBenchWriter } from "./baseline-server";
 
 /** The peer's Redis, from bench/stack.ts. */
 export const PEER_REDIS_URL_ENV = "KEYCAP_BENCH_REDIS_URL";
@@ -92,39 +90,15 @@ export function benchPeerBinding(writer: PeerWriter, logger: Logger): ServiceBin
   return { name: "keycap.bench.v1.BaselineService", definition: BaselineServiceService, implementation };
 }
 
-/** Starts the peer on KEYCAP_LEDGER_LISTEN with the ledger's MongoDB settings and KEYCAP_BENCH_REDIS_URL. */
+/** Starts the peer on KEYCAP_LEDGER_LISTEN with the ledger's MongoDB settings and KEYCAP_BENCH_REDIS_URL (see startBenchWriter). */
 export async function startPeer(deps: ServiceDeps): Promise<RunningService> {
-  const { config } = deps;
-  const logger = deps.logger.child({ component: "peer" });
   const url = process.env[PEER_REDIS_URL_ENV];
   if (!url) throw new Error(`${PEER_REDIS_URL_ENV} is not set`);
-  const redis = await createClient({ url }).connect();
-  const mongo = await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs);
-  try {
-    const entries = await EntryStore.open(mongo.db);
-    const writer = new PeerWriter(new BaselineWriter(entries, config.maxPayloadBytes), new CachePersistenceLayer({ client: redis }));
-    const listener = await startListener({
-      name: "peer",
-      address: config.ledgerListen,
-      setting: "KEYCAP_LEDGER_LISTEN",
-      logger,
-      maxReceiveBytes: 2 * config.maxPayloadBytes + 64 * 1024,
-      services: [benchPeerBinding(writer, logger)],
-    });
-    return {
-      name: "peer",
-      listeners: [listener],
-      stop: async (graceMs) => {
-        await listener.shutdown(graceMs);
-        await mongo.close();
-        redis.destroy();
-      },
-    };
-  } catch (err) {
-    await mongo.close();
-    redis.destroy();
-    throw err;
-  }
+  return startBenchWriter("peer", deps, async (entries, logger) => {
+    const redis = await createClient({ url }).connect();
+    const writer = new PeerWriter(new BaselineWriter(entries, deps.config.maxPayloadBytes), new CachePersistenceLayer({ client: redis }));
+    return { service: benchPeerBinding(writer, logger), release: () => redis.destroy() };
+  });
 }
 
 if (require.main === module) void runServices("peer", [startPeer]);
