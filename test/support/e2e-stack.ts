@@ -2,7 +2,7 @@
  * Starts a whole keycap stack for tests written in other languages (pytest,
  * go test): a MongoDB-protocol server from the harness, then `keycap serve all`
  * as a real child process on free loopback ports. Prints ONE JSON line
- * `{"kernel","ledger","admin","admin_token","runtime_token","mongo_backend","data_dir"}`
+ * `{"kernel","ledger","admin","admin_token","runtime_token","mongo_backend","mongodb_uri","mongodb_database","data_dir"}`
  * on stdout once ready, and stops everything when its stdin closes or on SIGTERM/SIGINT.
  * `runtime_token` is the bearer secret of the runtime principal "local-runtime".
  *
@@ -130,6 +130,9 @@ async function main(): Promise<void> {
               admin_token: adminToken,
               runtime_token: runtimeToken,
               mongo_backend: mongo.backend,
+              // Sinks in other languages record refusals and spent capabilities here.
+              mongodb_uri: mongo.uri,
+              mongodb_database: env["KEYCAP_MONGODB_DATABASE"],
               data_dir: dataDir,
               ...(tls ? { tls: tls.info } : {}),
             }) + "\n",

@@ -21,6 +21,7 @@ import {
   type OperatorOptions,
 } from "./operator-context";
 import { newTable, print, printMoreHint } from "./output";
+import { SINK_SERVICE } from "../../common/src/sink-name";
 
 function kind(k: EffectKind): string {
   return effectKindToJSON(k).replace("EFFECT_KIND_", "").toLowerCase();
@@ -140,15 +141,17 @@ export function addOperatorCommands(program: Command): void {
       .option("--token-file <path>", "operator credential file (default: KEYCAP_ADMIN_TOKEN, else $KEYCAP_DATA_DIR/admin-token)")
       .option("--json", "print JSON instead of a table");
 
-  common(program.command("rejections").description("refused kernel and ledger calls, newest first"))
-    .option("--service <service>", "kernel | ledger | all", "all")
+  common(program.command("rejections").description("refused kernel, ledger and sink calls, newest first"))
+    .option("--service <service>", "kernel | ledger | sink:<name> | all", "all")
     .option("--tool <id>", "only refusals attributed to this tool id")
     .option("--reason <REASON>", "only this reason, e.g. KEY_MISMATCH")
     .option("--since <time>", "ISO time or a duration ago (15m, 2h, 1d)")
     .option("--limit <n>", "at most this many (1-1000)", parseLimit, 100)
     .option("--page <cursor>", 'the next page, from the previous run\'s "more results" line')
     .action(async (o: OperatorOptions & { service: string; tool?: string; reason?: string; since?: string; limit: number; page?: string }) => {
-      if (!["kernel", "ledger", "all"].includes(o.service)) throw new UsageError(`--service: expected kernel, ledger or all, got ${JSON.stringify(o.service)}`);
+      if (!["kernel", "ledger", "all"].includes(o.service) && !SINK_SERVICE.test(o.service)) {
+        throw new UsageError(`--service: expected kernel, ledger, sink:<name> or all, got ${JSON.stringify(o.service)}`);
+      }
       const filter = {
         ...(o.service !== "all" ? { service: o.service } : {}),
         ...(o.tool ? { toolId: o.tool } : {}),

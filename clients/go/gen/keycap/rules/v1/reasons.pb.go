@@ -224,6 +224,8 @@ const (
 	Reason_REASON_RATE_LIMITED_REFUSALS Reason = 95
 	// Refusal record counting calls refused while keycap itself was unavailable.
 	Reason_REASON_UNAVAILABLE_REFUSALS Reason = 96
+	// A sink was shown a genuine capability for a tool it does not serve.
+	Reason_REASON_TOOL_NOT_ACCEPTED Reason = 97
 )
 
 // Enum value maps for Reason.
@@ -326,6 +328,7 @@ var (
 		94: "REASON_INTERNAL",
 		95: "REASON_RATE_LIMITED_REFUSALS",
 		96: "REASON_UNAVAILABLE_REFUSALS",
+		97: "REASON_TOOL_NOT_ACCEPTED",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":                      0,
@@ -425,6 +428,7 @@ var (
 		"REASON_INTERNAL":                         94,
 		"REASON_RATE_LIMITED_REFUSALS":            95,
 		"REASON_UNAVAILABLE_REFUSALS":             96,
+		"REASON_TOOL_NOT_ACCEPTED":                97,
 	}
 )
 
@@ -567,7 +571,7 @@ var File_keycap_rules_v1_reasons_proto protoreflect.FileDescriptor
 
 const file_keycap_rules_v1_reasons_proto_rawDesc = "" +
 	"\n" +
-	"\x1dkeycap/rules/v1/reasons.proto\x12\x0fkeycap.rules.v1\x1a google/protobuf/descriptor.proto*\xe0\x1c\n" +
+	"\x1dkeycap/rules/v1/reasons.proto\x12\x0fkeycap.rules.v1\x1a google/protobuf/descriptor.proto*\x84\x1d\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x13REASON_INVALID_UTF8\x10\x01\x1a\x04\xe8\xf9\x18\x03\x12 \n" +
@@ -670,7 +674,8 @@ const file_keycap_rules_v1_reasons_proto_rawDesc = "" +
 	"\x16REASON_NOT_IMPLEMENTED\x10]\x1a\x04\xe8\xf9\x18\f\x12\x19\n" +
 	"\x0fREASON_INTERNAL\x10^\x1a\x04\xe8\xf9\x18\r\x12&\n" +
 	"\x1cREASON_RATE_LIMITED_REFUSALS\x10_\x1a\x04\xe8\xf9\x18\b\x12%\n" +
-	"\x1bREASON_UNAVAILABLE_REFUSALS\x10`\x1a\x04\xe8\xf9\x18\x0e*\xab\x02\n" +
+	"\x1bREASON_UNAVAILABLE_REFUSALS\x10`\x1a\x04\xe8\xf9\x18\x0e\x12\"\n" +
+	"\x18REASON_TOOL_NOT_ACCEPTED\x10a\x1a\x04\xe8\xf9\x18\a*\xab\x02\n" +
 	"\x04Code\x12\x17\n" +
 	"\x13CODE_OK_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CODE_INVALID_ARGUMENT\x10\x03\x12\x12\n" +

@@ -104,6 +104,7 @@ class Reason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REASON_INTERNAL: _ClassVar[Reason]
     REASON_RATE_LIMITED_REFUSALS: _ClassVar[Reason]
     REASON_UNAVAILABLE_REFUSALS: _ClassVar[Reason]
+    REASON_TOOL_NOT_ACCEPTED: _ClassVar[Reason]
 
 class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -216,6 +217,7 @@ REASON_NOT_IMPLEMENTED: Reason
 REASON_INTERNAL: Reason
 REASON_RATE_LIMITED_REFUSALS: Reason
 REASON_UNAVAILABLE_REFUSALS: Reason
+REASON_TOOL_NOT_ACCEPTED: Reason
 CODE_OK_UNSPECIFIED: Code
 CODE_INVALID_ARGUMENT: Code
 CODE_NOT_FOUND: Code

@@ -1,0 +1,214 @@
+/**
+ * A sink: a service that performs an effect and admits a request only under a genuine
+ * capability for one of its tools (ADR 0013). The admission order is fixed, so a request
+ * breaking several rules gets the same reason every time: the ledger's verification, the
+ * tool allow-list, the request's idempotency key against the capability's, then single use
+ * for unsafe and queryable capabilities. Every refusal goes to the hook and, when
+ * configured, to keycap's refusal store under `sink:<name>`.
+ */
+import { CLOCK_TOLERANCE_SECONDS } from "../../common/src/capability";
+import { Code, KeycapError } from "../../common/src/errors";
+import type { RejectionInput } from "../../common/src/rejection-audit";
+import { sinkService } from "../../common/src/sink-name";
+import { CapabilityRefusal } from "../../ledger/src/capability-refusal";
+import { CapabilityVerifier, type CapabilityVerifierOptions, type VerifiedCapability } from "../../ledger/src/capability-verifier";
+import type { PublicKeySource } from "../../ledger/src/key-sources/public-key-source";
+import type { SpentStore } from "./spent-store";
+
+export type { VerifiedCapability } from "../../ledger/src/capability-verifier";
+
+/** Where refusals are recorded: keycap's RejectionAudit, opened by {@link openSinkRefusalStore}. */
+export interface RefusalRecorder {
+  record(input: RejectionInput): Promise<void>;
+}
+
+/** What the transport knows about the request being admitted. */
+export interface AdmissionContext {
+  /** gRPC full method (`/pkg.Service/Method`) or `HTTP <METHOD> <path>`. */
+  method: string;
+  /** The caller's address, `ip:port`. */
+  peer: string;
+  /** The request's own idempotency key (metadata `idempotency-key`, header `Idempotency-Key`), if it sent one. */
+  idempotencyKey?: string;
+}
+
+/** A refusal as the hook sees it. */
+export interface SinkRefusalEvent {
+  sink: string;
+  error: KeycapError;
+  context: AdmissionContext;
+  /** The tool the capability names, verified or not (see `toolIdVerified`); "" when unreadable. */
+  toolId: string;
+  toolIdVerified: boolean;
+}
+
+/** Options of {@link Sink}. */
+export interface SinkOptions {
+  /** The sink's name in refusal records (`sink:<name>`): 1-63 of [a-z0-9._-]. */
+  name: string;
+  /** Tool ids this sink serves; a capability for any other is refused TOOL_NOT_ACCEPTED. */
+  tools: readonly string[];
+  /** The kernel's public keys (RemoteJwksSource over KernelJwksFetcher, or FileJwksSource). */
+  keys: PublicKeySource;
+  /** The ledger's verification options (issuer, audience, limits, clock); defaults are the ledger's. */
+  verifier?: CapabilityVerifierOptions;
+  /** Required when any capability may be unsafe or queryable: spends each one once. */
+  spentStore?: SpentStore;
+  /** keycap's refusal store; without it refusals reach only `onRefusal`. */
+  refusals?: RefusalRecorder;
+  /** Called for every refusal, after it is recorded. Must not throw. */
+  onRefusal?: (event: SinkRefusalEvent) => void;
+  now?: () => number;
+}
+
+/**
+ * Admits requests under capabilities.
+ *
+ * @example
+ * const sink = new Sink({ name: "payments", tools: ["payments.charge"], keys, spentStore });
+ * const cap = await sink.admit(req.headers.authorization, { method: "HTTP POST /charges", peer });
+ * charge(cap.key!); // the kernel-derived key is the charge's own idempotency key
+ */
+export class Sink {
+  readonly name: string;
+  private readonly service: string;
+  private readonly tools: ReadonlySet<string>;
+  private readonly verifier: CapabilityVerifier;
+  private readonly now: () => number;
+  private readonly toleranceMs: number;
+
+  constructor(private readonly opts: SinkOptions) {
+    this.service = sinkService(opts.name);
+    this.name = opts.name;
+    if (opts.tools.length === 0) throw new RangeError("a sink must name the tools it serves (tools: [...])");
+    this.tools = new Set(opts.tools);
+    this.now = opts.now ?? Date.now;
+    this.verifier = new CapabilityVerifier(opts.keys, { now: this.now, ...opts.verifier });
+    this.toleranceMs = (opts.verifier?.clockToleranceSeconds ?? CLOCK_TOLERANCE_SECONDS) * 1000;
+  }
+
+  /**
+   * Admits one request: resolves to the verified claims, or rejects with a KeycapError
+   * (a CapabilityRefusal for verification failures) after recording it.
+   */
+  async admit(authorization: string | undefined, context: AdmissionContext): Promise<VerifiedCapability> {
+    let cap: VerifiedCapability;
+    try {
+      cap = await this.verifier.verify(authorization);
+    } catch (err) {
+      if (!(err instanceof CapabilityRefusal)) throw err;
+      await this.refuseUnverified(err, context);
+      throw err;
+    }
+    const refusal = await this.checkVerified(cap, context);
+    if (refusal) {
+      await this.refuseVerified(refusal, cap, context);
+      throw refusal;
+    }
+    return cap;
+  }
+
+  private async checkVerified(cap: VerifiedCapability, context: AdmissionContext): Promise<KeycapError | undefined> {
+    if (!this.tools.has(cap.tool_id)) {
+      return new KeycapError(Code.PERMISSION_DENIED, "TOOL_NOT_ACCEPTED", `sink ${this.name} does not serve tool ${JSON.stringify(cap.tool_id.slice(0, 128))}`);
+    }
+    if (context.idempotencyKey !== undefined && context.idempotencyKey !== cap.key) {
+      return new KeycapError(Code.PERMISSION_DENIED, "KEY_MISMATCH", "the request's idempotency key is not the capability's key");
+    }
+    if (cap.effect === "idempotent") return undefined;
+    if (!this.opts.spentStore) {
+      // Running an unsafe effect without single use would be the double charge keycap exists to stop.
+      return new KeycapError(
+        Code.PERMISSION_DENIED,
+        "EFFECT_CLASS_MISMATCH",
+        `sink ${this.name} has no spent store, so it accepts idempotent capabilities only`,
+      );
+    }
+    try {
+      const first = await this.opts.spentStore.spend({
+        sink: this.name,
+        jti: cap.jti,
+        toolId: cap.tool_id,
+        callId: cap.call_id,
+        effect: cap.effect,
+        expiresAt: new Date(cap.exp * 1000 + this.toleranceMs),
+      });
+      if (!first) return new KeycapError(Code.PERMISSION_DENIED, "CAPABILITY_REUSED", `this ${cap.effect} capability was already used at sink ${this.name}`);
+    } catch (err) {
+      if (err instanceof KeycapError) return err;
+      const e = new KeycapError(Code.UNAVAILABLE, "DATABASE_UNAVAILABLE", "the spent-capability store failed; retry");
+      (e as { cause?: unknown }).cause = err;
+      return e;
+    }
+    return undefined;
+  }
+
+  private async refuseUnverified(err: CapabilityRefusal, context: AdmissionContext): Promise<void> {
+    const u = err.unverified;
+    await this.report(
+      {
+        method: context.method,
+        reason: err.reason,
+        code: codeName(err.code),
+        toolId: u.toolId,
+        toolIdVerified: err.signatureVerified,
+        attemptedKey: context.idempotencyKey,
+        capabilityKey: u.key,
+        capabilityRequestId: u.requestId,
+        callId: u.callId,
+        capabilityId: u.jti,
+        keyId: u.kid,
+        effect: u.effect,
+        peer: context.peer,
+        message: err.message,
+      },
+      err,
+      context,
+    );
+  }
+
+  private async refuseVerified(err: KeycapError, cap: VerifiedCapability, context: AdmissionContext): Promise<void> {
+    await this.report(
+      {
+        method: context.method,
+        reason: err.reason,
+        code: codeName(err.code),
+        toolId: cap.tool_id,
+        toolIdVerified: true,
+        principal: cap.sub,
+        attemptedKey: context.idempotencyKey,
+        capabilityKey: cap.key,
+        capabilityRequestId: cap.request_id,
+        callId: cap.call_id,
+        capabilityId: cap.jti,
+        keyId: cap.kid,
+        effect: cap.effect,
+        peer: context.peer,
+        message: err.message,
+      },
+      err,
+      context,
+    );
+  }
+
+  private async report(input: RejectionInput, error: KeycapError, context: AdmissionContext): Promise<void> {
+    // RejectionAudit.record never throws; a recorder that does must not turn a refusal into a crash.
+    await this.opts.refusals?.record(input).catch(() => undefined);
+    try {
+      this.opts.onRefusal?.({ sink: this.name, error, context, toolId: input.toolId ?? "", toolIdVerified: input.toolIdVerified });
+    } catch {
+      // The hook is the user's; its failure is not the caller's refusal.
+    }
+  }
+
+  /** `service` of this sink's refusal records. */
+  get refusalService(): string {
+    return this.service;
+  }
+}
+
+const CODE_NAMES: Record<number, string> = Object.fromEntries(Object.entries(Code).map(([name, n]) => [n, name]));
+
+function codeName(code: number): string {
+  return CODE_NAMES[code] ?? "UNKNOWN";
+}
