@@ -5,6 +5,7 @@
  */
 import { roundTripMarkdown, type RoundTripReport } from "./round-trips";
 import type { MicroResult } from "./micro";
+import { sinkCostMarkdown, type SinkCostResult } from "./sink-cost";
 import type { ProcUsage } from "./proc-sampler";
 import type { LatencySummary } from "./stats";
 
@@ -98,6 +99,8 @@ export interface BenchRecord {
   };
   /** The round-trip pass (bench/round-trips.ts): database commands, bytes and log lines per operation. */
   roundTrips?: RoundTripReport;
+  /** Sink SDKs' cost per request, each language (bench/sink-cost.ts). */
+  sinkCost?: SinkCostResult[];
   notes: string[];
 }
 
@@ -138,6 +141,10 @@ export function markdown(rec: BenchRecord): string {
   lines.push("| --- | ---: | ---: | --- |");
   for (const m of rec.micro) lines.push(`| ${m.name} | ${fmtInt(m.opsPerSecond)} | ${fmtInt(m.medianOpsPerSecond)} | ${m.note} |`);
   lines.push("");
+  if (rec.sinkCost) {
+    lines.push(sinkCostMarkdown(rec.sinkCost, rec.micro.find((m) => m.name === "capability verify (1 in flight)")?.opsPerSecond));
+    lines.push("");
+  }
   lines.push("| target (issue 7) | measured | met |");
   lines.push("| --- | --- | --- |");
   for (const t of rec.targets) lines.push(`| ${t.target} | ${t.measured} | ${t.met === undefined ? "n/a" : t.met ? "yes" : "**no**"} |`);

@@ -22,6 +22,7 @@ import { credentials, Metadata } from "@grpc/grpc-js";
 import { BaselineServiceClient, type WriteRequest, type WriteResponse } from "../gen/ts/keycap/bench/v1/baseline";
 import { CHUNK, ensureGhz, runGhzChunk } from "./ghz";
 import { TEN_FIELD_DERIVATION, tenFieldArguments, type MicroResult } from "./micro";
+import { measureSinkCosts, sinkCostMarkdown } from "./sink-cost";
 import { runClosedLoop } from "./node-driver";
 import { machineCpuSeconds, memoryOf, ProcSampler, type ProcUsage } from "./proc-sampler";
 import { profileMarkdown } from "./profile";
@@ -59,6 +60,8 @@ interface Options {
   profileService: "ledger" | "kernel";
   /** Only the round-trip pass (a full run includes it). */
   roundTripsOnly: boolean;
+  /** Only the sink SDKs' cost per request (a full run includes it). */
+  sinkOnly: boolean;
   seconds: number;
   warmupSeconds: number;
   microSeconds: number;
@@ -77,6 +80,7 @@ function options(): Options {
       "soak-scenario": { type: "string" },
       profile: { type: "boolean", default: false },
       "round-trips": { type: "boolean", default: false },
+      sink: { type: "boolean", default: false },
       "profile-service": { type: "string", default: "ledger" },
       seconds: { type: "string" },
       concurrency: { type: "string" },
@@ -91,6 +95,7 @@ function options(): Options {
     soakScenario: values["soak-scenario"] ?? "ledger-write",
     profile: values.profile === true,
     roundTripsOnly: values["round-trips"] === true,
+    sinkOnly: values.sink === true,
     profileService: values["profile-service"] === "kernel" ? "kernel" : "ledger",
     seconds: Number(values.seconds ?? (quick ? 2 : 15)),
     warmupSeconds: quick ? 0.7 : 3,
@@ -274,6 +279,11 @@ async function runMicroPinned(seconds: number): Promise<{ results: MicroResult[]
   return { results: JSON.parse(stdout) as MicroResult[], pinned };
 }
 
+/** The ledger's verifier, one at a time, from the micro benchmarks (the sink table's reference row). */
+function ledgerVerifyPerS(micro: readonly MicroResult[]): number | undefined {
+  return micro.find((m) => m.name === "capability verify (1 in flight)")?.opsPerSecond;
+}
+
 function machine(): BenchRecord["machine"] {
   const cpus = os.cpus();
   return {
@@ -307,6 +317,11 @@ async function main(): Promise<void> {
   const machineInfo = machine();
   if (opts.roundTripsOnly) {
     process.stdout.write(roundTripMarkdown(await measureRoundTrips(PAYLOAD, opts.quick ? 50 : 200, log)));
+    return;
+  }
+  if (opts.sinkOnly) {
+    const micro = await runMicroPinned(opts.microSeconds);
+    process.stdout.write(sinkCostMarkdown(await measureSinkCosts(opts.quick ? 1 : 5, log), ledgerVerifyPerS(micro.results)) + "\n");
     return;
   }
   const ghz = await ensureGhz(log);
@@ -508,6 +523,7 @@ async function main(): Promise<void> {
 
   // Counted on a stack of its own: the taps add a hop no throughput run should carry.
   const roundTrips = opts.profile || opts.scenarios ? undefined : await measureRoundTrips(PAYLOAD, opts.quick ? 50 : 200, log);
+  const sinkCost = opts.profile || opts.scenarios ? undefined : await measureSinkCosts(opts.quick ? 1 : 5, log);
 
   for (const r of runs) {
     const bases = runs.filter((b) => (b.scenario === "ledger-write-baseline" || b.scenario === BASELINE_AFTER) && b.concurrency === r.concurrency);
@@ -565,6 +581,7 @@ async function main(): Promise<void> {
     targets: [],
     ...(soak ? { soak } : {}),
     ...(roundTrips ? { roundTrips } : {}),
+    ...(sinkCost ? { sinkCost } : {}),
     notes,
   };
   rec.targets = checkTargets(runs, micro.results, soak);
