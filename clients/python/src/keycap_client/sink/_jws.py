@@ -89,9 +89,12 @@ def _refuse_constant(name: str) -> object:
     raise ValueError(f"not JSON: {name}")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def parse_json(text: str) -> object:
     """JSON text as JavaScript's JSON.parse reads it (no NaN/Infinity); raises ValueError."""
-    return json.loads(text, parse_constant=_refuse_constant)
+    return _DECODER.decode(text)
 
 
 def parse_json_object(text: str) -> dict[str, object] | None:
