@@ -325,3 +325,38 @@ def test_asyncio_grpc_sink_admits_and_refuses_the_same_way(kernel: KernelClient,
             await server.stop(None)
 
     asyncio.run(run())
+
+
+def test_mongodb_spent_store_lets_one_of_racing_presentations_through_and_sweeps_expired_records(
+    kernel: KernelClient, db: Database[Any], keys: KernelJwksSource, tools: tuple[str, str], sink_name: str
+) -> None:
+    import threading
+
+    from keycap_client.sink import AdmissionContext, SinkRefusal
+
+    _, notify = tools
+    store = MongoSpentStore(db, sweep_interval=0)
+    sink = Sink(sink_name, tools=[notify], keys=keys, spent_store=store)
+    token, _ = begin(kernel, notify)
+    outcomes: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def present() -> None:
+        barrier.wait()
+        try:
+            sink.admit(f"Bearer {token}", AdmissionContext(METHOD, "127.0.0.1:1"))
+            outcomes.append("admitted")
+        except SinkRefusal as err:
+            outcomes.append(err.reason)
+
+    threads = [threading.Thread(target=present) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["CAPABILITY_REUSED"] * 7 + ["admitted"]
+
+    assert db["spent_capabilities"].count_documents({"sink": sink_name}) == 1
+    later = MongoSpentStore(db, sweep_interval=0, clock=lambda: time.time() + 3600)
+    assert later.sweep() >= 1
+    assert db["spent_capabilities"].count_documents({"sink": sink_name}) == 0
