@@ -207,3 +207,53 @@ def test_sink_names_and_tools_are_checked_at_construction() -> None:
             sink_service(bad)
     with pytest.raises(ValueError, match="tools"):
         Sink("unit", tools=[], keys=StaticJwksSource.from_text(KERNEL_JWKS))
+
+
+def test_grpc_streaming_handlers_are_guarded_and_later_calls_on_the_thread_see_no_capability() -> None:
+    from concurrent import futures
+
+    import grpc
+
+    from keycap_client import KeycapError
+    from keycap_client.sink import SinkInterceptor, capability_of
+
+    token = VECTOR["accepts-idempotent"]["token"]
+    open_calls: list[str] = []
+
+    def stream(request: bytes, context: grpc.ServicerContext) -> Any:
+        cap = capability_of(context)
+        for i in range(3):
+            yield f"{cap.tool_id}:{i}".encode()
+
+    def health(request: bytes, context: grpc.ServicerContext) -> bytes:
+        try:
+            current_capability()
+            open_calls.append("saw a capability")
+        except LookupError:
+            open_calls.append("none")
+        return b"ok"
+
+    sink = vector_sink()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1), interceptors=[SinkInterceptor(sink, guard=lambda m: not m.endswith("/Health"))])
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "test.sink.v1.Effects",
+                {"Stream": grpc.unary_stream_rpc_method_handler(stream), "Health": grpc.unary_unary_rpc_method_handler(health)},
+            ),
+        )
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call: Any = channel.unary_stream("/test.sink.v1.Effects/Stream")
+            assert list(call(b"", metadata=(("authorization", f"Bearer {token}"),), timeout=10)) == [b"payments.charge:0", b"payments.charge:1", b"payments.charge:2"]
+            with pytest.raises(grpc.RpcError) as caught:
+                list(call(b"", metadata=(("authorization", "Bearer x.y.z"),), timeout=10))
+            assert KeycapError.from_rpc_error(caught.value).reason == "CAPABILITY_MALFORMED"
+            health_call: Any = channel.unary_unary("/test.sink.v1.Effects/Health")
+            assert health_call(b"", timeout=10) == b"ok"
+            assert open_calls == ["none"]
+    finally:
+        server.stop(None)

@@ -116,8 +116,15 @@ class SinkInterceptor(grpc.ServerInterceptor):
 
     def _streaming(self, method: str, behavior: Callable[[Any, Any], Iterator[Any]]) -> Callable[[Any, Any], Iterator[Any]]:
         def admitted(request: Any, context: Any) -> Iterator[Any]:
-            _current.current.set(self._admit(method, context))
-            yield from behavior(request, context)
+            token = _current.current.set(self._admit(method, context))
+            try:
+                yield from behavior(request, context)
+            finally:
+                # The server's worker thread serves other calls next: none may see this capability.
+                try:
+                    _current.current.reset(token)
+                except ValueError:  # resumed in another context than the one it was set in
+                    _current.current.set(None)
 
         return admitted
 
