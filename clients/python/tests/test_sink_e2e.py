@@ -360,3 +360,25 @@ def test_mongodb_spent_store_lets_one_of_racing_presentations_through_and_sweeps
     later = MongoSpentStore(db, sweep_interval=0, clock=lambda: time.time() + 3600)
     assert later.sweep() >= 1
     assert db["spent_capabilities"].count_documents({"sink": sink_name}) == 0
+
+
+def test_keys_come_from_a_tls_kernel_only_under_its_pinned_ca(tls_stack: Stack) -> None:
+    from keycap_client import TlsOptions
+    from keycap_client.sink import AdmissionContext, SinkRefusal
+
+    tls = tls_stack.tls
+    assert tls is not None
+    ok = TlsOptions(ca_file=tls.ca_file)
+    tool = f"py.sink.tls.{uuid.uuid4().hex[:10]}"
+    with KernelClient(tls_stack.kernel, token=tls_stack.runtime_token, tls=ok) as k:
+        k.register_tool(ToolDefinition(tool, Idempotent(KeyDerivation(["/order_id"]))))
+        begun = k.begin_call(tool, json.dumps({"order_id": "o-tls"}))
+    context = AdmissionContext(METHOD, "127.0.0.1:1")
+    pinned = KernelJwksSource.from_kernel(tls_stack.kernel, tls=ok)
+    assert Sink("tls", tools=[tool], keys=pinned).admit(f"Bearer {begun.capability}", context).key == begun.call.key
+    impostor_ca = KernelJwksSource.from_kernel(tls_stack.kernel, tls=TlsOptions(ca_file=tls.other_ca_file), timeout=2)
+    with pytest.raises(SinkRefusal) as caught:
+        Sink("tls", tools=[tool], keys=impostor_ca).admit(f"Bearer {begun.capability}", context)
+    assert (caught.value.code, caught.value.reason) == (grpc.StatusCode.UNAVAILABLE, "SIGNING_KEYS_UNAVAILABLE")
+    pinned.close()
+    impostor_ca.close()

@@ -19,6 +19,7 @@ import grpc
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from keycap_client._gen.keycap.kernel.v1 import kernel_pb2, kernel_pb2_grpc
+from keycap_client.credentials import TlsOptions, resolve_credentials
 from keycap_client.sink._jws import b64url_decode, parse_json
 from keycap_client.sink.refusal import SinkRefusal
 
@@ -180,13 +181,19 @@ class KernelJwksSource:
         cls,
         address: str,
         *,
+        tls: TlsOptions | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         timeout: float = 3.0,
         refetch_cooldown: float = 1.0,
     ) -> KernelJwksSource:
-        """Keys from the kernel at ``address`` over gRPC (``credentials``: TLS with the
-        kernel's CA pinned, so only the real kernel hands out keys; default insecure)."""
-        channel = grpc.secure_channel(address, credentials) if credentials is not None else grpc.insecure_channel(address)
+        """Keys from the kernel at ``address`` over gRPC. ``tls`` (or ``credentials``): the
+        kernel's CA pinned, so only the real kernel hands out keys; default insecure, for
+        loopback. ``timeout``: each fetch's deadline in seconds."""
+        creds = resolve_credentials(tls, credentials)
+        # Reconnect quickly: with the default backoff (up to 2 min) a sink started before its
+        # kernel kept answering SIGNING_KEYS_UNAVAILABLE long after the kernel was up.
+        options = [("grpc.initial_reconnect_backoff_ms", 200), ("grpc.max_reconnect_backoff_ms", 1000)]
+        channel = grpc.secure_channel(address, creds, options) if creds is not None else grpc.insecure_channel(address, options)
         stub = kernel_pb2_grpc.KernelServiceStub(channel)  # type: ignore[no-untyped-call]
 
         def fetch() -> str:
