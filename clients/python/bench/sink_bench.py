@@ -8,6 +8,13 @@ Prints one JSON line:
 {"language":"python","requests":N,"protected_per_s":…,"unprotected_per_s":…,"ratio":…,"verify_us_per_request":…}
 
     python clients/python/bench/sink_bench.py [--requests N]   # N per side, default 20000
+    python clients/python/bench/sink_bench.py --http           # through uvicorn instead
+
+``--http`` serves the handler with uvicorn in a child process (``/bare`` exempt,
+``/protected`` behind the middleware) and drives it from keep-alive connections here; the
+JSON line then also says ``"transport":"http"``. There the bare side costs an HTTP
+exchange, so the ratio is what a real service sees; the in-process default isolates the
+sink's own cost (``verify_us_per_request``).
 """
 
 from __future__ import annotations
@@ -15,7 +22,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import http.client
 import json
+import os
+import socket
+import subprocess
+import sys
+import threading
 import time
 import uuid
 from collections.abc import MutableMapping
@@ -35,7 +48,8 @@ def b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def sign_tokens(n: int) -> tuple[StaticJwksSource, list[str]]:
+def sign_tokens(n: int) -> tuple[str, list[str]]:
+    """The public JWKS (text) and ``n`` tokens signed with its key."""
     jwk = json.loads(VECTORS.read_text())["keys"]["kernel-current"]
     key = Ed25519PrivateKey.from_private_bytes(base64.urlsafe_b64decode(jwk["d"] + "="))
     public = {k: v for k, v in jwk.items() if k != "d"}
@@ -58,7 +72,7 @@ def sign_tokens(n: int) -> tuple[StaticJwksSource, list[str]]:
         }
         signing_input = f"{header}.{b64url(json.dumps(claims).encode())}"
         tokens.append(f"{signing_input}.{b64url(key.sign(signing_input.encode()))}")
-    return StaticJwksSource.from_text(json.dumps({"keys": [public]})), tokens
+    return json.dumps({"keys": [public]}), tokens
 
 
 async def handler(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
@@ -96,8 +110,8 @@ async def drive(app: Any, tokens: list[str]) -> float:
 
 
 async def main(requests: int) -> dict[str, object]:
-    keys, tokens = sign_tokens(min(requests, 5000))
-    protected = SinkMiddleware(handler, Sink("bench", tools=[TOOL], keys=keys))
+    jwks, tokens = sign_tokens(min(requests, 5000))
+    protected = SinkMiddleware(handler, Sink("bench", tools=[TOOL], keys=StaticJwksSource.from_text(jwks)))
     per_round = max(1, requests // ROUNDS)
     batch = [tokens[i % len(tokens)] for i in range(per_round)]
     await drive(protected, batch[:200])  # warm-up: imports, caches
@@ -106,7 +120,84 @@ async def main(requests: int) -> dict[str, object]:
     for _ in range(ROUNDS):
         t_unprotected += await drive(handler, batch)
         t_protected += await drive(protected, batch)
+    return _result(per_round * ROUNDS, t_protected, t_unprotected)
+
+
+def http_app() -> SinkMiddleware:
+    """The --http server (uvicorn --factory): keys from KEYCAP_BENCH_JWKS."""
+    keys = StaticJwksSource.from_text(os.environ["KEYCAP_BENCH_JWKS"])
+    return SinkMiddleware(handler, Sink("bench", tools=[TOOL], keys=keys), exempt_paths=["/bare"])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _drive_http(port: int, path: str, tokens: list[str], clients: int) -> float:
+    """Serves the tokens over ``clients`` keep-alive connections; returns the seconds it took."""
+    chunks = [tokens[i::clients] for i in range(clients)]
+    failures: list[int] = []
+
+    def run(chunk: list[str]) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        for token in chunk:
+            conn.request("POST", path, body=b"{}", headers={"authorization": f"Bearer {token}"})
+            res = conn.getresponse()
+            res.read()
+            if res.status != 200:
+                failures.append(res.status)
+        conn.close()
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in chunks]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    if failures:
+        raise SystemExit(f"bench: not every request was admitted: {sorted(set(failures))}")
+    return elapsed
+
+
+def main_http(requests: int, clients: int = 4) -> dict[str, object]:
+    jwks, tokens = sign_tokens(min(requests, 5000))
+    port = _free_port()
+    env = {**os.environ, "KEYCAP_BENCH_JWKS": jwks}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--factory", "sink_bench:http_app", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log"],
+        cwd=Path(__file__).resolve().parent,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise SystemExit("bench: uvicorn did not start") from None
+                time.sleep(0.05)
+        per_round = max(clients, requests // ROUNDS)
+        batch = [tokens[i % len(tokens)] for i in range(per_round)]
+        _drive_http(port, "/protected", batch[:200], clients)
+        _drive_http(port, "/bare", batch[:200], clients)
+        t_protected = t_bare = 0.0
+        for _ in range(ROUNDS):
+            t_bare += _drive_http(port, "/bare", batch, clients)
+            t_protected += _drive_http(port, "/protected", batch, clients)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
     n = per_round * ROUNDS
+    return {**_result(n, t_protected, t_bare), "transport": "http"}
+
+
+def _result(n: int, t_protected: float, t_unprotected: float) -> dict[str, object]:
     protected_per_s, unprotected_per_s = n / t_protected, n / t_unprotected
     return {
         "language": "python",
@@ -120,6 +211,10 @@ async def main(requests: int) -> dict[str, object]:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--requests", type=int, default=20000, help="requests per side (default 20000)")
+    parser.add_argument("--requests", type=int, default=None, help="requests per side (default 20000; --http 4000)")
+    parser.add_argument("--http", action="store_true", help="through uvicorn in a child process")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(main(args.requests))))
+    if args.http:
+        print(json.dumps(main_http(args.requests or 4000)))
+    else:
+        print(json.dumps(asyncio.run(main(args.requests or 20000))))
