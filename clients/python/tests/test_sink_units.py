@@ -257,3 +257,20 @@ def test_grpc_streaming_handlers_are_guarded_and_later_calls_on_the_thread_see_n
             assert open_calls == ["none"]
     finally:
         server.stop(None)
+
+
+def test_the_bench_prints_one_json_line_with_both_rates() -> None:
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    out = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "clients/python/bench/sink_bench.py"), "--requests", "200"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.strip().splitlines()
+    assert len(out) == 1
+    line = json.loads(out[0])
+    assert set(line) == {"language", "requests", "protected_per_s", "unprotected_per_s", "ratio", "verify_us_per_request"}
+    assert line["language"] == "python" and line["requests"] == 200
+    assert 0 < line["protected_per_s"] < line["unprotected_per_s"] and line["verify_us_per_request"] > 0
