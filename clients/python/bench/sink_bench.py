@@ -1,20 +1,17 @@
 """Sink-side verification cost per request, Python: one ASGI handler served bare and
-behind keycap's SinkMiddleware, in one run, interleaved in rounds so that machine noise
-hits both alike. Requests are driven in-process (scope, receive, send), so the numbers
-are the sink's own work, not an HTTP client's. Tokens are signed here with the test-only
-kernel key of test/vectors/capability-verification.json, each with its own jti and key.
+behind keycap's SinkMiddleware, in one run, interleaved so that machine noise hits both
+alike. Tokens are signed here with the test-only kernel key of
+test/vectors/capability-verification.json, each with its own jti and key.
 
-Prints one JSON line:
-{"language":"python","requests":N,"protected_per_s":…,"unprotected_per_s":…,"ratio":…,"verify_us_per_request":…}
+In process (``ratio``, ``verify_us_per_request``): requests driven straight into the ASGI
+app (scope, receive, send), one at a time, so the numbers are the sink's own work. Over
+HTTP (``http_ratio``): the same app under uvicorn in a child process, ``/bare`` exempt and
+``/protected`` guarded, driven here over one keep-alive connection, one request at a time.
 
-    python clients/python/bench/sink_bench.py [--requests N]   # N per side, default 20000
-    python clients/python/bench/sink_bench.py --http           # through uvicorn instead
+Prints one JSON line (what bench/sink-cost.ts collects):
+{"language":"python","requests":N,"protected_per_s":…,"unprotected_per_s":…,"ratio":…,"verify_us_per_request":…,"how":…,"http_…":…}
 
-``--http`` serves the handler with uvicorn in a child process (``/bare`` exempt,
-``/protected`` behind the middleware) and drives it from keep-alive connections here; the
-JSON line then also says ``"transport":"http"``. There the bare side costs an HTTP
-exchange, so the ratio is what a real service sees; the in-process default isolates the
-sink's own cost (``verify_us_per_request``).
+    python clients/python/bench/sink_bench.py [SECONDS] [--no-http]   # SECONDS per part, default 3
 """
 
 from __future__ import annotations
@@ -28,10 +25,9 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +37,8 @@ from keycap_client.sink import Sink, SinkMiddleware, StaticJwksSource, capabilit
 
 VECTORS = Path(__file__).resolve().parents[3] / "test/vectors/capability-verification.json"
 TOOL = "bench.charge"
-ROUNDS = 10
+REPS = 5
+TOKENS = 2000
 
 
 def b64url(data: bytes) -> str:
@@ -49,7 +46,7 @@ def b64url(data: bytes) -> str:
 
 
 def sign_tokens(n: int) -> tuple[str, list[str]]:
-    """The public JWKS (text) and ``n`` tokens signed with its key."""
+    """The public JWKS (text) and ``n`` idempotent capabilities signed with its key."""
     jwk = json.loads(VECTORS.read_text())["keys"]["kernel-current"]
     key = Ed25519PrivateKey.from_private_bytes(base64.urlsafe_b64decode(jwk["d"] + "="))
     public = {k: v for k, v in jwk.items() if k != "d"}
@@ -82,95 +79,73 @@ async def handler(scope: MutableMapping[str, Any], receive: Any, send: Any) -> N
     await send({"type": "http.response.body", "body": (key or "").encode()})
 
 
-async def drive(app: Any, tokens: list[str]) -> float:
-    """Serves one request per token; returns the seconds it took."""
-    statuses: list[int] = []
+def http_app() -> SinkMiddleware:
+    """The HTTP part's server (uvicorn --factory): keys from KEYCAP_BENCH_JWKS."""
+    keys = StaticJwksSource.from_text(os.environ["KEYCAP_BENCH_JWKS"])
+    return SinkMiddleware(handler, Sink("bench", tools=[TOOL], keys=keys), exempt_paths=["/bare"])
+
+
+class Totals:
+    def __init__(self) -> None:
+        self.n = 0
+        self.s = 0.0
+
+    def add(self, n: int, s: float) -> None:
+        self.n += n
+        self.s += s
+
+    @property
+    def per_s(self) -> float:
+        return self.n / self.s
+
+
+async def in_process(tokens: list[str], seconds: float) -> tuple[Totals, Totals]:
+    """(protected, unprotected) over about ``seconds`` in all."""
+    jwks, _ = sign_tokens(0)
+    protected = SinkMiddleware(handler, Sink("bench", tools=[TOOL], keys=StaticJwksSource.from_text(jwks)))
+    statuses: set[int] = set()
 
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": b"{}", "more_body": False}
 
     async def send(message: MutableMapping[str, Any]) -> None:
         if message["type"] == "http.response.start":
-            statuses.append(message["status"])
+            statuses.add(message["status"])
 
-    start = time.perf_counter()
-    for token in tokens:
-        scope = {
-            "type": "http",
-            "method": "POST",
-            "path": "/charges",
-            "headers": [(b"authorization", f"Bearer {token}".encode()), (b"content-type", b"application/json")],
-            "client": ("127.0.0.1", 50000),
-        }
-        await app(scope, receive, send)
-    elapsed = time.perf_counter() - start
-    if statuses != [200] * len(tokens):
-        raise SystemExit(f"bench: not every request was admitted: {sorted(set(statuses))}")
-    return elapsed
+    async def run(app: Any, budget: float) -> tuple[int, float]:
+        start = time.perf_counter()
+        n = 0
+        while n % 64 != 0 or time.perf_counter() - start < budget:
+            scope = {
+                "type": "http",
+                "method": "POST",
+                "path": "/charges",
+                "headers": [(b"authorization", f"Bearer {tokens[n % len(tokens)]}".encode())],
+                "client": ("127.0.0.1", 50000),
+            }
+            await app(scope, receive, send)
+            n += 1
+        return n, time.perf_counter() - start
 
-
-async def main(requests: int) -> dict[str, object]:
-    jwks, tokens = sign_tokens(min(requests, 5000))
-    protected = SinkMiddleware(handler, Sink("bench", tools=[TOOL], keys=StaticJwksSource.from_text(jwks)))
-    per_round = max(1, requests // ROUNDS)
-    batch = [tokens[i % len(tokens)] for i in range(per_round)]
-    await drive(protected, batch[:200])  # warm-up: imports, caches
-    await drive(handler, batch[:200])
-    t_protected = t_unprotected = 0.0
-    for _ in range(ROUNDS):
-        t_unprotected += await drive(handler, batch)
-        t_protected += await drive(protected, batch)
-    return _result(per_round * ROUNDS, t_protected, t_unprotected)
+    await run(protected, 0.2)  # warm-up
+    await run(handler, 0.2)
+    p, u = Totals(), Totals()
+    for _ in range(REPS):
+        u.add(*await run(handler, seconds / REPS / 2))
+        p.add(*await run(protected, seconds / REPS / 2))
+    if statuses != {200}:
+        raise SystemExit(f"sink_bench: not every request was admitted: {sorted(statuses)}")
+    return p, u
 
 
-def http_app() -> SinkMiddleware:
-    """The --http server (uvicorn --factory): keys from KEYCAP_BENCH_JWKS."""
-    keys = StaticJwksSource.from_text(os.environ["KEYCAP_BENCH_JWKS"])
-    return SinkMiddleware(handler, Sink("bench", tools=[TOOL], keys=keys), exempt_paths=["/bare"])
-
-
-def _free_port() -> int:
+def over_http(jwks: str, tokens: list[str], seconds: float) -> tuple[Totals, Totals]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
-        return port
-
-
-def _drive_http(port: int, path: str, tokens: list[str], clients: int) -> float:
-    """Serves the tokens over ``clients`` keep-alive connections; returns the seconds it took."""
-    chunks = [tokens[i::clients] for i in range(clients)]
-    failures: list[int] = []
-
-    def run(chunk: list[str]) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        for token in chunk:
-            conn.request("POST", path, body=b"{}", headers={"authorization": f"Bearer {token}"})
-            res = conn.getresponse()
-            res.read()
-            if res.status != 200:
-                failures.append(res.status)
-        conn.close()
-
-    threads = [threading.Thread(target=run, args=(c,)) for c in chunks]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - start
-    if failures:
-        raise SystemExit(f"bench: not every request was admitted: {sorted(set(failures))}")
-    return elapsed
-
-
-def main_http(requests: int, clients: int = 4) -> dict[str, object]:
-    jwks, tokens = sign_tokens(min(requests, 5000))
-    port = _free_port()
-    env = {**os.environ, "KEYCAP_BENCH_JWKS": jwks}
     server = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "--factory", "sink_bench:http_app", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log"],
         cwd=Path(__file__).resolve().parent,
-        env=env,
+        env={**os.environ, "KEYCAP_BENCH_JWKS": jwks},
     )
     try:
         deadline = time.monotonic() + 20
@@ -180,41 +155,63 @@ def main_http(requests: int, clients: int = 4) -> dict[str, object]:
                 break
             except OSError:
                 if time.monotonic() > deadline or server.poll() is not None:
-                    raise SystemExit("bench: uvicorn did not start") from None
+                    raise SystemExit("sink_bench: uvicorn did not start") from None
                 time.sleep(0.05)
-        per_round = max(clients, requests // ROUNDS)
-        batch = [tokens[i % len(tokens)] for i in range(per_round)]
-        _drive_http(port, "/protected", batch[:200], clients)
-        _drive_http(port, "/bare", batch[:200], clients)
-        t_protected = t_bare = 0.0
-        for _ in range(ROUNDS):
-            t_bare += _drive_http(port, "/bare", batch, clients)
-            t_protected += _drive_http(port, "/protected", batch, clients)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+
+        def run(path: str, budget: float) -> tuple[int, float]:
+            start = time.perf_counter()
+            n = 0
+            while n % 16 != 0 or time.perf_counter() - start < budget:
+                conn.request("POST", path, body=b"{}", headers={"authorization": f"Bearer {tokens[n % len(tokens)]}"})
+                res = conn.getresponse()
+                res.read()
+                if res.status != 200:
+                    raise SystemExit(f"sink_bench: {path} answered {res.status}")
+                n += 1
+            return n, time.perf_counter() - start
+
+        run("/protected", 0.2)
+        run("/bare", 0.2)
+        p, u = Totals(), Totals()
+        for _ in range(REPS):
+            u.add(*run("/bare", seconds / REPS / 2))
+            p.add(*run("/protected", seconds / REPS / 2))
+        conn.close()
+        return p, u
     finally:
         server.terminate()
         server.wait(timeout=10)
-    n = per_round * ROUNDS
-    return {**_result(n, t_protected, t_bare), "transport": "http"}
 
 
-def _result(n: int, t_protected: float, t_unprotected: float) -> dict[str, object]:
-    protected_per_s, unprotected_per_s = n / t_protected, n / t_unprotected
-    return {
+def main(seconds: float, http: bool) -> dict[str, object]:
+    jwks, tokens = sign_tokens(TOKENS)
+    p, u = asyncio.run(in_process(tokens, seconds))
+    out: dict[str, object] = {
         "language": "python",
-        "requests": n,
-        "protected_per_s": round(protected_per_s, 1),
-        "unprotected_per_s": round(unprotected_per_s, 1),
-        "ratio": round(protected_per_s / unprotected_per_s, 4),
-        "verify_us_per_request": round((t_protected - t_unprotected) / n * 1e6, 2),
+        "requests": p.n + u.n,
+        "protected_per_s": round(p.per_s, 1),
+        "unprotected_per_s": round(u.per_s, 1),
+        "ratio": round(p.per_s / u.per_s, 4),
+        "verify_us_per_request": round(1e6 / p.per_s - 1e6 / u.per_s, 2),
+        "how": "in process: SinkMiddleware (the ledger's verifier via cryptography Ed25519 + allow-list) then the ASGI handler, vs the handler alone; one at a time",
     }
+    if http:
+        hp, hu = over_http(jwks, tokens, seconds)
+        out.update(
+            {
+                "http_protected_per_s": round(hp.per_s, 1),
+                "http_unprotected_per_s": round(hu.per_s, 1),
+                "http_ratio": round(hp.per_s / hu.per_s, 4),
+                "http_how": "uvicorn (h11) in a child process on loopback, keep-alive, one request at a time: /protected (SinkMiddleware) vs /bare (exempt)",
+            }
+        )
+    return out
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--requests", type=int, default=None, help="requests per side (default 20000; --http 4000)")
-    parser.add_argument("--http", action="store_true", help="through uvicorn in a child process")
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("seconds", nargs="?", type=float, default=3.0, help="seconds for each part (default 3)")
+    parser.add_argument("--no-http", action="store_true", help="in process only")
     args = parser.parse_args()
-    if args.http:
-        print(json.dumps(main_http(args.requests or 4000)))
-    else:
-        print(json.dumps(asyncio.run(main(args.requests or 20000))))
+    print(json.dumps(main(args.seconds, not args.no_http)))

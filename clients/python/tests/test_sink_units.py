@@ -266,11 +266,12 @@ def test_the_bench_prints_one_json_line_with_both_rates() -> None:
     from conftest import REPO_ROOT
 
     out = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "clients/python/bench/sink_bench.py"), "--requests", "200"],
-        capture_output=True, text=True, timeout=60, check=True,
+        [sys.executable, str(REPO_ROOT / "clients/python/bench/sink_bench.py"), "0.5"],
+        capture_output=True, text=True, timeout=120, check=True,
     ).stdout.strip().splitlines()
     assert len(out) == 1
     line = json.loads(out[0])
-    assert set(line) == {"language", "requests", "protected_per_s", "unprotected_per_s", "ratio", "verify_us_per_request"}
-    assert line["language"] == "python" and line["requests"] == 200
+    assert line["language"] == "python" and line["requests"] > 0
     assert 0 < line["protected_per_s"] < line["unprotected_per_s"] and line["verify_us_per_request"] > 0
+    assert 0 < line["ratio"] < 1 and 0 < line["http_ratio"] <= 1.5
+    assert line["how"] and line["http_how"]
