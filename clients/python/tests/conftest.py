@@ -51,6 +51,9 @@ class Stack:
     runtime_token: str
     mongo_backend: str
     tls: StackTls | None = None
+    #: keycap's database: where sinks record refusals and spend capabilities.
+    mongodb_uri: str = ""
+    mongodb_database: str = ""
 
 
 @contextmanager
@@ -102,6 +105,8 @@ def _run_stack(extra_env: dict[str, str]) -> Iterator[Stack]:
             runtime_token=ready["runtime_token"],
             mongo_backend=ready["mongo_backend"],
             tls=StackTls(**tls) if isinstance(tls, dict) else None,
+            mongodb_uri=ready.get("mongodb_uri", ""),
+            mongodb_database=ready.get("mongodb_database", ""),
         )
     finally:
         proc.stdin.close()  # the stack stops everything when its stdin closes

@@ -1,0 +1,56 @@
+"""The verified claims a sink hands its handler (ADR 0013 §4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["VerifiedCapability", "Effect"]
+
+Effect = Literal["idempotent", "queryable", "unsafe"]
+
+
+@dataclass(frozen=True)
+class VerifiedCapability:
+    """A capability whose signature and claims were verified: the kernel's own words.
+
+    ``key`` is the kernel-derived idempotency key (idempotent capabilities only): use it
+    as the effect's own unique key. ``request_id``: queryable capabilities only. ``sub``:
+    the principal (agent runtime) that began the call. Times are seconds since the epoch.
+    Only these fields exist: nothing from the request is presented as verified.
+    """
+
+    iss: str
+    aud: str
+    sub: str
+    tool_id: str
+    effect: Effect
+    call_id: str
+    attempt: int
+    jti: str
+    iat: int
+    exp: int
+    kid: str
+    key: str | None = None
+    request_id: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        """The claims as the ledger's verifier returns them (``key`` / ``request_id`` only when present)."""
+        out: dict[str, object] = {
+            "iss": self.iss,
+            "aud": self.aud,
+            "sub": self.sub,
+            "tool_id": self.tool_id,
+            "effect": self.effect,
+            "call_id": self.call_id,
+            "attempt": self.attempt,
+            "jti": self.jti,
+            "iat": self.iat,
+            "exp": self.exp,
+            "kid": self.kid,
+        }
+        if self.key is not None:
+            out["key"] = self.key
+        if self.request_id is not None:
+            out["request_id"] = self.request_id
+        return out

@@ -1,0 +1,287 @@
+"""A sink's refusals in keycap's ``rejections`` collection, with the ledger's record shape
+(services/common/src/rejection-audit.ts), under ``service: "sink:<name>"`` (ADR 0013 §7).
+
+Unverified callers cannot flood the store: their records are rate limited per peer IP
+(token bucket, default 60 a minute); past the limit, and for availability refusals
+(SIGNING_KEYS_UNAVAILABLE, DATABASE_UNAVAILABLE), refusals are counted in memory and
+upserted about once a second as one summary per peer and minute. Recording never raises.
+Nothing here ever sees the raw capability.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal, Protocol
+
+from bson import ObjectId
+from pymongo.collection import Collection
+from pymongo.database import Database
+from pymongo.errors import DuplicateKeyError, PyMongoError
+
+__all__ = [
+    "RejectionInput",
+    "RefusalRecorder",
+    "MongoRefusalRecorder",
+    "PeerRateLimiter",
+    "ip_of_peer",
+    "RATE_LIMITED_REFUSALS",
+    "UNAVAILABLE_REFUSALS",
+]
+
+RATE_LIMITED_REFUSALS = "RATE_LIMITED_REFUSALS"
+UNAVAILABLE_REFUSALS = "UNAVAILABLE_REFUSALS"
+_AVAILABILITY_REASONS = frozenset({"SIGNING_KEYS_UNAVAILABLE", "LEDGER_UNAVAILABLE", "DATABASE_UNAVAILABLE"})
+# Longest string copied from a request into a record: a hostile caller controls these.
+_MAX_FIELD = 256
+_log = logging.getLogger("keycap_client.sink")
+
+
+@dataclass(frozen=True)
+class RejectionInput:
+    """What is known about a refused request (the ledger's RejectionInput)."""
+
+    method: str
+    reason: str
+    code: str
+    peer: str
+    message: str
+    tool_id_verified: bool
+    tool_id: str = ""
+    authenticated: bool | None = None
+    attempted_key: str = ""
+    capability_key: str = ""
+    attempted_request_id: str = ""
+    capability_request_id: str = ""
+    call_id: str = ""
+    capability_id: str = ""
+    key_id: str = ""
+    effect: str = ""
+    principal: str = ""
+
+
+class RefusalRecorder(Protocol):
+    """Where a sink records its refusals. ``record`` must not raise."""
+
+    def record(self, r: RejectionInput) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class _Pending:
+    kind: Literal["rl", "ua"]
+    ip: str
+    minute: int
+    first: float
+    last: float
+    count: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+class MongoRefusalRecorder:
+    """Records a sink's refusals into keycap's ``rejections`` collection.
+
+    ``service``: ``"sink:<name>"`` (a :class:`~keycap_client.sink.Sink` passes its own).
+
+    Example::
+
+        db = pymongo.MongoClient(uri, serverSelectionTimeoutMS=2000)["keycap"]
+        refusals = MongoRefusalRecorder(db, service="sink:mailer")
+    """
+
+    def __init__(
+        self,
+        db: Database[Any],
+        *,
+        service: str,
+        unauthenticated_per_minute: float = 60,
+        flush_interval: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.service = service
+        self._coll: Collection[Any] = db["rejections"]
+        self._clock = clock
+        self._per_minute = unauthenticated_per_minute
+        self._limiter = PeerRateLimiter(unauthenticated_per_minute, clock)
+        self._pending: dict[tuple[str, str, int], _Pending] = {}
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(
+            target=self._flush_loop, args=(flush_interval,), name="keycap-refusal-flush", daemon=True
+        )
+        self._flusher.start()
+
+    def record(self, r: RejectionInput) -> None:
+        """Records one refusal. Never raises: a failure is logged, the caller is refused anyway."""
+        try:
+            ip = ip_of_peer(r.peer)
+            if r.reason in _AVAILABILITY_REASONS:
+                self._accumulate("ua", ip, r.reason)
+                return
+            authenticated = r.tool_id_verified if r.authenticated is None else r.authenticated
+            if not authenticated and not self._limiter.take(ip):
+                self._accumulate("rl", ip, r.reason)
+                return
+            doc = {
+                "_id": str(ObjectId()),
+                "service": self.service,
+                "principal": _clip(r.principal),
+                "tool_id": _clip(r.tool_id),
+                "tool_id_verified": r.tool_id_verified,
+                "reason": r.reason,
+                "code": r.code,
+                "method": _clip(r.method),
+                "attempted_key": _clip(r.attempted_key),
+                "capability_key": _clip(r.capability_key),
+                "attempted_request_id": _clip(r.attempted_request_id),
+                "capability_request_id": _clip(r.capability_request_id),
+                "call_id": _clip(r.call_id),
+                "capability_id": _clip(r.capability_id),
+                "key_id": _clip(r.key_id),
+                "effect": _clip(r.effect),
+                "peer": _clip(r.peer),
+                "message": _clip(r.message, 1024),
+                "rejected_at": _utc(self._clock()),
+                "count": 1,
+            }
+            if not self._coll.insert_one(doc).acknowledged:
+                raise PyMongoError("rejections insert was not acknowledged")
+        except Exception:
+            _log.exception("could not record a refusal; refusing anyway (reason %s, peer %s)", r.reason, r.peer[:64])
+
+    def flush(self) -> None:
+        """Writes the pending summaries now (also runs on a timer)."""
+        with self._flush_lock:
+            self._limiter.prune()
+            with self._lock:
+                batch, self._pending = list(self._pending.values()), {}
+            for p in batch:
+                try:
+                    self._upsert_summary(p)
+                except Exception:
+                    _log.exception("could not record a summary of %d refusals from %s", p.count, p.ip[:64])
+
+    def close(self) -> None:
+        """Stops the timer and writes what is pending (the database client is the caller's)."""
+        self._stop.set()
+        self._flusher.join(timeout=5)
+        self.flush()
+
+    def _accumulate(self, kind: Literal["rl", "ua"], ip: str, reason: str) -> None:
+        t = self._clock()
+        minute = int(t // 60)
+        with self._lock:
+            p = self._pending.get((kind, ip, minute))
+            if p is None:
+                p = self._pending[(kind, ip, minute)] = _Pending(kind, ip, minute, t, t)
+            p.count += 1
+            p.last = t
+            p.reasons[reason] = p.reasons.get(reason, 0) + 1
+
+    def _upsert_summary(self, p: _Pending) -> None:
+        # JSON keeps the parts apart whatever they contain (an IPv6 peer has colons).
+        minute_iso = _utc(p.minute * 60).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        sid = json.dumps([p.kind, self.service, p.ip, minute_iso], separators=(",", ":"), ensure_ascii=False)
+        unavailable = p.kind == "ua"
+        inc: dict[str, int] = {"count": p.count}
+        for reason, n in p.reasons.items():
+            inc[f"reasons.{reason}"] = n
+        on_insert = {
+            "service": self.service,
+            "principal": "",
+            "tool_id": "",
+            "tool_id_verified": False,
+            "reason": UNAVAILABLE_REFUSALS if unavailable else RATE_LIMITED_REFUSALS,
+            "code": "UNAVAILABLE" if unavailable else "UNAUTHENTICATED",
+            "method": "",
+            "attempted_key": "",
+            "capability_key": "",
+            "attempted_request_id": "",
+            "capability_request_id": "",
+            "call_id": "",
+            "capability_id": "",
+            "key_id": "",
+            "effect": "",
+            "peer": _clip(p.ip),
+            "message": (
+                f"calls from {_clip(p.ip, 64)} refused because keycap could not serve them "
+                "(count = how many; reasons in the record); not the caller's fault"
+                if unavailable
+                else f"unauthenticated refusals from {_clip(p.ip, 64)} beyond {self._per_minute:g} per minute, "
+                "summarised (count = how many; reasons in the record)"
+            ),
+            "rejected_at": _utc(p.first),
+        }
+        update = {"$inc": inc, "$setOnInsert": on_insert, "$max": {"last_rejected_at": _utc(p.last)}}
+        try:
+            self._coll.update_one({"_id": sid}, update, upsert=True)
+        except DuplicateKeyError:
+            # Two replicas' first upserts raced: the second is an update now.
+            self._coll.update_one({"_id": sid}, update, upsert=True)
+
+    def _flush_loop(self, every: float) -> None:
+        while not self._stop.wait(every):
+            self.flush()
+
+
+class PeerRateLimiter:
+    """Token bucket per peer IP: ``per_minute`` tokens, refilled continuously."""
+
+    def __init__(self, per_minute: float, clock: Callable[[], float] = time.time) -> None:
+        self._per_minute = per_minute
+        self._per_s = per_minute / 60
+        self._clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, ip: str) -> bool:
+        """Takes one token for ``ip``; False when its bucket is empty."""
+        t = self._clock()
+        with self._lock:
+            b = self._buckets.get(ip)
+            tokens = min(self._per_minute, b[0] + (t - b[1]) * self._per_s) if b else self._per_minute
+            if tokens < 1:
+                self._buckets[ip] = (tokens, t)
+                return False
+            self._buckets[ip] = (tokens - 1, t)
+            return True
+
+    def prune(self) -> None:
+        """Forgets peers whose bucket has refilled completely."""
+        t = self._clock()
+        with self._lock:
+            self._buckets = {
+                ip: b for ip, b in self._buckets.items() if b[0] + (t - b[1]) * self._per_s < self._per_minute
+            }
+
+
+_BRACKETED = re.compile(r"\[([^\]]+)\](?::\d+)?")
+
+
+def ip_of_peer(peer: str) -> str:
+    """The IP part of a peer string (``ipv4:127.0.0.1:5000``, ``[::1]:5000``, ``10.0.0.1:80``)."""
+    p = re.sub(r"^ipv[46]:", "", peer)
+    m = _BRACKETED.fullmatch(p)
+    if m:
+        return m.group(1)
+    at = p.rfind(":")
+    if at > 0 and p[at + 1 :].isdigit() and p[at + 1 :].isascii():
+        p = p[:at]
+    return p or "unknown"
+
+
+def _clip(v: str, limit: int = _MAX_FIELD) -> str:
+    return v[:limit] + "…" if len(v) > limit else v
+
+
+def _utc(seconds: float) -> datetime:
+    # Millisecond precision, as the ledger's JavaScript Dates store.
+    return datetime.fromtimestamp(round(seconds * 1000) / 1000, timezone.utc)
