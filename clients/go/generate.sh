@@ -18,3 +18,5 @@ fi
 # a benchmark baseline that no Go client needs).
 node_modules/.bin/buf generate --template clients/go/buf.gen.yaml \
   --path proto/keycap/effect --path proto/keycap/kernel --path proto/keycap/ledger --path proto/keycap/rules
+# The example sink's own service (not in proto/: it is a user's, not keycap's).
+node_modules/.bin/buf generate --template clients/go/buf.gen.example.yaml clients/go/examples/payments/proto
