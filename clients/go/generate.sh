@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates clients/go/gen from proto/keycap with the plugin versions pinned in
+# Regenerates clients/go/gen from proto/keycap (and examples/payments/gen from the
+# example sink's own proto) with the plugin versions pinned in
 # clients/go/go.mod (`tool` directives) and the repo's buf (package-lock.json).
 # Deterministic: same protos + same go.mod => byte-identical output.
 set -euo pipefail

@@ -606,3 +606,51 @@ func cliRejections(t *testing.T, service string) []rejectionRow {
 	}
 	return rows
 }
+
+func TestMongoSpentStoreDecidesRacesAndSweepsExpired(t *testing.T) {
+	ctx := context.Background()
+	clock := time.Now()
+	store, err := sink.OpenMongoSpentStore(ctx, db, sink.MongoSpentStoreOptions{SweepInterval: -1, Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	jti := "race-" + suffix()
+	c := sink.SpentCapability{Sink: "go-spent", JTI: jti, ToolID: "t", CallID: "c", Effect: "unsafe", ExpiresAt: clock.Add(time.Minute)}
+	results := make(chan bool, 8)
+	for range 8 {
+		go func() {
+			first, err := store.Spend(ctx, c)
+			if err != nil {
+				t.Error(err)
+			}
+			results <- first
+		}()
+	}
+	firsts := 0
+	for range 8 {
+		if <-results {
+			firsts++
+		}
+	}
+	if firsts != 1 {
+		t.Fatalf("%d presentations spent it first", firsts)
+	}
+	var doc struct {
+		Sink      string    `bson:"sink"`
+		JTI       string    `bson:"jti"`
+		Effect    string    `bson:"effect"`
+		ExpiresAt time.Time `bson:"expires_at"`
+	}
+	if err := db.Collection(sink.SpentCollection).FindOne(ctx, map[string]string{"_id": "go-spent/" + jti}).Decode(&doc); err != nil || doc.JTI != jti || doc.Sink != "go-spent" || doc.Effect != "unsafe" {
+		t.Fatalf("stored %+v %v", doc, err)
+	}
+	clock = clock.Add(2 * time.Minute)
+	if n, err := store.Sweep(ctx); err != nil || n < 1 {
+		t.Fatalf("swept %d: %v", n, err)
+	}
+	if first, err := store.Spend(ctx, c); err != nil || !first {
+		// Past its expiry the capability is refused EXPIRED anyway; the record was gone.
+		t.Fatalf("after the sweep: %v %v", first, err)
+	}
+}
