@@ -179,6 +179,16 @@ func (healthWithCapability) Check(ctx context.Context, _ *healthpb.HealthCheckRe
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 }
 
+// Watch (a server stream) sends one answer naming the admitted capability's key.
+func (healthWithCapability) Watch(_ *healthpb.HealthCheckRequest, stream grpc.ServerStreamingServer[healthpb.HealthCheckResponse]) error {
+	c, ok := sink.CapabilityFromContext(stream.Context())
+	if !ok {
+		return fmt.Errorf("stream handler ran without a capability")
+	}
+	_ = stream.SetHeader(metadata.Pairs("x-key", c.Key))
+	return stream.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING})
+}
+
 func serveGRPC(t *testing.T, s *sink.Sink) *grpc.ClientConn {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -335,6 +345,25 @@ func TestGenuineCapabilityIsAdmittedAndTheHandlerSeesItsKey(t *testing.T) {
 	a := f.callHTTP(t, res.GetCapability(), res.GetCall().GetKey())
 	if a.status != 200 || a.cap.Key != res.GetCall().GetKey() || a.cap.ToolID != f.charge || a.cap.CallID != res.GetCall().GetCallId() {
 		t.Fatalf("HTTP: status %d claims %+v", a.status, a.cap)
+	}
+	// Streams are admitted when they open.
+	sctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+res.GetCapability())
+	stream, err := healthpb.NewHealthClient(f.grpcConn).Watch(sctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatalf("stream refused a genuine capability: %v", err)
+	}
+	if h, _ := stream.Header(); len(h.Get("x-key")) != 1 || h.Get("x-key")[0] != res.GetCall().GetKey() {
+		t.Fatalf("stream handler saw %v", h.Get("x-key"))
+	}
+	bare, err := healthpb.NewHealthClient(f.grpcConn).Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err == nil {
+		_, err = bare.Recv()
+	}
+	if kerr := keycap.FromError(err); kerr == nil || kerr.Reason != sink.ReasonCapabilityMissing {
+		t.Fatalf("stream without a capability: %v", err)
 	}
 	// The ledger accepts it too.
 	if r := f.ledgerReason(t, res.GetCapability(), res.GetCall().GetKey()); r != "" {
@@ -493,7 +522,12 @@ func TestUnreachableKernelIsRetryableNotAForgery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dead.Close()
-	s, err := sink.New(sink.Options{Name: f.name, Tools: []string{f.charge}, Keys: sink.NewKernelKeys(dead, sink.KernelKeysOptions{FetchTimeout: time.Second})})
+	rec, err := sink.OpenMongoRecorder(context.Background(), db, f.name, sink.MongoRecorderOptions{FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sink.New(sink.Options{Name: f.name, Tools: []string{f.charge}, Recorder: rec,
+		Keys: sink.NewKernelKeys(dead, sink.KernelKeysOptions{FetchTimeout: time.Second})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,6 +544,20 @@ func TestUnreachableKernelIsRetryableNotAForgery(t *testing.T) {
 	_ = json.NewDecoder(res.Body).Decode(&p)
 	if res.StatusCode != 503 || res.Header.Get("Retry-After") != "1" || p.Reason != sink.ReasonSigningKeysUnavailable || !p.Retryable {
 		t.Fatalf("%d Retry-After %q %+v", res.StatusCode, res.Header.Get("Retry-After"), p)
+	}
+	// Not the caller's fault: counted in an UNAVAILABLE_REFUSALS summary, not recorded as a forgery.
+	rec.Close(context.Background())
+	var summarised int64
+	for _, r := range cliRejections(t, "sink:"+f.name) {
+		if r.Reason == sink.ReasonSigningKeysUnavailable {
+			t.Fatalf("an availability refusal recorded one by one: %+v", r)
+		}
+		if r.Reason == sink.ReasonUnavailableRefusals {
+			summarised += r.Count
+		}
+	}
+	if summarised != 1 {
+		t.Fatalf("UNAVAILABLE_REFUSALS count %d, want 1", summarised)
 	}
 }
 
