@@ -191,3 +191,16 @@ func TestKeySetWithPrivateMaterialIsRefused(t *testing.T) {
 	}
 	var _ sink.KeySource = sink.KeySourceFunc(func(context.Context, string) (ed25519.PublicKey, error) { return nil, nil })
 }
+
+func TestOverflowingNumberIsReadAsJavaScriptReadsIt(t *testing.T) {
+	// JSON.parse reads 1e400 as Infinity, a number: the ledger refuses the claim
+	// (CLAIM_INVALID after the signature), not the payload as unreadable.
+	s, signer := testSink(t, sink.Options{})
+	now := time.Now().Unix()
+	payload := fmt.Sprintf(`{"iss":"keycap-kernel","aud":"keycap-ledger","sub":"r","tool_id":"payments.charge","effect":"idempotent","call_id":"c","attempt":1,"jti":"j","key":"k","iat":%d,"exp":1e400}`, now)
+	err := admit(s, signer.SignPayload([]byte(payload)))
+	var r *sink.Refusal
+	if !errors.As(err, &r) || r.Reason != sink.ReasonClaimInvalid || !r.SignatureVerified || r.Metadata["claim"] != "exp" {
+		t.Fatalf("%v", err)
+	}
+}

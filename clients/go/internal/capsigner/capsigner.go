@@ -65,8 +65,13 @@ func Claims(tool, effect, jti string, now time.Time) map[string]any {
 
 // Sign makes a compact JWS of claims under the profile's header.
 func (s *Signer) Sign(claims map[string]any) string {
-	h, _ := json.Marshal(map[string]string{"alg": "EdDSA", "typ": "keycap-capability+jwt", "kid": s.Kid})
 	p, _ := json.Marshal(claims)
+	return s.SignPayload(p)
+}
+
+// SignPayload signs payload bytes exactly as given (JSON Go would not write).
+func (s *Signer) SignPayload(p []byte) string {
+	h, _ := json.Marshal(map[string]string{"alg": "EdDSA", "typ": "keycap-capability+jwt", "kid": s.Kid})
 	in := base64.RawURLEncoding.EncodeToString(h) + "." + base64.RawURLEncoding.EncodeToString(p)
 	return in + "." + base64.RawURLEncoding.EncodeToString(ed25519.Sign(s.priv, []byte(in)))
 }
