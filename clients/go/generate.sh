@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates clients/go/gen from proto/keycap with the plugin versions pinned in
+# Regenerates clients/go/gen from proto/keycap (and examples/payments/gen from the
+# example sink's own proto) with the plugin versions pinned in
 # clients/go/go.mod (`tool` directives) and the repo's buf (package-lock.json).
 # Deterministic: same protos + same go.mod => byte-identical output.
 set -euo pipefail
@@ -18,3 +19,5 @@ fi
 # a benchmark baseline that no Go client needs).
 node_modules/.bin/buf generate --template clients/go/buf.gen.yaml \
   --path proto/keycap/effect --path proto/keycap/kernel --path proto/keycap/ledger --path proto/keycap/rules
+# The example sink's own service (not in proto/: it is a user's, not keycap's).
+node_modules/.bin/buf generate --template clients/go/buf.gen.example.yaml clients/go/examples/payments/proto

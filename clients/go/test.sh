@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Go client's checks, as CI runs them (from any directory):
-#   1. go.mod/go.sum tidy, and the committed stubs in gen/ match a fresh
+#   1. go.mod/go.sum tidy, and the committed stubs in gen/ (and the example
+#      sink's in examples/payments/gen/) match a fresh
 #      ./generate.sh (pinned plugins, the repo's buf) byte for byte;
 #   2. go build + go vet;
 #   3. go test: end-to-end against a real stack (node dist/test/support/e2e-stack.js)
@@ -25,12 +26,19 @@ go mod tidy -diff
 echo "== generate (drift check)"
 snapshot="$(mktemp -d)"
 trap 'rm -rf "$snapshot"' EXIT
-cp -R gen "$snapshot/gen"
+# keycap's stubs, and the example sink's own (examples/payments/gen).
+stubs=(gen examples/payments/gen)
+for d in "${stubs[@]}"; do
+  mkdir -p "$snapshot/$(dirname "$d")"
+  cp -R "$d" "$snapshot/$d"
+done
 ./generate.sh
-if ! diff -r "$snapshot/gen" gen; then
-  echo "clients/go/test.sh: clients/go/gen is stale: commit the output of clients/go/generate.sh" >&2
-  exit 1
-fi
+for d in "${stubs[@]}"; do
+  if ! diff -r "$snapshot/$d" "$d"; then
+    echo "clients/go/test.sh: clients/go/$d is stale: commit the output of clients/go/generate.sh" >&2
+    exit 1
+  fi
+done
 
 echo "== go build / go vet"
 go build ./...

@@ -32,6 +32,10 @@ type Stack struct {
 	RuntimeToken string `json:"runtime_token"`
 	// MongoBackend names the MongoDB-protocol server used (mongod or ferretdb).
 	MongoBackend string `json:"mongo_backend"`
+	// MongoDBURI and MongoDBDatabase are where the services keep their data
+	// (a sink records its refusals and spent capabilities there too).
+	MongoDBURI      string `json:"mongodb_uri"`
+	MongoDBDatabase string `json:"mongodb_database"`
 	// DataDir is the services' KEYCAP_DATA_DIR.
 	DataDir string `json:"data_dir"`
 	// TLS is set on a stack from StartTLS: every listener serves TLS.
