@@ -598,7 +598,8 @@ async function main(): Promise<void> {
   fs.writeFileSync(`${base}.json`, JSON.stringify(rec, null, 2) + "\n");
   const svg = svgChart(rec);
   fs.writeFileSync(`${base}.svg`, svg);
-  if (!opts.quick) fs.writeFileSync(path.join(resultsDir, "latest.svg"), svg);
+  // Only a full run is "the latest results"; a quick, partial or soak run keeps its own files.
+  if (!opts.quick && !opts.scenarios) fs.writeFileSync(path.join(resultsDir, "latest.svg"), svg);
   process.stdout.write(markdown(rec));
   log(`wrote ${base}.json and ${base}.svg in ${((Date.now() - started) / 1000).toFixed(0)} s`);
 }
