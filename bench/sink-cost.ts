@@ -38,8 +38,8 @@ const PROGRAMS: SinkBenchProgram[] = [
   { language: "typescript", command: (root) => [process.execPath, path.join(root, "dist/bench/sink-ts.js")] },
   {
     language: "python",
-    command: (root) => [path.join(root, "clients/python/.venv/bin/python"), path.join(root, "clients/python/bench/sink_bench.py")],
-    needs: "clients/python/.venv/bin/python",
+    // venv.sh brings the client's venv to requirements.txt first (installs on a fresh machine).
+    command: (root) => ["bash", "-c", 'source "$0/clients/python/venv.sh" && exec "$PY" "$0/clients/python/bench/sink_bench.py" "$@"', root],
   },
   { language: "go", command: () => ["go", "run", "./cmd/sink-bench"], cwd: "clients/go" },
 ];
