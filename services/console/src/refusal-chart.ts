@@ -99,7 +99,7 @@ export function refusalChart(b: Buckets, caption: string): SafeHtml {
   );
   const total = totals.reduce((a, c) => a + c, 0);
   return html`<figure class="chart">
-    <svg viewBox="0 0 ${width} ${height}" role="img" aria-label="${caption}: ${total} refusals" preserveAspectRatio="none">
+    <svg class="plot" viewBox="0 0 ${width} ${height}" role="img" aria-label="${caption}: ${total} refusals">
       <line x1="${pad.left}" y1="${pad.top + plotH}" x2="${width - pad.right}" y2="${pad.top + plotH}" class="axis" />
       ${ticks}${bars}${xLabels}
     </svg>
