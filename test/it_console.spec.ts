@@ -1,13 +1,23 @@
 import { expect } from "chai";
+import { spawn } from "node:child_process";
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
+import * as readline from "node:readline";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { AdminClient, KernelClient, KeycapClientError, LedgerClient, Runtime } from "../clients/ts/src";
 import { ResumeAction } from "../gen/ts/keycap/kernel/v1/kernel";
 import { chromiumPath, launchChromium } from "./support/chromium";
 import { capabilityHeader, foreignKey, idempotentClaims, signEd25519 } from "./support/ledger-harness";
-import { serviceEnv, startService, type ServiceProcess } from "./support/processes";
+import { CLI_ENTRY, serviceEnv, startService, type ServiceProcess } from "./support/processes";
+
+async function waitFor(cond: () => boolean, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error("condition not met in time");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
 
 const TOKEN = "console-test-admin-token-abcdefghijklmnop";
 const SCRIPT_TOOL = `<script>window.__xss=1</script><img src=x onerror="window.__xss=2">`;
@@ -240,6 +250,51 @@ describe("web console: operators read and settle through the browser, behind the
       }
     } finally {
       await phone.close();
+    }
+  });
+
+  it("keycap serve all prints the console's address; keycap console serves it alone beside services elsewhere", async function () {
+    expect(proc.output()).to.include(`open the console at http://${proc.endpoints.console!}/`);
+    const child = spawn(process.execPath, [CLI_ENTRY, "console"], {
+      env: {
+        PATH: process.env["PATH"] ?? "",
+        HOME: process.env["HOME"] ?? "",
+        KEYCAP_CONSOLE_LISTEN: "127.0.0.1:0",
+        KEYCAP_ADMIN_ADDRESS: proc.endpoints.admin!,
+        KEYCAP_KERNEL_ADDRESS: proc.endpoints.kernel!,
+        KEYCAP_DATA_DIR: proc.env["KEYCAP_DATA_DIR"]!,
+      },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    try {
+      let stderr = "";
+      child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+      const address = await new Promise<string>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`keycap console not ready:\n${stderr}`)), 20_000);
+        readline.createInterface({ input: child.stdout }).on("line", (line) => {
+          const rec = JSON.parse(line) as { msg?: string; endpoints?: { address: string }[] };
+          if (rec.msg === "ready" && rec.endpoints?.[0]) {
+            clearTimeout(timer);
+            resolve(rec.endpoints[0].address);
+          }
+        });
+      });
+      expect((await fetch(`http://${address}/calls`)).status).to.equal(401);
+      const signedIn = await fetch(`http://${address}/signin`, {
+        method: "POST",
+        headers: { "content-type": "application/x-www-form-urlencoded" },
+        body: `token=${TOKEN}`,
+        redirect: "manual",
+      });
+      expect(signedIn.status).to.equal(303);
+      const page = await fetch(`http://${address}/rejections?tool=console.charge`, {
+        headers: { cookie: (signedIn.headers.get("set-cookie") ?? "").split(";")[0]! },
+      });
+      expect(page.status).to.equal(200);
+      expect(await page.text()).to.include("KEY_MISMATCH");
+      await waitFor(() => stderr.includes(`keycap console at http://${address}/`));
+    } finally {
+      child.kill("SIGTERM");
     }
   });
 
