@@ -94,9 +94,9 @@ test-python: build
 test-go: build
 	clients/go/test.sh
 
-## run: start kernel, ledger and ledger-admin in the foreground (Ctrl-C stops all)
+## run: start kernel, ledger, ledger-admin and the web console in the foreground (Ctrl-C stops all)
 run: build
-	$(CLI) serve all
+	KEYCAP_CONSOLE_LISTEN=$${KEYCAP_CONSOLE_LISTEN:-127.0.0.1:50054} $(CLI) serve all
 
 ## torture: the kill-anything torture test, long version (>= 1,000 kills on each embedded backend); report in test/results/
 torture: build

@@ -12,6 +12,7 @@ export interface Endpoints {
   kernel?: string;
   ledger?: string;
   admin?: string;
+  console?: string;
 }
 
 /** A keycap service running as a real child process. */

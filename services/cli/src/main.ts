@@ -7,6 +7,7 @@ import { ConfigError } from "../../common/src/config";
 import { runServices } from "../../common/src/service-runner";
 import { startKernel } from "../../kernel/src/main";
 import { startLedger } from "../../ledger/src/main";
+import { runConsole, startConsoleIfConfigured } from "../../console/src/main";
 import { OperatorError } from "./operator-context";
 import { addKeyCommands } from "./key-commands";
 import { addOperatorCommands } from "./operator-commands";
@@ -34,7 +35,7 @@ export function buildProgram(): Command {
     .action(async (service: string) => {
       switch (service) {
         case "all":
-          return runServices("keycap", [startKernel, startLedger]);
+          return runServices("keycap", [startKernel, startLedger, startConsoleIfConfigured]);
         case "kernel":
           return runServices("kernel", [startKernel]);
         case "ledger":
@@ -43,6 +44,10 @@ export function buildProgram(): Command {
           program.error(`keycap serve: unknown service ${JSON.stringify(service)} (all, kernel, ledger)`);
       }
     });
+  program
+    .command("console")
+    .description("serve the web console (KEYCAP_CONSOLE_LISTEN, default 127.0.0.1:50054) over the ledger admin API and the kernel")
+    .action(() => runConsole());
   addKeyCommands(program);
   addOperatorCommands(program);
   return program;

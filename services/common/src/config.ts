@@ -66,6 +66,10 @@ export interface KeycapConfig {
   kernelListen: HostPort;
   ledgerListen: HostPort;
   adminListen: HostPort;
+  /** KEYCAP_CONSOLE_LISTEN: where the web console serves; undefined: `keycap serve all` starts none. */
+  consoleListen: HostPort | undefined;
+  /** The ledger admin API operators' tools (the console) dial: KEYCAP_ADMIN_ADDRESS, else the admin listen address. */
+  adminAddress: HostPort;
   /** Undefined: start the embedded default MongoDB. */
   mongodbUri: string | undefined;
   mongodbDatabase: string;
@@ -151,10 +155,13 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
   if (runtimeToken !== undefined && !/^[A-Za-z0-9\-._~+/]{16,}=*$/.test(runtimeToken)) {
     throw new ConfigError("KEYCAP_RUNTIME_TOKEN", "must be at least 16 characters of printable ASCII without spaces");
   }
+  const consoleListen = str(env, "KEYCAP_CONSOLE_LISTEN");
   return {
     kernelListen,
     ledgerListen,
     adminListen,
+    consoleListen: consoleListen === undefined ? undefined : parseHostPort("KEYCAP_CONSOLE_LISTEN", consoleListen),
+    adminAddress: hostPort(env, "KEYCAP_ADMIN_ADDRESS", str(env, "KEYCAP_ADMIN_LISTEN") ?? "127.0.0.1:50053"),
     mongodbUri,
     mongodbDatabase,
     mongodbTimeoutMs: int(env, "KEYCAP_MONGODB_TIMEOUT_MS", 5000, 100, 120000),

@@ -100,6 +100,10 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
         (config.mongodbUri === undefined
           ? `  mongodb ${mongoUri} (embedded, shared by every keycap serve with this data directory)\n`
           : `  mongodb ${mongoUri} (MONGODB_URI)\n`) +
+        endpoints
+          .filter((e) => e.listener === "console")
+          .map((e) => `  open the console at ${e.transport === "tls" ? "https" : "http"}://${e.address}/ (sign in with the admin credential)\n`)
+          .join("") +
         (running.some((s) => s.name === "ledger") ? `  admin credential: ${config.adminToken ? "KEYCAP_ADMIN_TOKEN" : config.adminTokenFile}\n` : "") +
         (running.some((s) => s.name === "kernel") && config.bootstrapRuntime
           ? `  runtime credential (principal local-runtime): ${config.runtimeToken ? "KEYCAP_RUNTIME_TOKEN" : config.runtimeTokenFile}\n`
@@ -129,6 +133,7 @@ function wirePeers(config: KeycapConfig, service: RunningService): void {
   for (const l of service.listeners) {
     if (l.name === "kernel" && !process.env["KEYCAP_KERNEL_ADDRESS"]) config.kernelAddress = dialable(l.address);
     if (l.name === "ledger" && !process.env["KEYCAP_LEDGER_ADDRESS"]) config.ledgerAddress = dialable(l.address);
+    if (l.name === "admin" && !process.env["KEYCAP_ADMIN_ADDRESS"]) config.adminAddress = dialable(l.address);
   }
 }
 

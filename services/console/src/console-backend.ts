@@ -1,0 +1,99 @@
+/**
+ * What the console reads and does, over the services' own APIs with the signed-in
+ * operator's admin credential: the ledger admin API for entries, refusals and totals,
+ * the kernel for calls and their settlement (as `keycap calls` / `keycap complete`).
+ */
+import type { ChannelCredentials } from "@grpc/grpc-js";
+import { AdminClient, KernelClient, type RejectionFilter } from "../../../clients/ts/src";
+import type { Call, CompleteCallResponse } from "../../../gen/ts/keycap/kernel/v1/kernel";
+import type { Entry } from "../../../gen/ts/keycap/ledger/v1/ledger";
+import type { GetStatsResponse, ListEntriesResponse, ListRejectionsResponse } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
+import type { RefusalPoint } from "./refusal-chart";
+
+/** Bounds on what one page view reads, so a large ledger cannot make a page unbounded. */
+export const OVERVIEW_ENTRY_LIMIT = 5000;
+export const CHART_REFUSAL_LIMIT = 5000;
+const CALL_TIMEOUT_MS = 10_000;
+
+export interface Addresses {
+  admin: () => string;
+  kernel: () => string;
+}
+
+/** Clients bound to one admin credential. */
+export class ConsoleBackend {
+  private readonly admin: AdminClient;
+  private readonly kernel: KernelClient;
+
+  constructor(addresses: Addresses, token: string, creds: () => ChannelCredentials) {
+    this.admin = new AdminClient(addresses.admin(), token, creds());
+    this.kernel = new KernelClient(addresses.kernel(), { token, credentials: creds() });
+  }
+
+  /** A cheap admin RPC: resolves when the ledger accepts the credential. */
+  async checkCredential(): Promise<void> {
+    await this.admin.listEntriesPage("", "", 1, { timeoutMs: 5000, retry: false });
+  }
+
+  stats(): Promise<GetStatsResponse> {
+    return this.admin.stats({ timeoutMs: CALL_TIMEOUT_MS });
+  }
+
+  entriesPage(toolId: string, pageToken: string, pageSize = 50): Promise<ListEntriesResponse> {
+    return this.admin.listEntriesPage(toolId, pageToken, pageSize, { timeoutMs: CALL_TIMEOUT_MS });
+  }
+
+  /** The newest entries (of a tool, or all), at most `limit`; `truncated` when there were more. */
+  async newestEntries(toolId: string, limit = OVERVIEW_ENTRY_LIMIT): Promise<{ entries: Entry[]; truncated: boolean }> {
+    const entries: Entry[] = [];
+    let token = "";
+    do {
+      const page = await this.admin.listEntriesPage(toolId, token, Math.min(1000, limit - entries.length), { timeoutMs: CALL_TIMEOUT_MS });
+      entries.push(...page.entries);
+      token = page.nextPageToken;
+    } while (token !== "" && entries.length < limit);
+    return { entries, truncated: token !== "" };
+  }
+
+  entryByKey(key: string): Promise<Entry | undefined> {
+    return this.admin.getEntryByKey(key, { timeoutMs: CALL_TIMEOUT_MS });
+  }
+
+  rejectionsPage(filter: RejectionFilter, pageToken: string, pageSize = 50): Promise<ListRejectionsResponse> {
+    return this.admin.listRejectionsPage(filter, pageToken, pageSize, { timeoutMs: CALL_TIMEOUT_MS });
+  }
+
+  /** Refusals since `since` (of a tool, or all) as chart points, at most CHART_REFUSAL_LIMIT records. */
+  async refusalPoints(toolId: string, since: Date): Promise<{ points: RefusalPoint[]; truncated: boolean }> {
+    const points: RefusalPoint[] = [];
+    let token = "";
+    do {
+      const page = await this.admin.listRejectionsPage({ toolId, since }, token, 1000, { timeoutMs: CALL_TIMEOUT_MS });
+      for (const r of page.rejections) if (r.rejectedAt) points.push({ at: r.rejectedAt, reason: r.reason, count: Number(r.count) || 1 });
+      token = page.nextPageToken;
+    } while (token !== "" && points.length < CHART_REFUSAL_LIMIT);
+    return { points, truncated: token !== "" };
+  }
+
+  async tools(): Promise<Map<string, string>> {
+    const tools = await this.kernel.listTools({ timeoutMs: CALL_TIMEOUT_MS });
+    return new Map(tools.map((t) => [t.toolId, t.effectClass?.kind?.$case ?? ""]));
+  }
+
+  pendingCalls(): Promise<Call[]> {
+    return this.kernel.listPendingCalls("", { timeoutMs: CALL_TIMEOUT_MS });
+  }
+
+  indeterminateCalls(): Promise<Call[]> {
+    return this.kernel.listIndeterminateCalls("", { timeoutMs: CALL_TIMEOUT_MS });
+  }
+
+  completeCall(callId: string, outcome: "succeeded" | "failed", detail: string): Promise<CompleteCallResponse> {
+    return this.kernel.completeCall(callId, outcome, detail, { timeoutMs: CALL_TIMEOUT_MS });
+  }
+
+  close(): void {
+    this.admin.close();
+    this.kernel.close();
+  }
+}
