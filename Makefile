@@ -94,9 +94,10 @@ test-python: build
 test-go: build
 	clients/go/test.sh
 
-## run: start kernel, ledger and ledger-admin in the foreground (Ctrl-C stops all)
+## run: start kernel, ledger and ledger-admin in the foreground (Ctrl-C stops all), with
+## Prometheus metrics on 127.0.0.1:9464 unless KEYCAP_METRICS_LISTEN says otherwise (empty: off)
 run: build
-	$(CLI) serve all
+	KEYCAP_METRICS_LISTEN="$${KEYCAP_METRICS_LISTEN-127.0.0.1:9464}" $(CLI) serve all
 
 ## torture: the kill-anything torture test, long version (>= 1,000 kills on each embedded backend); report in test/results/
 torture: build

@@ -12,6 +12,8 @@ export interface Endpoints {
   kernel?: string;
   ledger?: string;
   admin?: string;
+  /** The Prometheus endpoint (host:port), when KEYCAP_METRICS_LISTEN is set. */
+  metrics?: string;
 }
 
 /** A keycap service running as a real child process. */

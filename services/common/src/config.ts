@@ -107,6 +107,10 @@ export interface KeycapConfig {
   logLevel: LogLevel;
   /** KEYCAP_LOG_FORMAT: auto (pretty at a terminal, JSON otherwise), json or pretty. */
   logFormat: LogFormat;
+  /** KEYCAP_METRICS_LISTEN: where this process serves Prometheus metrics; undefined: not at all. */
+  metricsListen: HostPort | undefined;
+  /** KEYCAP_METRICS_TOOL_LABELS: tool ids that keep their own metric label (the most frequent); the rest are "other". */
+  metricsToolLabels: number;
 }
 
 /** Reads and validates the environment. Throws ConfigError on the first bad value. */
@@ -151,6 +155,7 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
   if (runtimeToken !== undefined && !/^[A-Za-z0-9\-._~+/]{16,}=*$/.test(runtimeToken)) {
     throw new ConfigError("KEYCAP_RUNTIME_TOKEN", "must be at least 16 characters of printable ASCII without spaces");
   }
+  const metricsRaw = str(env, "KEYCAP_METRICS_LISTEN");
   return {
     kernelListen,
     ledgerListen,
@@ -183,5 +188,7 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
     shutdownGraceMs: int(env, "KEYCAP_SHUTDOWN_GRACE_MS", 10000, 0, 600000),
     logLevel,
     logFormat,
+    metricsListen: metricsRaw === undefined ? undefined : parseHostPort("KEYCAP_METRICS_LISTEN", metricsRaw),
+    metricsToolLabels: int(env, "KEYCAP_METRICS_TOOL_LABELS", 50, 0, 1000),
   };
 }
