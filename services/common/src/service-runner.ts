@@ -8,6 +8,7 @@ import { createLogger, type Logger } from "./logger";
 import { routeGrpcLogs, type RunningListener } from "./grpc-server";
 import { Metrics } from "./metrics";
 import { startMetricsServer, type RunningMetricsServer } from "./metrics-server";
+import { stopTracing } from "./tracing";
 
 /** Signals this close after the first one are the same stop request delivered twice. */
 const DUPLICATE_SIGNAL_MS = 1000;
@@ -70,6 +71,8 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
     await Promise.all(running.map((s) => s.stop(config.shutdownGraceMs)));
     await metricsServer?.close();
     await mongo?.stop();
+    // Spans of the last calls are still batched: export them before exiting.
+    await stopTracing();
     logger.info({}, "stopped");
     process.exit(0);
   };
