@@ -8,7 +8,7 @@ import { expect } from "chai";
 import * as crypto from "node:crypto";
 import { defineTool, KernelClient, LedgerClient } from "../clients/ts/src";
 import { refusal } from "./support/refusal";
-import { serviceEnv, startService, type ServiceProcess } from "./support/processes";
+import { runCli, serviceEnv, startService, type ServiceProcess } from "./support/processes";
 import { scrape, sumOf, valueOf, type Sample } from "./support/prometheus";
 
 const charge = defineTool({ id: "metrics.charge", effect: { kind: "idempotent", key: { fields: ["/order"] } } });
@@ -51,6 +51,12 @@ describe("Prometheus metrics (issue 13)", function () {
     expect(metrics).to.match(/^127\.0\.0\.1:\d+$/);
     expect(svc.output()).to.include(`metrics http://${metrics}/metrics`);
     expect((await fetch(`http://${metrics}/other`)).status).to.equal(404);
+  });
+
+  it("stops the start with one line naming KEYCAP_METRICS_LISTEN when its address is taken", async function () {
+    const r = await runCli(["serve", "all"], serviceEnv({ KEYCAP_METRICS_LISTEN: metrics }));
+    expect(r.code).to.equal(2);
+    expect(r.stderr.trim()).to.equal(`keycap: KEYCAP_METRICS_LISTEN: ${metrics} is already in use (set KEYCAP_METRICS_LISTEN to a free address)`);
   });
 
   it("counts a scripted workload exactly: RPCs by code, writes by outcome, refusals by service, reason and tool, verifications, pending calls", async function () {

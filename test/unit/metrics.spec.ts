@@ -3,6 +3,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { Metrics } from "../../services/common/src/metrics";
 import { OTHER_LABEL, TopLabels } from "../../services/common/src/top-labels";
+import { tracingRequested } from "../../services/common/src/tracing";
 
 const ROOT = path.resolve(__dirname, "..", "..", "..");
 
@@ -63,5 +64,15 @@ describe("the Grafana dashboard (issue 13)", function () {
       [...keycap, ...histograms].filter((n) => !onBoard.includes(n)),
       "keycap metrics missing from the dashboard",
     ).to.deep.equal([]);
+  });
+});
+
+describe("traces are off by default (issue 13)", function () {
+  it("starts the SDK only when OTEL_TRACES_EXPORTER names an exporter and the SDK is not disabled", function () {
+    expect(tracingRequested({})).to.equal(false);
+    expect(tracingRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://127.0.0.1:4318" })).to.equal(false);
+    expect(tracingRequested({ OTEL_TRACES_EXPORTER: "none" })).to.equal(false);
+    expect(tracingRequested({ OTEL_TRACES_EXPORTER: "otlp" })).to.equal(true);
+    expect(tracingRequested({ OTEL_TRACES_EXPORTER: "otlp", OTEL_SDK_DISABLED: "true" })).to.equal(false);
   });
 });
