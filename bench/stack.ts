@@ -126,6 +126,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       // "info" is needed for the "ready" line; nothing is logged per request at info.
       KEYCAP_LOG_LEVEL: "info",
       KEYCAP_SHUTDOWN_GRACE_MS: "3000",
+      // Metrics on when the bench is run with KEYCAP_METRICS_LISTEN set (to measure their cost);
+      // each process picks a free port of its own.
+      ...(process.env["KEYCAP_METRICS_LISTEN"] ? { KEYCAP_METRICS_LISTEN: "127.0.0.1:0" } : {}),
     };
     // Kernel and ledger keep separate databases, as separate deployments would: on
     // FerretDB a database is one SQLite file, and the kernel's journal churn (the `call`

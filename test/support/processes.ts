@@ -13,6 +13,8 @@ export interface Endpoints {
   ledger?: string;
   admin?: string;
   console?: string;
+  /** The Prometheus endpoint (host:port), when KEYCAP_METRICS_LISTEN is set. */
+  metrics?: string;
 }
 
 /** A keycap service running as a real child process. */

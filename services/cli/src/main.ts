@@ -1,4 +1,6 @@
 #!/usr/bin/env node
+// First: tracing (when OTEL_TRACES_EXPORTER asks for it) must start before grpc-js and mongodb load.
+import "./tracing-first";
 import { Command, CommanderError } from "commander";
 import * as fs from "node:fs";
 import * as path from "node:path";

@@ -111,6 +111,10 @@ export interface KeycapConfig {
   logLevel: LogLevel;
   /** KEYCAP_LOG_FORMAT: auto (pretty at a terminal, JSON otherwise), json or pretty. */
   logFormat: LogFormat;
+  /** KEYCAP_METRICS_LISTEN: where this process serves Prometheus metrics; undefined: not at all. */
+  metricsListen: HostPort | undefined;
+  /** KEYCAP_METRICS_TOOL_LABELS: tool ids that keep their own metric label (the most frequent); the rest are "other". */
+  metricsToolLabels: number;
 }
 
 /** Reads and validates the environment. Throws ConfigError on the first bad value. */
@@ -156,6 +160,7 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
     throw new ConfigError("KEYCAP_RUNTIME_TOKEN", "must be at least 16 characters of printable ASCII without spaces");
   }
   const consoleListen = str(env, "KEYCAP_CONSOLE_LISTEN");
+  const metricsRaw = str(env, "KEYCAP_METRICS_LISTEN");
   return {
     kernelListen,
     ledgerListen,
@@ -190,5 +195,7 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
     shutdownGraceMs: int(env, "KEYCAP_SHUTDOWN_GRACE_MS", 10000, 0, 600000),
     logLevel,
     logFormat,
+    metricsListen: metricsRaw === undefined ? undefined : parseHostPort("KEYCAP_METRICS_LISTEN", metricsRaw),
+    metricsToolLabels: int(env, "KEYCAP_METRICS_TOOL_LABELS", 50, 0, 1000),
   };
 }

@@ -1,13 +1,14 @@
 import { withUtf8Check } from "./utf8-check";
 import { RequestRules, withRequestRules } from "./request-rules";
 import * as fs from "node:fs";
-import { Server, setLogger, type ServiceDefinition, type UntypedServiceImplementation } from "@grpc/grpc-js";
+import { Server, setLogger, status, type handleUnaryCall, type ServiceDefinition, type UntypedServiceImplementation } from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
 import { ReflectionService } from "@grpc/reflection";
 import { HealthImplementation } from "grpc-health-check";
 import { FileDescriptorProto, FileDescriptorSet } from "protobufjs/ext/descriptor";
 import { ConfigError, formatHostPort, type HostPort } from "./config";
 import type { Logger } from "./logger";
+import type { Metrics } from "./metrics";
 import { descriptorSetPath } from "./repo-paths";
 import { ReloadableServerCredentials, serverCredentials } from "./tls";
 import type { ListenerTls } from "./tls-config";
@@ -32,6 +33,8 @@ export interface ListenerOptions {
   maxReceiveBytes?: number;
   /** TLS of this listener; undefined serves plaintext (configuration allows that on loopback only). */
   tls?: ListenerTls | undefined;
+  /** Counts and times every RPC under `service` = this listener's name; undefined: not instrumented. */
+  metrics?: Metrics | undefined;
 }
 
 /** A listener that is serving. */
@@ -83,7 +86,8 @@ export async function startListener(opts: ListenerOptions): Promise<RunningListe
   const statuses: Record<string, "SERVING"> = { "": "SERVING" };
   const rules = RequestRules.load();
   for (const s of opts.services) {
-    server.addService(withRequestRules(withUtf8Check(s.definition), rules), s.implementation);
+    const implementation = opts.metrics ? withRpcMetrics(opts.metrics, opts.name, s.definition, s.implementation) : s.implementation;
+    server.addService(withRequestRules(withUtf8Check(s.definition), rules), implementation);
     statuses[s.name] = "SERVING";
   }
   const health = new HealthImplementation(statuses);
@@ -132,6 +136,29 @@ export async function startListener(opts: ListenerOptions): Promise<RunningListe
       });
     },
   };
+}
+
+/**
+ * Every unary handler of `impl`, timed from its call to its answer and counted by status
+ * code. Each method binds its recorder once, so a call costs a clock read and two additions.
+ */
+function withRpcMetrics(metrics: Metrics, service: string, definition: ServiceDefinition, impl: UntypedServiceImplementation): UntypedServiceImplementation {
+  const out: UntypedServiceImplementation = { ...impl };
+  for (const [name, method] of Object.entries(definition)) {
+    const handler = impl[name];
+    if (method.requestStream || method.responseStream || typeof handler !== "function") continue;
+    const unary = handler as handleUnaryCall<unknown, unknown>;
+    const recorder = metrics.rpc(service, method.path.slice(method.path.lastIndexOf("/") + 1));
+    const wrapped: handleUnaryCall<unknown, unknown> = (call, callback) => {
+      const started = performance.now();
+      unary(call, (err, value, trailer, flags) => {
+        recorder.observe(err ? (err.code ?? status.UNKNOWN) : status.OK, (performance.now() - started) / 1000);
+        callback(err, value, trailer, flags);
+      });
+    };
+    out[name] = wrapped;
+  }
+  return out;
 }
 
 /**

@@ -1,4 +1,5 @@
 import { requestRefusal } from "./request-refusal";
+import { trace } from "@opentelemetry/api";
 import { Metadata, status, type ServiceError, type sendUnaryData, type ServerUnaryCall } from "@grpc/grpc-js";
 import { Status } from "../../../gen/ts/google/rpc/status";
 import { BadRequest, ErrorInfo, RetryInfo } from "../../../gen/ts/google/rpc/error_details";
@@ -55,6 +56,9 @@ function badRequestOf(err: KeycapError): { typeUrl: string; value: Buffer }[] {
 }
 
 /** What a client reads back from a keycap error. */
+/** Span attribute naming a refusal's reason (ErrorInfo.reason) on the refused RPC's span. */
+export const REFUSAL_REASON_ATTRIBUTE = "keycap.refusal.reason";
+
 /** Options of {@link unaryHandler}. */
 export interface UnaryHandlerOptions {
   /**
@@ -88,6 +92,8 @@ export function unaryHandler<Req, Res>(
       (response) => callback(null, response),
       async (err: unknown) => {
         if (err instanceof KeycapError) {
+          // The refusal's reason on the call's span (a no-op with tracing off).
+          trace.getActiveSpan()?.setAttribute(REFUSAL_REASON_ATTRIBUTE, err.reason);
           if (opts.onRefusal) await opts.onRefusal(err, call.getPeer());
           if (opts.logRefusals) {
             logger.info({ method, code: status[err.code], reason: err.reason, metadata: err.metadata, peer: call.getPeer(), refusal: err.message }, "refused");

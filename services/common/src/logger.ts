@@ -1,3 +1,4 @@
+import { trace } from "@opentelemetry/api";
 import pino from "pino";
 import pretty from "pino-pretty";
 
@@ -28,6 +29,7 @@ export function createLogger(service: string, level: LogLevel = "info", format: 
     base: { service, pid: process.pid },
     timestamp: pino.stdTimeFunctions.isoTime,
     formatters: { level: (label) => ({ level: label }) },
+    mixin: traceFields,
   };
   const tty = process.stdout.isTTY === true;
   if (format === "json" || (format === "auto" && !tty)) return pino(options);
@@ -36,4 +38,16 @@ export function createLogger(service: string, level: LogLevel = "info", format: 
     options,
     pretty({ sync: true, colorize: tty && !noColor, translateTime: "SYS:HH:MM:ss.l", ignore: "pid,hostname", messageKey: "msg", singleLine: true }),
   );
+}
+
+/**
+ * The current span's trace and span id (W3C hex) on every record logged inside a traced
+ * call, so a log line leads to its trace. With tracing off there is never an active span.
+ */
+function traceFields(): object {
+  const span = trace.getActiveSpan();
+  // A fresh object each time: pino merges the record's fields into what the mixin returns.
+  if (!span) return {};
+  const c = span.spanContext();
+  return { trace_id: c.traceId, span_id: c.spanId };
 }

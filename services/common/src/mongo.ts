@@ -19,6 +19,11 @@ export interface MongoConnection {
   close(): Promise<void>;
 }
 
+export interface MongoConnectOptions {
+  /** Called after every command the driver sends, with its name, whether it succeeded and its round trip (s). */
+  onCommand?: ((command: string, ok: boolean, seconds: number) => void) | undefined;
+}
+
 /** Hides credentials in a URI for messages. */
 export function redactUri(uri: string): string {
   return uri.replace(/\/\/[^@/]*@/, "//***@");
@@ -29,13 +34,20 @@ export function redactUri(uri: string): string {
  * naming MONGODB_URI, so a bad URI stops the start with one clear line.
  * Writes default to write concern majority (FerretDB accepts and ignores it).
  */
-export async function connectMongo(uri: string, database: string, timeoutMs: number): Promise<MongoConnection> {
+export async function connectMongo(uri: string, database: string, timeoutMs: number, opts: MongoConnectOptions = {}): Promise<MongoConnection> {
+  const { onCommand } = opts;
   const client = new MongoClient(uri, {
     serverSelectionTimeoutMS: timeoutMs,
     connectTimeoutMS: timeoutMs,
     writeConcern: { w: "majority" },
     appName: "keycap",
+    // Command events cost the driver an event object per command: only when someone listens.
+    monitorCommands: onCommand !== undefined,
   });
+  if (onCommand) {
+    client.on("commandSucceeded", (e) => onCommand(e.commandName, true, e.duration / 1000));
+    client.on("commandFailed", (e) => onCommand(e.commandName, false, e.duration / 1000));
+  }
   try {
     await client.connect();
     await client.db(database).command({ ping: 1 });

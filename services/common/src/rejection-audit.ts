@@ -17,6 +17,7 @@ import { ObjectId, type Collection, type Db, type Filter } from "mongodb";
 import { isDuplicateKey } from "./mongo";
 import { afterKeyset } from "./paging";
 import type { Logger } from "./logger";
+import type { Metrics } from "./metrics";
 
 /** Reason of a summary record standing for rate-limited unauthenticated refusals. */
 export const RATE_LIMITED_REFUSALS = "RATE_LIMITED_REFUSALS";
@@ -126,6 +127,8 @@ export interface RejectionAuditOptions {
   flushIntervalMs?: number;
   /** Clock, in milliseconds since the epoch. Default `Date.now`. */
   now?: () => number;
+  /** Counts every refusal by service, reason and tool (rate-limited ones too). */
+  metrics?: Metrics | undefined;
 }
 
 interface PendingSummary {
@@ -177,6 +180,7 @@ export class RejectionAudit {
    * logged and the caller refuses anyway.
    */
   async record(input: RejectionInput): Promise<void> {
+    this.opts.metrics?.refusal(this.service, input.reason, input.toolId ?? "");
     const peerIp = ipOfPeer(input.peer);
     if (AVAILABILITY_REASONS.has(input.reason)) {
       this.accumulate("unavailable", peerIp, input.reason);

@@ -6,6 +6,9 @@ import { redactUri } from "./mongo";
 import { startSharedMongoServer } from "./shared-mongo";
 import { createLogger, type Logger } from "./logger";
 import { routeGrpcLogs, type RunningListener } from "./grpc-server";
+import { Metrics } from "./metrics";
+import { startMetricsServer, type RunningMetricsServer } from "./metrics-server";
+import { stopTracing } from "./tracing";
 
 /** Signals this close after the first one are the same stop request delivered twice. */
 const DUPLICATE_SIGNAL_MS = 1000;
@@ -25,6 +28,8 @@ export interface ServiceDeps {
   config: KeycapConfig;
   logger: Logger;
   mongoUri: string;
+  /** The process's metrics (KEYCAP_METRICS_LISTEN); undefined when off, and nothing is recorded. */
+  metrics?: Metrics | undefined;
 }
 
 export type ServiceStarter = (deps: ServiceDeps) => Promise<RunningService>;
@@ -46,6 +51,8 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
   const logger = createLogger(label, config.logLevel, config.logFormat);
   routeGrpcLogs(logger);
   let mongo: MongoServerHandle | undefined;
+  let metricsServer: RunningMetricsServer | undefined;
+  const metrics = config.metricsListen ? new Metrics({ toolLabels: config.metricsToolLabels }) : undefined;
   const running: RunningService[] = [];
   let stopping = false;
 
@@ -62,7 +69,10 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
     firstSignalAt = Date.now();
     logger.info({ signal, graceMs: config.shutdownGraceMs }, "shutting down");
     await Promise.all(running.map((s) => s.stop(config.shutdownGraceMs)));
+    await metricsServer?.close();
     await mongo?.stop();
+    // Spans of the last calls are still batched: export them before exiting.
+    await stopTracing();
     logger.info({}, "stopped");
     process.exit(0);
   };
@@ -76,26 +86,36 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
   });
 
   try {
+    // First: a metrics address that cannot be bound stops the start before anything else.
+    if (metrics && config.metricsListen) metricsServer = await startMetricsServer(config.metricsListen, metrics, logger);
     mongo = await openMongo(config, logger);
     logger.info({ backend: mongo.backend, reason: mongo.reason, uri: redactUri(mongo.uri) }, `MongoDB backend: ${mongo.backend}`);
     for (const start of starters) {
-      const service = await start({ config, logger, mongoUri: mongo.uri });
+      const service = await start({ config, logger, mongoUri: mongo.uri, metrics });
       running.push(service);
       wirePeers(config, service);
       if (stopping) return;
     }
   } catch (err) {
     await Promise.all(running.map((s) => s.stop(0)));
+    await metricsServer?.close();
     await mongo?.stop();
     failStart(err);
   }
-  const endpoints = running.flatMap((s) => s.listeners.map((l) => ({ listener: l.name, address: formatHostPort(l.address), transport: l.transport })));
+  const endpoints: { listener: string; address: string; transport: string }[] = running.flatMap((s) =>
+    s.listeners.map((l) => ({ listener: l.name, address: formatHostPort(l.address), transport: l.transport })),
+  );
+  if (metricsServer) endpoints.push({ listener: "metrics", address: formatHostPort(metricsServer.address), transport: "http" });
   const mongoUri = redactUri(mongo.uri);
   logger.info({ endpoints, mongoBackend: mongo.backend, mongoUri, dataDir: config.dataDir }, "ready");
   {
     process.stderr.write(
       `\nkeycap is running (MongoDB: ${mongo.backend})\n` +
-        endpoints.map((e) => `  ${e.listener.padEnd(7)} ${e.address} (${e.transport})\n`).join("") +
+        endpoints
+          .map((e) =>
+            e.transport === "http" ? `  ${e.listener.padEnd(7)} http://${e.address}/metrics\n` : `  ${e.listener.padEnd(7)} ${e.address} (${e.transport})\n`,
+          )
+          .join("") +
         `  data    ${config.dataDir}\n` +
         (config.mongodbUri === undefined
           ? `  mongodb ${mongoUri} (embedded, shared by every keycap serve with this data directory)\n`

@@ -299,6 +299,22 @@ export class CallJournal {
     return { calls: page.filter((c) => !completed.has(c._id)), ...next };
   }
 
+  /**
+   * How many calls are pending and indeterminate, for the metrics gauges (read at scrape
+   * time). Pending counts the pending copies, which may include a finished call whose copy
+   * the sweeper has not removed yet (a moment's overcount). Indeterminate scans the journal
+   * like {@link listIndeterminate}, and leaves out those an operator has completed since.
+   */
+  async counts(): Promise<{ pending: number; indeterminate: number }> {
+    const [pending, marked] = await Promise.all([
+      this.pending.countDocuments({}),
+      this.calls.find({ state: "indeterminate" }, { projection: { _id: 1 } }).toArray(),
+    ]);
+    const ids = marked.map((c) => c._id);
+    const completed = ids.length ? await this.completions.countDocuments({ _id: { $in: ids } }) : 0;
+    return { pending, indeterminate: ids.length - completed };
+  }
+
   /** One keyset page of `coll` (oldest first), with which of its calls have a completion. */
   private async pageOf(
     coll: Collection<CallRecord>,

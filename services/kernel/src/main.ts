@@ -49,7 +49,7 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
   const { keys, minter } = await loadKeys();
   const admin = await loadAdminCredential(config, logger);
 
-  const mongo = await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs);
+  const mongo = await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs, { onCommand: deps.metrics?.mongoObserver("kernel") });
   const ledger = new GrpcLedgerLookup(
     () => config.ledgerAddress,
     () => peerChannelCredentials(config.tls),
@@ -67,12 +67,19 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
     const principals = await PrincipalStore.open(mongo.db, cache);
     const grants = await GrantStore.open(mongo.db, cache);
     const registry = await ToolRegistry.open(mongo.db);
-    audit = await RejectionAudit.open(mongo.db, { service: "kernel", unauthenticatedPerMinute: config.unauthenticatedAuditPerMinute, logger });
+    audit = await RejectionAudit.open(mongo.db, {
+      service: "kernel",
+      unauthenticatedPerMinute: config.unauthenticatedAuditPerMinute,
+      logger,
+      metrics: deps.metrics,
+    });
     if (config.bootstrapRuntime) await bootstrapRuntime(principals, { token: config.runtimeToken, file: config.runtimeTokenFile, logger });
 
     const policy = new AccessPolicy(registry, grants);
     const edge = { auth: new CallerAuthenticator(principals, admin, config.tls.certPrincipals), audit, logger };
     journal = await CallJournal.open(mongo.db, logger);
+    const counted = journal;
+    deps.metrics?.callGauges(() => counted.counts());
     const kernel = new Kernel({
       registry,
       journal,
@@ -90,6 +97,7 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
       setting: "KEYCAP_KERNEL_LISTEN",
       logger,
       tls: config.tls.kernel,
+      metrics: deps.metrics,
       maxReceiveBytes: config.maxArgumentsBytes + 64 * 1024,
       services: [
         { name: KERNEL_SERVICE_NAME, definition: KernelServiceService, implementation: kernelServiceImpl(kernel, edge) },

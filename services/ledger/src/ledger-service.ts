@@ -22,6 +22,7 @@ import type { CapabilityVerifier, VerifiedCapability } from "./capability-verifi
 import { CAPABILITY_REUSED, decideLookup, decideWrite, legacyQueryableEffectId, type RuleRefusal } from "./domain/write-rule";
 import { payloadBuffer, type DuplicateCounts, type EntryDoc, type EntryStore } from "./entry-store";
 import type { RejectionAudit } from "../../common/src/rejection-audit";
+import type { Metrics } from "../../common/src/metrics";
 
 export interface LedgerDeps {
   verifier: CapabilityVerifier;
@@ -32,6 +33,8 @@ export interface LedgerDeps {
   /** Clock tolerance of the verifier, in seconds (how long past `exp` a capability still verifies). */
   clockToleranceSeconds: number;
   logger: Logger;
+  /** Write outcomes and verification times; undefined: not recorded. */
+  metrics?: Metrics | undefined;
 }
 
 /** Who is calling: what the transport says, never the request body. */
@@ -87,6 +90,7 @@ export class Ledger {
     // A known entry cannot be claimed again; skipping the doomed insert keeps a
     // retry storm cheaper than the original traffic. Unknown: the unique insert decides.
     if (!legacy && !this.d.entries.knownToExist(grant.effectId) && (await this.d.entries.insert(doc))) {
+      this.d.metrics?.write(cap.tool_id, "new");
       return { entry: entryToProto(doc), duplicate: false, payloadMismatch: false };
     }
     if (grant.duplicateIsReuse || spentBefore) throw await this.refuseGrant("Write", ctx, cap, CAPABILITY_REUSED, attempted);
@@ -98,6 +102,7 @@ export class Ledger {
       capabilityId: cap.jti,
       payloadSha256,
     });
+    this.d.metrics?.write(cap.tool_id, payloadMismatch ? "payload_mismatch" : "duplicate");
     if (payloadMismatch) {
       this.d.logger.warn(
         { tool_id: cap.tool_id, entry_id: entry.entry_id, call_id: cap.call_id, capability_id: cap.jti },
@@ -126,13 +131,17 @@ export class Ledger {
 
   /** Verifies the capability, recording a refusal before rethrowing it. */
   private async verify(method: string, ctx: CallContext, attempted: Attempted): Promise<VerifiedCapability> {
+    const started = this.d.metrics ? performance.now() : 0;
     try {
       if (ctx.authorization.length > 1) {
         throw new CapabilityRefusal(status.UNAUTHENTICATED, "CAPABILITY_MALFORMED", "more than one authorization value", {}, {}, false);
       }
-      return await this.d.verifier.verify(ctx.authorization[0]);
+      const cap = await this.d.verifier.verify(ctx.authorization[0]);
+      this.d.metrics?.verification(true, (performance.now() - started) / 1000);
+      return cap;
     } catch (err) {
       if (!(err instanceof CapabilityRefusal)) throw err;
+      this.d.metrics?.verification(false, (performance.now() - started) / 1000);
       const u = err.unverified;
       await this.d.audit.record({
         method,

@@ -49,7 +49,7 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
       : undefined;
   const keySource = await openKeySource(config.jwksFile, fetcher, logger);
 
-  const mongo = await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs);
+  const mongo = await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs, { onCommand: deps.metrics?.mongoObserver("ledger") });
   const listeners: RunningListener[] = [];
   let audit: RejectionAudit | undefined;
   let pruneTimer: NodeJS.Timeout | undefined;
@@ -64,7 +64,12 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
 
   try {
     const entries = await EntryStore.open(mongo.db);
-    audit = await RejectionAudit.open(mongo.db, { service: "ledger", unauthenticatedPerMinute: config.unauthenticatedAuditPerMinute, logger });
+    audit = await RejectionAudit.open(mongo.db, {
+      service: "ledger",
+      unauthenticatedPerMinute: config.unauthenticatedAuditPerMinute,
+      logger,
+      metrics: deps.metrics,
+    });
     const prune = (): void => {
       entries.pruneSpentCapabilities().then(
         (n) => n > 0 && logger.debug({ removed: n }, "forgot expired spent capability ids"),
@@ -88,6 +93,7 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
       maxPayloadBytes: config.maxPayloadBytes,
       clockToleranceSeconds: config.clockToleranceSeconds,
       logger,
+      metrics: deps.metrics,
     });
 
     listeners.push(
@@ -97,6 +103,7 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
         setting: "KEYCAP_LEDGER_LISTEN",
         logger,
         tls: config.tls.ledger,
+        metrics: deps.metrics,
         // Room above the payload limit, so an oversized payload reaches the ledger and is
         // refused (and recorded) as PAYLOAD_TOO_LARGE rather than cut off by the transport.
         maxReceiveBytes: 2 * config.maxPayloadBytes + 64 * 1024,
@@ -110,6 +117,7 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
         setting: "KEYCAP_ADMIN_LISTEN",
         logger,
         tls: config.tls.admin,
+        metrics: deps.metrics,
         services: [
           {
             name: LEDGER_ADMIN_SERVICE_NAME,

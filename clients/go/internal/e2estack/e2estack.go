@@ -86,11 +86,16 @@ func RepoRoot() (string, error) {
 // line. The stack lives until Stop closes its stdin.
 func Start(timeout time.Duration) (*Stack, error) { return start(timeout, false) }
 
+// StartWithEnv is Start with extra KEY=value settings for the services (e.g. OTEL_*).
+func StartWithEnv(timeout time.Duration, extra ...string) (*Stack, error) {
+	return start(timeout, false, extra...)
+}
+
 // StartTLS is Start for a stack whose listeners all serve TLS (KEYCAP_E2E_TLS=1);
 // its TLS field describes the PKI.
 func StartTLS(timeout time.Duration) (*Stack, error) { return start(timeout, true) }
 
-func start(timeout time.Duration, withTLS bool) (*Stack, error) {
+func start(timeout time.Duration, withTLS bool, extra ...string) (*Stack, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
@@ -118,7 +123,7 @@ func start(timeout time.Duration, withTLS bool) (*Stack, error) {
 	default:
 		env = append(env, "KEYCAP_LOG_LEVEL=info")
 	}
-	cmd.Env = env
+	cmd.Env = append(env, extra...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err

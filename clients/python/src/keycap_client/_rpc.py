@@ -11,6 +11,14 @@ from typing import Any, Protocol, TypeVar
 import grpc
 
 from keycap_client.errors import CLIENT_ERROR_DOMAIN, KeycapError
+
+_otel_inject: Callable[[dict[str, str]], None] | None
+try:  # Optional extra "otel": without it no trace context is sent.
+    from opentelemetry import propagate as _otel_propagate
+
+    _otel_inject = _otel_propagate.inject
+except ImportError:  # pragma: no cover - exercised by installs without the extra
+    _otel_inject = None
 from keycap_client.request_rules import check as check_request_rules
 
 Res = TypeVar("Res")
@@ -30,13 +38,27 @@ MAX_BACKOFF_S = 2.0
 MAX_BEARER_BYTES = 16 * 1024
 
 
+def trace_metadata() -> tuple[tuple[str, str], ...]:
+    """The caller's current OpenTelemetry context as W3C ``traceparent``/``tracestate`` metadata.
+
+    Empty without opentelemetry-api (the ``otel`` extra) or outside any span, so the
+    kernel's and ledger's spans join the caller's trace only when there is one."""
+    if _otel_inject is None:
+        return ()
+    carrier: dict[str, str] = {}
+    _otel_inject(carrier)
+    return tuple((k, v) for k, v in carrier.items() if k in ("traceparent", "tracestate"))
+
+
 def bearer_metadata(bearer: str | None) -> tuple[tuple[str, str], ...] | None:
-    """``authorization: Bearer <bearer>`` as call metadata; None (nothing sent) without a bearer.
+    """``authorization: Bearer <bearer>`` and the caller's trace context as call metadata;
+    None (nothing sent) without either.
 
     Raises KeycapError INVALID_ARGUMENT ``CAPABILITY_TOO_LARGE`` (nothing sent) for a
     credential over MAX_BEARER_BYTES."""
+    traced = trace_metadata()
     if bearer is None:
-        return None
+        return traced or None
     size = len(bearer.encode("utf-8", "surrogatepass"))
     if size > MAX_BEARER_BYTES:
         raise KeycapError(
@@ -46,7 +68,7 @@ def bearer_metadata(bearer: str | None) -> tuple[tuple[str, str], ...] | None:
             f"and this client sends none over {MAX_BEARER_BYTES} (not sent)",
             domain=CLIENT_ERROR_DOMAIN,
         )
-    return (("authorization", f"Bearer {bearer}"),)
+    return (("authorization", f"Bearer {bearer}"), *traced)
 
 
 def deadline_after(timeout: float | None) -> float | None:
