@@ -147,6 +147,7 @@ describe("keyed capability: acceptance (real kernel, ledger and tool processes; 
           argumentsSchemaJson: "",
           registeredAt: undefined,
           owner: "",
+          httpDestination: undefined,
         }),
       ),
     );

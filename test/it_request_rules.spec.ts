@@ -30,6 +30,7 @@ describe("request rules from the proto (issue 14)", function () {
     argumentsSchemaJson: "",
     registeredAt: undefined,
     owner: "",
+    httpDestination: undefined,
   });
   const idem = (fields: string[], contextFields: ContextField[] = []): EffectClass => ({
     kind: { $case: "idempotent", value: { key: { fields, version: 1, contextFields } } },

@@ -15,9 +15,9 @@ if [ ! -x node_modules/.bin/buf ]; then
   echo "generate.sh: node_modules/.bin/buf missing; run 'npm ci' (or 'make install') first" >&2
   exit 1
 fi
-# The client's contract only: effect, kernel, ledger (not proto/keycap/bench,
+# The client's contract only: effect, kernel, ledger, gateway (not proto/keycap/bench,
 # a benchmark baseline that no Go client needs).
 node_modules/.bin/buf generate --template clients/go/buf.gen.yaml \
-  --path proto/keycap/effect --path proto/keycap/kernel --path proto/keycap/ledger --path proto/keycap/rules
+  --path proto/keycap/effect --path proto/keycap/kernel --path proto/keycap/ledger --path proto/keycap/gateway --path proto/keycap/rules
 # The example sink's own service (not in proto/: it is a user's, not keycap's).
 node_modules/.bin/buf generate --template clients/go/buf.gen.example.yaml clients/go/examples/payments/proto

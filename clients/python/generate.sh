@@ -35,7 +35,7 @@ trap 'rm -rf "$STAGE" "$SETS"' EXIT
 export LC_ALL=C
 # The client's contract: effect, kernel, ledger (incl. admin). Not
 # proto/keycap/bench (a benchmark baseline no client needs).
-mapfile -t PROTOS < <(cd proto && find keycap/effect keycap/kernel keycap/ledger keycap/rules -name '*.proto' | sort)
+mapfile -t PROTOS < <(cd proto && find keycap/effect keycap/kernel keycap/gateway keycap/ledger keycap/rules -name '*.proto' | sort)
 # With source info: the comments become the services' docstrings.
 "$PY" -m grpc_tools.protoc -I proto -I third_party/proto --include_imports --include_source_info \
   --descriptor_set_out="$SETS/full.binpb" "${PROTOS[@]}"

@@ -13,6 +13,7 @@ export interface Endpoints {
   ledger?: string;
   admin?: string;
   console?: string;
+  gateway?: string;
   /** The Prometheus endpoint (host:port), when KEYCAP_METRICS_LISTEN is set. */
   metrics?: string;
 }
@@ -64,7 +65,11 @@ export function serviceEnv(overrides: Record<string, string> = {}): Record<strin
  * Starts `keycap serve <which>` as a child process and waits for its "ready"
  * log line, which names the real bound ports.
  */
-export async function startService(which: "all" | "kernel" | "ledger", env: Record<string, string>, opts: StartOptions = {}): Promise<ServiceProcess> {
+export async function startService(
+  which: "all" | "kernel" | "ledger" | "gateway",
+  env: Record<string, string>,
+  opts: StartOptions = {},
+): Promise<ServiceProcess> {
   const child = spawn(process.execPath, [CLI_ENTRY, "serve", which], {
     env: { PATH: process.env["PATH"] ?? "", HOME: process.env["HOME"] ?? "", ...env, ...opts.env },
     stdio: ["ignore", "pipe", "pipe"],

@@ -93,7 +93,7 @@ export class ReadmeWorkspace {
   /** Starts a stack and prepares (compiles) every block of `blocks` that is run or compiled. */
   static async start(blocks: CodeBlock[]): Promise<ReadmeWorkspace> {
     const adminToken = crypto.randomBytes(24).toString("base64url");
-    const stack = await startService("all", serviceEnv({ KEYCAP_ADMIN_TOKEN: adminToken }));
+    const stack = await startService("all", serviceEnv({ KEYCAP_ADMIN_TOKEN: adminToken, KEYCAP_GATEWAY_LISTEN: "127.0.0.1:0" }));
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), "keycap-readme-"));
     const repoRoot = path.join(dir, "repo");
     fs.mkdirSync(repoRoot);
@@ -110,6 +110,7 @@ export class ReadmeWorkspace {
     env["KEYCAP_KERNEL_ADDRESS"] = stack.endpoints.kernel!;
     env["KEYCAP_LEDGER_ADDRESS"] = stack.endpoints.ledger!;
     env["KEYCAP_ADMIN_ADDRESS"] = stack.endpoints.admin!;
+    env["KEYCAP_GATEWAY_ADDRESS"] = stack.endpoints.gateway!;
     env["GOWORK"] = "off";
     const ws = new ReadmeWorkspace(dir, repoRoot, stack, env);
     try {
@@ -135,7 +136,11 @@ export class ReadmeWorkspace {
   /** The block as the test runs it: the default addresses rewritten to the stack's. */
   source(b: CodeBlock): string {
     const e = this.stack.endpoints;
-    return b.content.replaceAll("127.0.0.1:50051", e.kernel!).replaceAll("127.0.0.1:50052", e.ledger!).replaceAll("127.0.0.1:50053", e.admin!);
+    return b.content
+      .replaceAll("127.0.0.1:50051", e.kernel!)
+      .replaceAll("127.0.0.1:50052", e.ledger!)
+      .replaceAll("127.0.0.1:50053", e.admin!)
+      .replaceAll("127.0.0.1:50055", e.gateway!);
   }
 
   /** Compiles (ts, go, python) and, unless compile-only, executes the block. */

@@ -3,10 +3,19 @@
  * derivation does not compile), begin calls, write through capability
  * handles, inspect the ledger, and recover after a crash.
  */
-export { defineTool, toolToProto, type EffectSpec, type KeyDerivationSpec, type ToolDefinition } from "./tool-definition";
+export {
+  defineTool,
+  toolToProto,
+  type EffectSpec,
+  type KeyDerivationSpec,
+  type ToolDefinition,
+  type HttpDestinationSpec,
+  type HttpWriteMethod,
+} from "./tool-definition";
 export { KernelClient, type BeginOptions, type KernelClientOptions } from "./kernel-client";
 export { CapabilityHandle } from "./capability-handle";
 export { LedgerClient } from "./ledger-client";
+export { GatewayClient, type ForwardSpec } from "./gateway-client";
 export { AdminClient, type RejectionFilter } from "./admin-client";
 export { AccessClient, type AccessClientOptions, type RoleName } from "./access-client";
 export { KeycapClientError } from "./errors";

@@ -27,14 +27,40 @@ export interface IdempotentEffect {
  */
 export type EffectSpec = IdempotentEffect | { kind: "queryable"; requestIdField: string } | { kind: "unsafe" };
 
-/** A tool as the runtime declares it. */
-export interface ToolDefinition {
+/**
+ * Where an Idempotent tool's writes go through keycap's HTTP effect gateway
+ * (`GatewayService.Forward`): a third-party API that honours an idempotency-key header.
+ */
+export interface HttpDestinationSpec {
+  /** Every forward stays under this URL, e.g. "https://api.stripe.com/v1/". */
+  baseUrl: string;
+  /** Methods a forward may use. */
+  methods: readonly [HttpWriteMethod, ...HttpWriteMethod[]];
+  /** Response headers stored and replayed besides content-type. */
+  responseHeaders?: readonly string[];
+  /** The key's header; default "Idempotency-Key". */
+  idempotencyHeader?: string;
+  /** Allow private, loopback and link-local targets (an API inside your network). Default false. */
+  allowPrivateNetwork?: boolean;
+}
+
+/** The write methods a destination may allow. */
+export type HttpWriteMethod = "POST" | "PUT" | "PATCH" | "DELETE";
+
+interface ToolDefinitionBase {
   /** Stable id, 1-128 of [A-Za-z0-9._:/-]. */
   id: string;
-  effect: EffectSpec;
   /** Optional JSON Schema (2020-12) of the arguments; key fields must be defined and not volatile. */
   argumentsSchema?: Record<string, unknown>;
 }
+
+/**
+ * A tool as the runtime declares it. Only an Idempotent tool may name an HTTP destination:
+ * the gateway deduplicates by the kernel-derived key, so anything else does not compile.
+ */
+export type ToolDefinition =
+  | (ToolDefinitionBase & { effect: IdempotentEffect; httpDestination?: HttpDestinationSpec })
+  | (ToolDefinitionBase & { effect: Exclude<EffectSpec, IdempotentEffect>; httpDestination?: never });
 
 /**
  * Declares a tool; the identity function, there for the type check.
@@ -80,5 +106,14 @@ export function toolToProto(def: ToolDefinition): ToolValid {
     argumentsSchemaJson: def.argumentsSchema ? JSON.stringify(def.argumentsSchema) : "",
     registeredAt: undefined,
     owner: "",
+    httpDestination: def.httpDestination
+      ? {
+          baseUrl: def.httpDestination.baseUrl,
+          methods: [...def.httpDestination.methods],
+          responseHeaders: [...(def.httpDestination.responseHeaders ?? [])],
+          idempotencyHeader: def.httpDestination.idempotencyHeader ?? "",
+          allowPrivateNetwork: def.httpDestination.allowPrivateNetwork ?? false,
+        }
+      : undefined,
   };
 }

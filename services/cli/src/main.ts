@@ -9,6 +9,7 @@ import { ConfigError } from "../../common/src/config";
 import { runServices } from "../../common/src/service-runner";
 import { startKernel } from "../../kernel/src/main";
 import { startLedger } from "../../ledger/src/main";
+import { startGateway, startGatewayIfConfigured } from "../../gateway/src/main";
 import { runConsole, startConsoleIfConfigured } from "../../console/src/main";
 import { OperatorError } from "./operator-context";
 import { addKeyCommands } from "./key-commands";
@@ -33,17 +34,19 @@ export function buildProgram(): Command {
   program
     .command("serve")
     .description("run services in the foreground (configuration from the environment, see README)")
-    .argument("[service]", "all | kernel | ledger", "all")
+    .argument("[service]", "all | kernel | ledger | gateway", "all")
     .action(async (service: string) => {
       switch (service) {
         case "all":
-          return runServices("keycap", [startKernel, startLedger, startConsoleIfConfigured]);
+          return runServices("keycap", [startKernel, startLedger, startGatewayIfConfigured, startConsoleIfConfigured]);
         case "kernel":
           return runServices("kernel", [startKernel]);
         case "ledger":
           return runServices("ledger", [startLedger]);
+        case "gateway":
+          return runServices("gateway", [startGateway]);
         default:
-          program.error(`keycap serve: unknown service ${JSON.stringify(service)} (all, kernel, ledger)`);
+          program.error(`keycap serve: unknown service ${JSON.stringify(service)} (all, kernel, ledger, gateway)`);
       }
     });
   program

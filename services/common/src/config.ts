@@ -68,6 +68,16 @@ export interface KeycapConfig {
   adminListen: HostPort;
   /** KEYCAP_CONSOLE_LISTEN: where the web console serves; undefined: `keycap serve all` starts none. */
   consoleListen: HostPort | undefined;
+  /** KEYCAP_GATEWAY_LISTEN: the HTTP effect gateway's gRPC address; undefined: `keycap serve all` starts none. */
+  gatewayListen: HostPort | undefined;
+  /** How long the gateway waits for a destination's answer (ms). */
+  gatewayTimeoutMs: number;
+  /** How long a forward waits for another forward of its key in flight before ABORTED IN_PROGRESS (ms). */
+  gatewayWaitMs: number;
+  /** Largest request body a forward may carry (bytes). */
+  gatewayMaxRequestBytes: number;
+  /** Longest response body stored and returned; longer bodies are cut (bytes). */
+  gatewayMaxResponseBytes: number;
   /** The ledger admin API operators' tools (the console) dial: KEYCAP_ADMIN_ADDRESS, else the admin listen address. */
   adminAddress: HostPort;
   /** Undefined: start the embedded default MongoDB. */
@@ -160,12 +170,19 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
     throw new ConfigError("KEYCAP_RUNTIME_TOKEN", "must be at least 16 characters of printable ASCII without spaces");
   }
   const consoleListen = str(env, "KEYCAP_CONSOLE_LISTEN");
+  const gatewayListenRaw = str(env, "KEYCAP_GATEWAY_LISTEN");
+  const gatewayListen = gatewayListenRaw === undefined ? undefined : parseHostPort("KEYCAP_GATEWAY_LISTEN", gatewayListenRaw);
   const metricsRaw = str(env, "KEYCAP_METRICS_LISTEN");
   return {
     kernelListen,
     ledgerListen,
     adminListen,
     consoleListen: consoleListen === undefined ? undefined : parseHostPort("KEYCAP_CONSOLE_LISTEN", consoleListen),
+    gatewayListen,
+    gatewayTimeoutMs: int(env, "KEYCAP_GATEWAY_TIMEOUT_MS", 10000, 100, 300000),
+    gatewayWaitMs: int(env, "KEYCAP_GATEWAY_WAIT_MS", 15000, 0, 600000),
+    gatewayMaxRequestBytes: int(env, "KEYCAP_GATEWAY_MAX_REQUEST_BYTES", 1024 * 1024, 0, 64 * 1024 * 1024),
+    gatewayMaxResponseBytes: int(env, "KEYCAP_GATEWAY_MAX_RESPONSE_BYTES", 1024 * 1024, 0, 64 * 1024 * 1024),
     adminAddress: hostPort(env, "KEYCAP_ADMIN_ADDRESS", str(env, "KEYCAP_ADMIN_LISTEN") ?? "127.0.0.1:50053"),
     mongodbUri,
     mongodbDatabase,
@@ -182,7 +199,7 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
     runtimeTokenFile: path.resolve(str(env, "KEYCAP_RUNTIME_TOKEN_FILE") ?? path.join(dataDir, "runtime-token")),
     bootstrapRuntime: bootstrap === "1",
     principalCacheMs: int(env, "KEYCAP_PRINCIPAL_CACHE_MS", 2000, 0, 60000),
-    tls: loadTlsSettings(env, { kernelListen, ledgerListen, adminListen, ledgerAddress }),
+    tls: loadTlsSettings(env, { kernelListen, ledgerListen, adminListen, ledgerAddress, gatewayListen }),
     issuer: str(env, "KEYCAP_ISSUER") ?? "keycap-kernel",
     audience: str(env, "KEYCAP_AUDIENCE") ?? "keycap-ledger",
     capabilityTtlSeconds,

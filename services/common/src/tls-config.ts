@@ -24,6 +24,7 @@ export interface TlsSettings {
   kernel: ListenerTls | undefined;
   ledger: ListenerTls | undefined;
   admin: ListenerTls | undefined;
+  gateway: ListenerTls | undefined;
   /** CA pinned when this service dials a peer (ledger → kernel keys, kernel → ledger lookups). */
   peerCaFile: string | undefined;
   /** Client certificate this service presents when it dials a peer. */
@@ -49,7 +50,7 @@ function file(env: Env, name: string): string | undefined {
 
 const CLIENT_AUTH: readonly ClientAuth[] = ["none", "optional", "require"];
 
-function listenerTls(env: Env, prefix: "KERNEL" | "LEDGER" | "ADMIN"): ListenerTls | undefined {
+function listenerTls(env: Env, prefix: "KERNEL" | "LEDGER" | "ADMIN" | "GATEWAY"): ListenerTls | undefined {
   const certSetting = `KEYCAP_${prefix}_TLS_CERT_FILE`;
   const keySetting = `KEYCAP_${prefix}_TLS_KEY_FILE`;
   const certFile = file(env, certSetting) ?? file(env, "KEYCAP_TLS_CERT_FILE");
@@ -104,13 +105,14 @@ export function isLoopback(host: string): boolean {
 /** Reads the TLS settings and checks them against the listen and dial addresses. */
 export function loadTlsSettings(
   env: Env,
-  addresses: { kernelListen: HostPort; ledgerListen: HostPort; adminListen: HostPort; ledgerAddress: HostPort },
+  addresses: { kernelListen: HostPort; ledgerListen: HostPort; adminListen: HostPort; ledgerAddress: HostPort; gatewayListen?: HostPort | undefined },
 ): TlsSettings {
   const allowPlaintext = str(env, "KEYCAP_ALLOW_PLAINTEXT") === "1";
   const settings: TlsSettings = {
     kernel: listenerTls(env, "KERNEL"),
     ledger: listenerTls(env, "LEDGER"),
     admin: listenerTls(env, "ADMIN"),
+    gateway: listenerTls(env, "GATEWAY"),
     peerCaFile: file(env, "KEYCAP_TLS_CA_FILE"),
     peerClientCertFile: file(env, "KEYCAP_TLS_CLIENT_CERT_FILE"),
     peerClientKeyFile: file(env, "KEYCAP_TLS_CLIENT_KEY_FILE"),
@@ -125,6 +127,7 @@ export function loadTlsSettings(
       ["KEYCAP_KERNEL_LISTEN", addresses.kernelListen, settings.kernel],
       ["KEYCAP_LEDGER_LISTEN", addresses.ledgerListen, settings.ledger],
       ["KEYCAP_ADMIN_LISTEN", addresses.adminListen, settings.admin],
+      ...(addresses.gatewayListen ? [["KEYCAP_GATEWAY_LISTEN", addresses.gatewayListen, settings.gateway] as [string, HostPort, ListenerTls | undefined]] : []),
     ];
     for (const [setting, a, tls] of listeners) {
       if (!tls && !isLoopback(a.host)) {

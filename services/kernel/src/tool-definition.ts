@@ -4,6 +4,8 @@ import { ContextField, type EffectClass } from "../../../gen/ts/keycap/effect/v1
 import type { Tool } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { invalidArgument } from "../../common/src/errors";
 import type { EffectName } from "../../common/src/capability";
+import type { HttpDestination } from "../../../gen/ts/keycap/effect/v1/destination";
+import { normalizeDestination, type HttpDestinationSpec } from "../../gateway/src/domain/http-destination";
 import { compileArgumentSchema, type ArgumentSchema } from "./domain/argument-schema";
 import { parseJsonPointer } from "./domain/json-pointer";
 import { derivationVersion, validateDerivation, type ContextField as DomainContextField, type KeyDerivationSpec } from "./domain/key-derivation";
@@ -17,6 +19,8 @@ export interface ToolDefinition {
   effect: ToolEffect;
   /** Canonical JSON (RFC 8785) of the argument schema, when one was registered. */
   argumentsSchemaJson?: string;
+  /** Where the tool's writes go through the HTTP effect gateway (Idempotent tools only). */
+  httpDestination?: HttpDestinationSpec;
 }
 
 /** A definition ready for calls: its schema compiled once. */
@@ -55,7 +59,13 @@ export function definitionFromProto(tool: Tool | undefined): CompiledTool {
     argumentsSchemaJson = canonicalize(schema.document) as string;
   }
   const effect = effectFromProto(tool.effectClass, schema);
-  const definition: ToolDefinition = { toolId: tool.toolId, effect, ...(argumentsSchemaJson ? { argumentsSchemaJson } : {}) };
+  const httpDestination = destinationFromProto(tool.httpDestination, effect);
+  const definition: ToolDefinition = {
+    toolId: tool.toolId,
+    effect,
+    ...(argumentsSchemaJson ? { argumentsSchemaJson } : {}),
+    ...(httpDestination ? { httpDestination } : {}),
+  };
   return { definition, ...(schema ? { schema } : {}), fingerprint: fingerprintOf(definition), registeredAt: new Date() };
 }
 
@@ -63,6 +73,22 @@ export function definitionFromProto(tool: Tool | undefined): CompiledTool {
 export function compileStored(definition: ToolDefinition, registeredAt: Date): CompiledTool {
   const schema = definition.argumentsSchemaJson ? compileArgumentSchema(definition.argumentsSchemaJson) : undefined;
   return { definition, ...(schema ? { schema } : {}), fingerprint: fingerprintOf(definition), registeredAt };
+}
+
+/**
+ * The gateway sends a key's request once and replays its answer: that is retry safety by
+ * key, which only an Idempotent tool has.
+ */
+function destinationFromProto(destination: HttpDestination | undefined, effect: ToolEffect): HttpDestinationSpec | undefined {
+  if (!destination) return undefined;
+  if (effect.kind !== "idempotent") {
+    throw invalidArgument(
+      "HTTP_DESTINATION_NEEDS_IDEMPOTENT",
+      `tool.http_destination: only an Idempotent tool can have an HTTP destination (this one is ${effect.kind}): the gateway deduplicates by the kernel-derived key`,
+      { field: "tool.http_destination" },
+    );
+  }
+  return normalizeDestination(destination);
 }
 
 function effectFromProto(effectClass: EffectClass | undefined, schema: ArgumentSchema | undefined): ToolEffect {
@@ -142,6 +168,8 @@ function fingerprintOf(definition: ToolDefinition): string {
     tool_id: definition.toolId,
     effect: definition.effect,
     arguments_schema: definition.argumentsSchemaJson ?? null,
+    // Only when present: tools registered before destinations existed keep their fingerprint.
+    ...(definition.httpDestination ? { http_destination: definition.httpDestination } : {}),
   };
   return createHash("sha256")
     .update(canonicalize(doc) as string)
@@ -174,6 +202,18 @@ export function toolToProto(tool: CompiledTool): Tool {
     argumentsSchemaJson: tool.definition.argumentsSchemaJson ?? "",
     registeredAt: tool.registeredAt,
     owner: tool.owner ?? "",
+    httpDestination: destinationToProto(tool.definition.httpDestination),
+  };
+}
+
+function destinationToProto(d: HttpDestinationSpec | undefined): HttpDestination | undefined {
+  if (!d) return undefined;
+  return {
+    baseUrl: d.baseUrl,
+    methods: [...d.methods],
+    responseHeaders: [...d.responseHeaders],
+    idempotencyHeader: d.idempotencyHeader,
+    allowPrivateNetwork: d.allowPrivateNetwork,
   };
 }
 

@@ -46,8 +46,11 @@ export interface SinkRefusalEvent {
 export interface SinkOptions {
   /** The sink's name in refusal records (`sink:<name>`): 1-63 of [a-z0-9._-]. */
   name: string;
-  /** Tool ids this sink serves; a capability for any other is refused TOOL_NOT_ACCEPTED. */
-  tools: readonly string[];
+  /**
+   * Tool ids this sink serves, or a test of a tool id; a capability for any other is refused
+   * TOOL_NOT_ACCEPTED.
+   */
+  tools: readonly string[] | ((toolId: string) => boolean);
   /** The kernel's public keys (RemoteJwksSource over KernelJwksFetcher, or FileJwksSource). */
   keys: PublicKeySource;
   /** The ledger's verification options (issuer, audience, limits, clock); defaults are the ledger's. */
@@ -72,7 +75,7 @@ export interface SinkOptions {
 export class Sink {
   readonly name: string;
   private readonly service: string;
-  private readonly tools: ReadonlySet<string>;
+  private readonly serves: (toolId: string) => boolean;
   private readonly verifier: CapabilityVerifier;
   private readonly now: () => number;
   private readonly toleranceMs: number;
@@ -80,8 +83,13 @@ export class Sink {
   constructor(private readonly opts: SinkOptions) {
     this.service = sinkService(opts.name);
     this.name = opts.name;
-    if (opts.tools.length === 0) throw new RangeError("a sink must name the tools it serves (tools: [...])");
-    this.tools = new Set(opts.tools);
+    if (typeof opts.tools === "function") {
+      this.serves = opts.tools;
+    } else {
+      if (opts.tools.length === 0) throw new RangeError("a sink must name the tools it serves (tools: [...])");
+      const tools = new Set(opts.tools);
+      this.serves = (toolId) => tools.has(toolId);
+    }
     this.now = opts.now ?? Date.now;
     this.verifier = new CapabilityVerifier(opts.keys, { now: this.now, ...opts.verifier });
     this.toleranceMs = (opts.verifier?.clockToleranceSeconds ?? CLOCK_TOLERANCE_SECONDS) * 1000;
@@ -102,14 +110,22 @@ export class Sink {
     }
     const refusal = await this.checkVerified(cap, context);
     if (refusal) {
-      await this.refuseVerified(refusal, cap, context);
+      await this.recordRefusal(refusal, cap, context);
       throw refusal;
     }
     return cap;
   }
 
+  /**
+   * Records a refusal the service decided after admission (its own rules for an admitted
+   * capability), the way the sink records its own: to the store, then the hook.
+   */
+  async recordRefusal(err: KeycapError, cap: VerifiedCapability, context: AdmissionContext): Promise<void> {
+    await this.refuseVerified(err, cap, context);
+  }
+
   private async checkVerified(cap: VerifiedCapability, context: AdmissionContext): Promise<KeycapError | undefined> {
-    if (!this.tools.has(cap.tool_id)) {
+    if (!this.serves(cap.tool_id)) {
       return new KeycapError(Code.PERMISSION_DENIED, "TOOL_NOT_ACCEPTED", `sink ${this.name} does not serve tool ${JSON.stringify(cap.tool_id.slice(0, 128))}`);
     }
     if (context.idempotencyKey !== undefined && context.idempotencyKey !== cap.key) {

@@ -215,9 +215,13 @@ type Tool struct {
 	RegisteredAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
 	// The principal that registered it and owns it (output only; ignored in
 	// RegisterTool). Empty for a tool registered before principals existed.
-	Owner         string `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Owner string `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
+	// Optional: the HTTP API this tool's writes go to through keycap's HTTP effect
+	// gateway (GatewayService.Forward). Idempotent tools only; part of the
+	// definition, so it cannot change under an existing tool id.
+	HttpDestination *v1.HttpDestination `protobuf:"bytes,6,opt,name=http_destination,json=httpDestination,proto3" json:"http_destination,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Tool) Reset() {
@@ -283,6 +287,13 @@ func (x *Tool) GetOwner() string {
 		return x.Owner
 	}
 	return ""
+}
+
+func (x *Tool) GetHttpDestination() *v1.HttpDestination {
+	if x != nil {
+		return x.HttpDestination
+	}
+	return nil
 }
 
 // Request of RegisterTool.
@@ -1490,7 +1501,7 @@ var File_keycap_kernel_v1_kernel_proto protoreflect.FileDescriptor
 
 const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\n" +
-	"\x1dkeycap/kernel/v1/kernel.proto\x12\x10keycap.kernel.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dkeycap/effect/v1/effect.proto\x1a\x1dkeycap/rules/v1/refusal.proto\"\xe0\x02\n" +
+	"\x1dkeycap/kernel/v1/kernel.proto\x12\x10keycap.kernel.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"keycap/effect/v1/destination.proto\x1a\x1dkeycap/effect/v1/effect.proto\x1a\x1dkeycap/rules/v1/refusal.proto\"\xae\x03\n" +
 	"\x04Tool\x12^\n" +
 	"\atool_id\x18\x01 \x01(\tBE\xbaH\x1dr\x1b2\x19^[A-Za-z0-9._:/-]{1,128}$\xe2\xf9\x18!\n" +
 	"\x0estring.pattern\x12\x0fINVALID_TOOL_IDR\x06toolId\x12m\n" +
@@ -1498,7 +1509,8 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\brequired\x12\x15EFFECT_CLASS_REQUIREDR\veffectClass\x122\n" +
 	"\x15arguments_schema_json\x18\x03 \x01(\tR\x13argumentsSchemaJson\x12?\n" +
 	"\rregistered_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\x12\x14\n" +
-	"\x05owner\x18\x05 \x01(\tR\x05owner\"f\n" +
+	"\x05owner\x18\x05 \x01(\tR\x05owner\x12L\n" +
+	"\x10http_destination\x18\x06 \x01(\v2!.keycap.effect.v1.HttpDestinationR\x0fhttpDestination\"f\n" +
 	"\x13RegisterToolRequest\x12O\n" +
 	"\x04tool\x18\x01 \x01(\v2\x16.keycap.kernel.v1.ToolB#\xbaH\x03\xc8\x01\x01\xe2\xf9\x18\x19\n" +
 	"\brequired\x12\rTOOL_REQUIREDR\x04tool\"q\n" +
@@ -1653,52 +1665,54 @@ var file_keycap_kernel_v1_kernel_proto_goTypes = []any{
 	(*GetSigningKeysResponse)(nil),         // 22: keycap.kernel.v1.GetSigningKeysResponse
 	(*v1.EffectClass)(nil),                 // 23: keycap.effect.v1.EffectClass
 	(*timestamppb.Timestamp)(nil),          // 24: google.protobuf.Timestamp
-	(v1.EffectKind)(0),                     // 25: keycap.effect.v1.EffectKind
+	(*v1.HttpDestination)(nil),             // 25: keycap.effect.v1.HttpDestination
+	(v1.EffectKind)(0),                     // 26: keycap.effect.v1.EffectKind
 }
 var file_keycap_kernel_v1_kernel_proto_depIdxs = []int32{
 	23, // 0: keycap.kernel.v1.Tool.effect_class:type_name -> keycap.effect.v1.EffectClass
 	24, // 1: keycap.kernel.v1.Tool.registered_at:type_name -> google.protobuf.Timestamp
-	3,  // 2: keycap.kernel.v1.RegisterToolRequest.tool:type_name -> keycap.kernel.v1.Tool
-	3,  // 3: keycap.kernel.v1.RegisterToolResponse.tool:type_name -> keycap.kernel.v1.Tool
-	3,  // 4: keycap.kernel.v1.GetToolResponse.tool:type_name -> keycap.kernel.v1.Tool
-	3,  // 5: keycap.kernel.v1.ListToolsResponse.tools:type_name -> keycap.kernel.v1.Tool
-	25, // 6: keycap.kernel.v1.Call.effect_kind:type_name -> keycap.effect.v1.EffectKind
-	0,  // 7: keycap.kernel.v1.Call.state:type_name -> keycap.kernel.v1.CallState
-	1,  // 8: keycap.kernel.v1.Call.outcome:type_name -> keycap.kernel.v1.CallOutcome
-	24, // 9: keycap.kernel.v1.Call.created_at:type_name -> google.protobuf.Timestamp
-	24, // 10: keycap.kernel.v1.Call.updated_at:type_name -> google.protobuf.Timestamp
-	10, // 11: keycap.kernel.v1.BeginCallResponse.call:type_name -> keycap.kernel.v1.Call
-	24, // 12: keycap.kernel.v1.BeginCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 13: keycap.kernel.v1.CompleteCallRequest.outcome:type_name -> keycap.kernel.v1.CallOutcome
-	10, // 14: keycap.kernel.v1.CompleteCallResponse.call:type_name -> keycap.kernel.v1.Call
-	10, // 15: keycap.kernel.v1.ListPendingCallsResponse.calls:type_name -> keycap.kernel.v1.Call
-	10, // 16: keycap.kernel.v1.ListIndeterminateCallsResponse.calls:type_name -> keycap.kernel.v1.Call
-	10, // 17: keycap.kernel.v1.ResumeCallResponse.call:type_name -> keycap.kernel.v1.Call
-	2,  // 18: keycap.kernel.v1.ResumeCallResponse.action:type_name -> keycap.kernel.v1.ResumeAction
-	24, // 19: keycap.kernel.v1.ResumeCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
-	4,  // 20: keycap.kernel.v1.KernelService.RegisterTool:input_type -> keycap.kernel.v1.RegisterToolRequest
-	6,  // 21: keycap.kernel.v1.KernelService.GetTool:input_type -> keycap.kernel.v1.GetToolRequest
-	8,  // 22: keycap.kernel.v1.KernelService.ListTools:input_type -> keycap.kernel.v1.ListToolsRequest
-	11, // 23: keycap.kernel.v1.KernelService.BeginCall:input_type -> keycap.kernel.v1.BeginCallRequest
-	13, // 24: keycap.kernel.v1.KernelService.CompleteCall:input_type -> keycap.kernel.v1.CompleteCallRequest
-	15, // 25: keycap.kernel.v1.KernelService.ListPendingCalls:input_type -> keycap.kernel.v1.ListPendingCallsRequest
-	19, // 26: keycap.kernel.v1.KernelService.ResumeCall:input_type -> keycap.kernel.v1.ResumeCallRequest
-	17, // 27: keycap.kernel.v1.KernelService.ListIndeterminateCalls:input_type -> keycap.kernel.v1.ListIndeterminateCallsRequest
-	21, // 28: keycap.kernel.v1.KernelService.GetSigningKeys:input_type -> keycap.kernel.v1.GetSigningKeysRequest
-	5,  // 29: keycap.kernel.v1.KernelService.RegisterTool:output_type -> keycap.kernel.v1.RegisterToolResponse
-	7,  // 30: keycap.kernel.v1.KernelService.GetTool:output_type -> keycap.kernel.v1.GetToolResponse
-	9,  // 31: keycap.kernel.v1.KernelService.ListTools:output_type -> keycap.kernel.v1.ListToolsResponse
-	12, // 32: keycap.kernel.v1.KernelService.BeginCall:output_type -> keycap.kernel.v1.BeginCallResponse
-	14, // 33: keycap.kernel.v1.KernelService.CompleteCall:output_type -> keycap.kernel.v1.CompleteCallResponse
-	16, // 34: keycap.kernel.v1.KernelService.ListPendingCalls:output_type -> keycap.kernel.v1.ListPendingCallsResponse
-	20, // 35: keycap.kernel.v1.KernelService.ResumeCall:output_type -> keycap.kernel.v1.ResumeCallResponse
-	18, // 36: keycap.kernel.v1.KernelService.ListIndeterminateCalls:output_type -> keycap.kernel.v1.ListIndeterminateCallsResponse
-	22, // 37: keycap.kernel.v1.KernelService.GetSigningKeys:output_type -> keycap.kernel.v1.GetSigningKeysResponse
-	29, // [29:38] is the sub-list for method output_type
-	20, // [20:29] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	25, // 2: keycap.kernel.v1.Tool.http_destination:type_name -> keycap.effect.v1.HttpDestination
+	3,  // 3: keycap.kernel.v1.RegisterToolRequest.tool:type_name -> keycap.kernel.v1.Tool
+	3,  // 4: keycap.kernel.v1.RegisterToolResponse.tool:type_name -> keycap.kernel.v1.Tool
+	3,  // 5: keycap.kernel.v1.GetToolResponse.tool:type_name -> keycap.kernel.v1.Tool
+	3,  // 6: keycap.kernel.v1.ListToolsResponse.tools:type_name -> keycap.kernel.v1.Tool
+	26, // 7: keycap.kernel.v1.Call.effect_kind:type_name -> keycap.effect.v1.EffectKind
+	0,  // 8: keycap.kernel.v1.Call.state:type_name -> keycap.kernel.v1.CallState
+	1,  // 9: keycap.kernel.v1.Call.outcome:type_name -> keycap.kernel.v1.CallOutcome
+	24, // 10: keycap.kernel.v1.Call.created_at:type_name -> google.protobuf.Timestamp
+	24, // 11: keycap.kernel.v1.Call.updated_at:type_name -> google.protobuf.Timestamp
+	10, // 12: keycap.kernel.v1.BeginCallResponse.call:type_name -> keycap.kernel.v1.Call
+	24, // 13: keycap.kernel.v1.BeginCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
+	1,  // 14: keycap.kernel.v1.CompleteCallRequest.outcome:type_name -> keycap.kernel.v1.CallOutcome
+	10, // 15: keycap.kernel.v1.CompleteCallResponse.call:type_name -> keycap.kernel.v1.Call
+	10, // 16: keycap.kernel.v1.ListPendingCallsResponse.calls:type_name -> keycap.kernel.v1.Call
+	10, // 17: keycap.kernel.v1.ListIndeterminateCallsResponse.calls:type_name -> keycap.kernel.v1.Call
+	10, // 18: keycap.kernel.v1.ResumeCallResponse.call:type_name -> keycap.kernel.v1.Call
+	2,  // 19: keycap.kernel.v1.ResumeCallResponse.action:type_name -> keycap.kernel.v1.ResumeAction
+	24, // 20: keycap.kernel.v1.ResumeCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
+	4,  // 21: keycap.kernel.v1.KernelService.RegisterTool:input_type -> keycap.kernel.v1.RegisterToolRequest
+	6,  // 22: keycap.kernel.v1.KernelService.GetTool:input_type -> keycap.kernel.v1.GetToolRequest
+	8,  // 23: keycap.kernel.v1.KernelService.ListTools:input_type -> keycap.kernel.v1.ListToolsRequest
+	11, // 24: keycap.kernel.v1.KernelService.BeginCall:input_type -> keycap.kernel.v1.BeginCallRequest
+	13, // 25: keycap.kernel.v1.KernelService.CompleteCall:input_type -> keycap.kernel.v1.CompleteCallRequest
+	15, // 26: keycap.kernel.v1.KernelService.ListPendingCalls:input_type -> keycap.kernel.v1.ListPendingCallsRequest
+	19, // 27: keycap.kernel.v1.KernelService.ResumeCall:input_type -> keycap.kernel.v1.ResumeCallRequest
+	17, // 28: keycap.kernel.v1.KernelService.ListIndeterminateCalls:input_type -> keycap.kernel.v1.ListIndeterminateCallsRequest
+	21, // 29: keycap.kernel.v1.KernelService.GetSigningKeys:input_type -> keycap.kernel.v1.GetSigningKeysRequest
+	5,  // 30: keycap.kernel.v1.KernelService.RegisterTool:output_type -> keycap.kernel.v1.RegisterToolResponse
+	7,  // 31: keycap.kernel.v1.KernelService.GetTool:output_type -> keycap.kernel.v1.GetToolResponse
+	9,  // 32: keycap.kernel.v1.KernelService.ListTools:output_type -> keycap.kernel.v1.ListToolsResponse
+	12, // 33: keycap.kernel.v1.KernelService.BeginCall:output_type -> keycap.kernel.v1.BeginCallResponse
+	14, // 34: keycap.kernel.v1.KernelService.CompleteCall:output_type -> keycap.kernel.v1.CompleteCallResponse
+	16, // 35: keycap.kernel.v1.KernelService.ListPendingCalls:output_type -> keycap.kernel.v1.ListPendingCallsResponse
+	20, // 36: keycap.kernel.v1.KernelService.ResumeCall:output_type -> keycap.kernel.v1.ResumeCallResponse
+	18, // 37: keycap.kernel.v1.KernelService.ListIndeterminateCalls:output_type -> keycap.kernel.v1.ListIndeterminateCallsResponse
+	22, // 38: keycap.kernel.v1.KernelService.GetSigningKeys:output_type -> keycap.kernel.v1.GetSigningKeysResponse
+	30, // [30:39] is the sub-list for method output_type
+	21, // [21:30] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_keycap_kernel_v1_kernel_proto_init() }

@@ -23,11 +23,12 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from keycap_client._gen.keycap.effect.v1 import destination_pb2 as keycap_dot_effect_dot_v1_dot_destination__pb2
 from keycap_client._gen.keycap.effect.v1 import effect_pb2 as keycap_dot_effect_dot_v1_dot_effect__pb2
 from keycap_client._gen.keycap.rules.v1 import refusal_pb2 as keycap_dot_rules_dot_v1_dot_refusal__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dkeycap/kernel/v1/kernel.proto\x12\x10keycap.kernel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dkeycap/effect/v1/effect.proto\x1a\x1dkeycap/rules/v1/refusal.proto\"\xa1\x02\n\x04Tool\x12V\n\x07tool_id\x18\x01 \x01(\tBE\xe2\xf9\x18!\n\x0estring.pattern\x12\x0fINVALID_TOOL_ID\xbaH\x1dr\x1b\x32\x19^[A-Za-z0-9._:/-]{1,128}$\x12`\n\x0c\x65\x66\x66\x65\x63t_class\x18\x02 \x01(\x0b\x32\x1d.keycap.effect.v1.EffectClassB+\xe2\xf9\x18!\n\x08required\x12\x15\x45\x46\x46\x45\x43T_CLASS_REQUIRED\xbaH\x03\xc8\x01\x01\x12\x1d\n\x15\x61rguments_schema_json\x18\x03 \x01(\t\x12\x31\n\rregistered_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05owner\x18\x05 \x01(\t\"`\n\x13RegisterToolRequest\x12I\n\x04tool\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.ToolB#\xe2\xf9\x18\x19\n\x08required\x12\rTOOL_REQUIRED\xbaH\x03\xc8\x01\x01\"X\n\x14RegisterToolResponse\x12$\n\x04tool\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Tool\x12\x1a\n\x12\x61lready_registered\x18\x02 \x01(\x08\"!\n\x0eGetToolRequest\x12\x0f\n\x07tool_id\x18\x01 \x01(\t\"7\n\x0fGetToolResponse\x12$\n\x04tool\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Tool\"9\n\x10ListToolsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"S\n\x11ListToolsResponse\x12%\n\x05tools\x18\x01 \x03(\x0b\x32\x16.keycap.kernel.v1.Tool\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x9c\x03\n\x04\x43\x61ll\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0f\n\x07tool_id\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x04 \x01(\t\x12\x31\n\x0b\x65\x66\x66\x65\x63t_kind\x18\x05 \x01(\x0e\x32\x1c.keycap.effect.v1.EffectKind\x12\x0b\n\x03key\x18\x06 \x01(\t\x12\x12\n\nrequest_id\x18\x07 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x08 \x01(\r\x12*\n\x05state\x18\t \x01(\x0e\x32\x1b.keycap.kernel.v1.CallState\x12.\n\x07outcome\x18\n \x01(\x0e\x32\x1d.keycap.kernel.v1.CallOutcome\x12\x16\n\x0eoutcome_detail\x18\x0b \x01(\t\x12.\n\ncreated_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tprincipal\x18\x0e \x01(\t\"\\\n\x10\x42\x65ginCallRequest\x12\x0f\n\x07tool_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x04 \x01(\t\"\x9f\x01\n\x11\x42\x65ginCallResponse\x12$\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Call\x12\x12\n\ncapability\x18\x02 \x01(\t\x12\x39\n\x15\x63\x61pability_expires_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rexisting_call\x18\x04 \x01(\x08\"n\n\x13\x43ompleteCallRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12.\n\x07outcome\x18\x02 \x01(\x0e\x32\x1d.keycap.kernel.v1.CallOutcome\x12\x16\n\x0eoutcome_detail\x18\x03 \x01(\t\"W\n\x14\x43ompleteCallResponse\x12$\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Call\x12\x19\n\x11\x61lready_completed\x18\x02 \x01(\x08\"Q\n\x17ListPendingCallsRequest\x12\x0f\n\x07tool_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"Z\n\x18ListPendingCallsResponse\x12%\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x16.keycap.kernel.v1.Call\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"W\n\x1dListIndeterminateCallsRequest\x12\x0f\n\x07tool_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"`\n\x1eListIndeterminateCallsResponse\x12%\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x16.keycap.kernel.v1.Call\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"9\n\x11ResumeCallRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x13\n\x0blookup_only\x18\x02 \x01(\x08\"\xb9\x01\n\x12ResumeCallResponse\x12$\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Call\x12.\n\x06\x61\x63tion\x18\x02 \x01(\x0e\x32\x1e.keycap.kernel.v1.ResumeAction\x12\x12\n\ncapability\x18\x03 \x01(\t\x12\x39\n\x15\x63\x61pability_expires_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x17\n\x15GetSigningKeysRequest\"C\n\x16GetSigningKeysResponse\x12\x11\n\tjwks_json\x18\x01 \x01(\t\x12\x16\n\x0e\x63urrent_key_id\x18\x02 \x01(\t*w\n\tCallState\x12\x1a\n\x16\x43\x41LL_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43\x41LL_STATE_PENDING\x10\x01\x12\x18\n\x14\x43\x41LL_STATE_COMPLETED\x10\x02\x12\x1c\n\x18\x43\x41LL_STATE_INDETERMINATE\x10\x03*`\n\x0b\x43\x61llOutcome\x12\x1c\n\x18\x43\x41LL_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x43\x41LL_OUTCOME_SUCCEEDED\x10\x01\x12\x17\n\x13\x43\x41LL_OUTCOME_FAILED\x10\x02*\xa3\x01\n\x0cResumeAction\x12\x1d\n\x19RESUME_ACTION_UNSPECIFIED\x10\x00\x12\x17\n\x13RESUME_ACTION_RETRY\x10\x01\x12\x16\n\x12RESUME_ACTION_DONE\x10\x02\x12#\n\x1fRESUME_ACTION_ALREADY_COMPLETED\x10\x03\x12\x1e\n\x1aRESUME_ACTION_LEFT_PENDING\x10\x04\x32\xef\x06\n\rKernelService\x12]\n\x0cRegisterTool\x12%.keycap.kernel.v1.RegisterToolRequest\x1a&.keycap.kernel.v1.RegisterToolResponse\x12N\n\x07GetTool\x12 .keycap.kernel.v1.GetToolRequest\x1a!.keycap.kernel.v1.GetToolResponse\x12T\n\tListTools\x12\".keycap.kernel.v1.ListToolsRequest\x1a#.keycap.kernel.v1.ListToolsResponse\x12T\n\tBeginCall\x12\".keycap.kernel.v1.BeginCallRequest\x1a#.keycap.kernel.v1.BeginCallResponse\x12]\n\x0c\x43ompleteCall\x12%.keycap.kernel.v1.CompleteCallRequest\x1a&.keycap.kernel.v1.CompleteCallResponse\x12i\n\x10ListPendingCalls\x12).keycap.kernel.v1.ListPendingCallsRequest\x1a*.keycap.kernel.v1.ListPendingCallsResponse\x12W\n\nResumeCall\x12#.keycap.kernel.v1.ResumeCallRequest\x1a$.keycap.kernel.v1.ResumeCallResponse\x12{\n\x16ListIndeterminateCalls\x12/.keycap.kernel.v1.ListIndeterminateCallsRequest\x1a\x30.keycap.kernel.v1.ListIndeterminateCallsResponse\x12\x63\n\x0eGetSigningKeys\x12\'.keycap.kernel.v1.GetSigningKeysRequest\x1a(.keycap.kernel.v1.GetSigningKeysResponseBCZAgithub.com/keycap/keycap/clients/go/gen/keycap/kernel/v1;kernelv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dkeycap/kernel/v1/kernel.proto\x12\x10keycap.kernel.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\"keycap/effect/v1/destination.proto\x1a\x1dkeycap/effect/v1/effect.proto\x1a\x1dkeycap/rules/v1/refusal.proto\"\xde\x02\n\x04Tool\x12V\n\x07tool_id\x18\x01 \x01(\tBE\xe2\xf9\x18!\n\x0estring.pattern\x12\x0fINVALID_TOOL_ID\xbaH\x1dr\x1b\x32\x19^[A-Za-z0-9._:/-]{1,128}$\x12`\n\x0c\x65\x66\x66\x65\x63t_class\x18\x02 \x01(\x0b\x32\x1d.keycap.effect.v1.EffectClassB+\xe2\xf9\x18!\n\x08required\x12\x15\x45\x46\x46\x45\x43T_CLASS_REQUIRED\xbaH\x03\xc8\x01\x01\x12\x1d\n\x15\x61rguments_schema_json\x18\x03 \x01(\t\x12\x31\n\rregistered_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05owner\x18\x05 \x01(\t\x12;\n\x10http_destination\x18\x06 \x01(\x0b\x32!.keycap.effect.v1.HttpDestination\"`\n\x13RegisterToolRequest\x12I\n\x04tool\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.ToolB#\xe2\xf9\x18\x19\n\x08required\x12\rTOOL_REQUIRED\xbaH\x03\xc8\x01\x01\"X\n\x14RegisterToolResponse\x12$\n\x04tool\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Tool\x12\x1a\n\x12\x61lready_registered\x18\x02 \x01(\x08\"!\n\x0eGetToolRequest\x12\x0f\n\x07tool_id\x18\x01 \x01(\t\"7\n\x0fGetToolResponse\x12$\n\x04tool\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Tool\"9\n\x10ListToolsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\t\"S\n\x11ListToolsResponse\x12%\n\x05tools\x18\x01 \x03(\x0b\x32\x16.keycap.kernel.v1.Tool\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x9c\x03\n\x04\x43\x61ll\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0f\n\x07tool_id\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x04 \x01(\t\x12\x31\n\x0b\x65\x66\x66\x65\x63t_kind\x18\x05 \x01(\x0e\x32\x1c.keycap.effect.v1.EffectKind\x12\x0b\n\x03key\x18\x06 \x01(\t\x12\x12\n\nrequest_id\x18\x07 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x08 \x01(\r\x12*\n\x05state\x18\t \x01(\x0e\x32\x1b.keycap.kernel.v1.CallState\x12.\n\x07outcome\x18\n \x01(\x0e\x32\x1d.keycap.kernel.v1.CallOutcome\x12\x16\n\x0eoutcome_detail\x18\x0b \x01(\t\x12.\n\ncreated_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tprincipal\x18\x0e \x01(\t\"\\\n\x10\x42\x65ginCallRequest\x12\x0f\n\x07tool_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x04 \x01(\t\"\x9f\x01\n\x11\x42\x65ginCallResponse\x12$\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Call\x12\x12\n\ncapability\x18\x02 \x01(\t\x12\x39\n\x15\x63\x61pability_expires_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rexisting_call\x18\x04 \x01(\x08\"n\n\x13\x43ompleteCallRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12.\n\x07outcome\x18\x02 \x01(\x0e\x32\x1d.keycap.kernel.v1.CallOutcome\x12\x16\n\x0eoutcome_detail\x18\x03 \x01(\t\"W\n\x14\x43ompleteCallResponse\x12$\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Call\x12\x19\n\x11\x61lready_completed\x18\x02 \x01(\x08\"Q\n\x17ListPendingCallsRequest\x12\x0f\n\x07tool_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"Z\n\x18ListPendingCallsResponse\x12%\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x16.keycap.kernel.v1.Call\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"W\n\x1dListIndeterminateCallsRequest\x12\x0f\n\x07tool_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"`\n\x1eListIndeterminateCallsResponse\x12%\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x16.keycap.kernel.v1.Call\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"9\n\x11ResumeCallRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x13\n\x0blookup_only\x18\x02 \x01(\x08\"\xb9\x01\n\x12ResumeCallResponse\x12$\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x16.keycap.kernel.v1.Call\x12.\n\x06\x61\x63tion\x18\x02 \x01(\x0e\x32\x1e.keycap.kernel.v1.ResumeAction\x12\x12\n\ncapability\x18\x03 \x01(\t\x12\x39\n\x15\x63\x61pability_expires_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x17\n\x15GetSigningKeysRequest\"C\n\x16GetSigningKeysResponse\x12\x11\n\tjwks_json\x18\x01 \x01(\t\x12\x16\n\x0e\x63urrent_key_id\x18\x02 \x01(\t*w\n\tCallState\x12\x1a\n\x16\x43\x41LL_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43\x41LL_STATE_PENDING\x10\x01\x12\x18\n\x14\x43\x41LL_STATE_COMPLETED\x10\x02\x12\x1c\n\x18\x43\x41LL_STATE_INDETERMINATE\x10\x03*`\n\x0b\x43\x61llOutcome\x12\x1c\n\x18\x43\x41LL_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x43\x41LL_OUTCOME_SUCCEEDED\x10\x01\x12\x17\n\x13\x43\x41LL_OUTCOME_FAILED\x10\x02*\xa3\x01\n\x0cResumeAction\x12\x1d\n\x19RESUME_ACTION_UNSPECIFIED\x10\x00\x12\x17\n\x13RESUME_ACTION_RETRY\x10\x01\x12\x16\n\x12RESUME_ACTION_DONE\x10\x02\x12#\n\x1fRESUME_ACTION_ALREADY_COMPLETED\x10\x03\x12\x1e\n\x1aRESUME_ACTION_LEFT_PENDING\x10\x04\x32\xef\x06\n\rKernelService\x12]\n\x0cRegisterTool\x12%.keycap.kernel.v1.RegisterToolRequest\x1a&.keycap.kernel.v1.RegisterToolResponse\x12N\n\x07GetTool\x12 .keycap.kernel.v1.GetToolRequest\x1a!.keycap.kernel.v1.GetToolResponse\x12T\n\tListTools\x12\".keycap.kernel.v1.ListToolsRequest\x1a#.keycap.kernel.v1.ListToolsResponse\x12T\n\tBeginCall\x12\".keycap.kernel.v1.BeginCallRequest\x1a#.keycap.kernel.v1.BeginCallResponse\x12]\n\x0c\x43ompleteCall\x12%.keycap.kernel.v1.CompleteCallRequest\x1a&.keycap.kernel.v1.CompleteCallResponse\x12i\n\x10ListPendingCalls\x12).keycap.kernel.v1.ListPendingCallsRequest\x1a*.keycap.kernel.v1.ListPendingCallsResponse\x12W\n\nResumeCall\x12#.keycap.kernel.v1.ResumeCallRequest\x1a$.keycap.kernel.v1.ResumeCallResponse\x12{\n\x16ListIndeterminateCalls\x12/.keycap.kernel.v1.ListIndeterminateCallsRequest\x1a\x30.keycap.kernel.v1.ListIndeterminateCallsResponse\x12\x63\n\x0eGetSigningKeys\x12\'.keycap.kernel.v1.GetSigningKeysRequest\x1a(.keycap.kernel.v1.GetSigningKeysResponseBCZAgithub.com/keycap/keycap/clients/go/gen/keycap/kernel/v1;kernelv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,52 +42,52 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOOL'].fields_by_name['effect_class']._serialized_options = b'\342\371\030!\n\010required\022\025EFFECT_CLASS_REQUIRED\272H\003\310\001\001'
   _globals['_REGISTERTOOLREQUEST'].fields_by_name['tool']._loaded_options = None
   _globals['_REGISTERTOOLREQUEST'].fields_by_name['tool']._serialized_options = b'\342\371\030\031\n\010required\022\rTOOL_REQUIRED\272H\003\310\001\001'
-  _globals['_CALLSTATE']._serialized_start=2437
-  _globals['_CALLSTATE']._serialized_end=2556
-  _globals['_CALLOUTCOME']._serialized_start=2558
-  _globals['_CALLOUTCOME']._serialized_end=2654
-  _globals['_RESUMEACTION']._serialized_start=2657
-  _globals['_RESUMEACTION']._serialized_end=2820
-  _globals['_TOOL']._serialized_start=147
-  _globals['_TOOL']._serialized_end=436
-  _globals['_REGISTERTOOLREQUEST']._serialized_start=438
-  _globals['_REGISTERTOOLREQUEST']._serialized_end=534
-  _globals['_REGISTERTOOLRESPONSE']._serialized_start=536
-  _globals['_REGISTERTOOLRESPONSE']._serialized_end=624
-  _globals['_GETTOOLREQUEST']._serialized_start=626
-  _globals['_GETTOOLREQUEST']._serialized_end=659
-  _globals['_GETTOOLRESPONSE']._serialized_start=661
-  _globals['_GETTOOLRESPONSE']._serialized_end=716
-  _globals['_LISTTOOLSREQUEST']._serialized_start=718
-  _globals['_LISTTOOLSREQUEST']._serialized_end=775
-  _globals['_LISTTOOLSRESPONSE']._serialized_start=777
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=860
-  _globals['_CALL']._serialized_start=863
-  _globals['_CALL']._serialized_end=1275
-  _globals['_BEGINCALLREQUEST']._serialized_start=1277
-  _globals['_BEGINCALLREQUEST']._serialized_end=1369
-  _globals['_BEGINCALLRESPONSE']._serialized_start=1372
-  _globals['_BEGINCALLRESPONSE']._serialized_end=1531
-  _globals['_COMPLETECALLREQUEST']._serialized_start=1533
-  _globals['_COMPLETECALLREQUEST']._serialized_end=1643
-  _globals['_COMPLETECALLRESPONSE']._serialized_start=1645
-  _globals['_COMPLETECALLRESPONSE']._serialized_end=1732
-  _globals['_LISTPENDINGCALLSREQUEST']._serialized_start=1734
-  _globals['_LISTPENDINGCALLSREQUEST']._serialized_end=1815
-  _globals['_LISTPENDINGCALLSRESPONSE']._serialized_start=1817
-  _globals['_LISTPENDINGCALLSRESPONSE']._serialized_end=1907
-  _globals['_LISTINDETERMINATECALLSREQUEST']._serialized_start=1909
-  _globals['_LISTINDETERMINATECALLSREQUEST']._serialized_end=1996
-  _globals['_LISTINDETERMINATECALLSRESPONSE']._serialized_start=1998
-  _globals['_LISTINDETERMINATECALLSRESPONSE']._serialized_end=2094
-  _globals['_RESUMECALLREQUEST']._serialized_start=2096
-  _globals['_RESUMECALLREQUEST']._serialized_end=2153
-  _globals['_RESUMECALLRESPONSE']._serialized_start=2156
-  _globals['_RESUMECALLRESPONSE']._serialized_end=2341
-  _globals['_GETSIGNINGKEYSREQUEST']._serialized_start=2343
-  _globals['_GETSIGNINGKEYSREQUEST']._serialized_end=2366
-  _globals['_GETSIGNINGKEYSRESPONSE']._serialized_start=2368
-  _globals['_GETSIGNINGKEYSRESPONSE']._serialized_end=2435
-  _globals['_KERNELSERVICE']._serialized_start=2823
-  _globals['_KERNELSERVICE']._serialized_end=3702
+  _globals['_CALLSTATE']._serialized_start=2534
+  _globals['_CALLSTATE']._serialized_end=2653
+  _globals['_CALLOUTCOME']._serialized_start=2655
+  _globals['_CALLOUTCOME']._serialized_end=2751
+  _globals['_RESUMEACTION']._serialized_start=2754
+  _globals['_RESUMEACTION']._serialized_end=2917
+  _globals['_TOOL']._serialized_start=183
+  _globals['_TOOL']._serialized_end=533
+  _globals['_REGISTERTOOLREQUEST']._serialized_start=535
+  _globals['_REGISTERTOOLREQUEST']._serialized_end=631
+  _globals['_REGISTERTOOLRESPONSE']._serialized_start=633
+  _globals['_REGISTERTOOLRESPONSE']._serialized_end=721
+  _globals['_GETTOOLREQUEST']._serialized_start=723
+  _globals['_GETTOOLREQUEST']._serialized_end=756
+  _globals['_GETTOOLRESPONSE']._serialized_start=758
+  _globals['_GETTOOLRESPONSE']._serialized_end=813
+  _globals['_LISTTOOLSREQUEST']._serialized_start=815
+  _globals['_LISTTOOLSREQUEST']._serialized_end=872
+  _globals['_LISTTOOLSRESPONSE']._serialized_start=874
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=957
+  _globals['_CALL']._serialized_start=960
+  _globals['_CALL']._serialized_end=1372
+  _globals['_BEGINCALLREQUEST']._serialized_start=1374
+  _globals['_BEGINCALLREQUEST']._serialized_end=1466
+  _globals['_BEGINCALLRESPONSE']._serialized_start=1469
+  _globals['_BEGINCALLRESPONSE']._serialized_end=1628
+  _globals['_COMPLETECALLREQUEST']._serialized_start=1630
+  _globals['_COMPLETECALLREQUEST']._serialized_end=1740
+  _globals['_COMPLETECALLRESPONSE']._serialized_start=1742
+  _globals['_COMPLETECALLRESPONSE']._serialized_end=1829
+  _globals['_LISTPENDINGCALLSREQUEST']._serialized_start=1831
+  _globals['_LISTPENDINGCALLSREQUEST']._serialized_end=1912
+  _globals['_LISTPENDINGCALLSRESPONSE']._serialized_start=1914
+  _globals['_LISTPENDINGCALLSRESPONSE']._serialized_end=2004
+  _globals['_LISTINDETERMINATECALLSREQUEST']._serialized_start=2006
+  _globals['_LISTINDETERMINATECALLSREQUEST']._serialized_end=2093
+  _globals['_LISTINDETERMINATECALLSRESPONSE']._serialized_start=2095
+  _globals['_LISTINDETERMINATECALLSRESPONSE']._serialized_end=2191
+  _globals['_RESUMECALLREQUEST']._serialized_start=2193
+  _globals['_RESUMECALLREQUEST']._serialized_end=2250
+  _globals['_RESUMECALLRESPONSE']._serialized_start=2253
+  _globals['_RESUMECALLRESPONSE']._serialized_end=2438
+  _globals['_GETSIGNINGKEYSREQUEST']._serialized_start=2440
+  _globals['_GETSIGNINGKEYSREQUEST']._serialized_end=2463
+  _globals['_GETSIGNINGKEYSRESPONSE']._serialized_start=2465
+  _globals['_GETSIGNINGKEYSRESPONSE']._serialized_end=2532
+  _globals['_KERNELSERVICE']._serialized_start=2920
+  _globals['_KERNELSERVICE']._serialized_end=3799
 # @@protoc_insertion_point(module_scope)

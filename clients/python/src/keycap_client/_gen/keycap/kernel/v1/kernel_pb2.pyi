@@ -1,6 +1,7 @@
 import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from keycap_client._gen.keycap.effect.v1 import destination_pb2 as _destination_pb2
 from keycap_client._gen.keycap.effect.v1 import effect_pb2 as _effect_pb2
 from keycap_client._gen.keycap.rules.v1 import refusal_pb2 as _refusal_pb2
 from google.protobuf.internal import containers as _containers
@@ -46,18 +47,20 @@ RESUME_ACTION_ALREADY_COMPLETED: ResumeAction
 RESUME_ACTION_LEFT_PENDING: ResumeAction
 
 class Tool(_message.Message):
-    __slots__ = ("tool_id", "effect_class", "arguments_schema_json", "registered_at", "owner")
+    __slots__ = ("tool_id", "effect_class", "arguments_schema_json", "registered_at", "owner", "http_destination")
     TOOL_ID_FIELD_NUMBER: _ClassVar[int]
     EFFECT_CLASS_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_AT_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
+    HTTP_DESTINATION_FIELD_NUMBER: _ClassVar[int]
     tool_id: str
     effect_class: _effect_pb2.EffectClass
     arguments_schema_json: str
     registered_at: _timestamp_pb2.Timestamp
     owner: str
-    def __init__(self, tool_id: _Optional[str] = ..., effect_class: _Optional[_Union[_effect_pb2.EffectClass, _Mapping]] = ..., arguments_schema_json: _Optional[str] = ..., registered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., owner: _Optional[str] = ...) -> None: ...
+    http_destination: _destination_pb2.HttpDestination
+    def __init__(self, tool_id: _Optional[str] = ..., effect_class: _Optional[_Union[_effect_pb2.EffectClass, _Mapping]] = ..., arguments_schema_json: _Optional[str] = ..., registered_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., owner: _Optional[str] = ..., http_destination: _Optional[_Union[_destination_pb2.HttpDestination, _Mapping]] = ...) -> None: ...
 
 class RegisterToolRequest(_message.Message):
     __slots__ = ("tool",)
