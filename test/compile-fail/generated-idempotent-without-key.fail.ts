@@ -8,5 +8,6 @@ export function register(client: KernelClient): unknown {
     argumentsSchemaJson: "",
     registeredAt: undefined,
     owner: "",
+    httpDestination: undefined,
   });
 }

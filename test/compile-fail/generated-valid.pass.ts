@@ -9,6 +9,7 @@ export const tool: ToolValid = {
   argumentsSchemaJson: "",
   registeredAt: undefined,
   owner: "",
+  httpDestination: undefined,
 };
 
 export function register(client: KernelClient): unknown {
