@@ -38,9 +38,9 @@ describe("make: an unchanged tree is not rebuilt (issue 16)", function () {
 
   it("make run goes straight to serving", function () {
     const planned = make("-n", "run").trim().split("\n");
-    // make run also serves the web console and the metrics on loopback unless the environment says otherwise.
+    // make run also serves the web console, the HTTP effect gateway and the metrics on loopback unless the environment says otherwise.
     expect(planned).to.deep.equal([
-      'KEYCAP_CONSOLE_LISTEN=${KEYCAP_CONSOLE_LISTEN:-127.0.0.1:50054} KEYCAP_METRICS_LISTEN="${KEYCAP_METRICS_LISTEN-127.0.0.1:9464}" node dist/services/cli/src/main.js serve all',
+      'KEYCAP_CONSOLE_LISTEN=${KEYCAP_CONSOLE_LISTEN:-127.0.0.1:50054} KEYCAP_GATEWAY_LISTEN=${KEYCAP_GATEWAY_LISTEN:-127.0.0.1:50055} KEYCAP_METRICS_LISTEN="${KEYCAP_METRICS_LISTEN-127.0.0.1:9464}" node dist/services/cli/src/main.js serve all',
     ]);
   });
 
