@@ -8,12 +8,22 @@ import type { MicroResult } from "./micro";
 import { sinkCostMarkdown, type SinkCostResult } from "./sink-cost";
 import type { ProcUsage } from "./proc-sampler";
 import type { LatencySummary } from "./stats";
+import { formatSpread, type SpreadRatio } from "./repetitions";
+
+/** A ratio between two scenarios; on a pooled row, the median of the repetitions' ratios with their range. */
+export interface Ratio {
+  throughput: number;
+  p99: number;
+  spread?: { throughput: SpreadRatio; p99: SpreadRatio };
+}
 
 /** One scenario at one concurrency. */
 export interface RunResult {
   scenario: string;
   driver: "ghz" | "node";
   concurrency: number;
+  /** Which repetition (0-based) this measurement was; absent on a pooled row. */
+  rep?: number;
   /** Measured time (sum of the load generator's own run times), seconds. */
   seconds: number;
   requests: number;
@@ -28,11 +38,11 @@ export interface RunResult {
   /** Over all answers, milliseconds. */
   latencyMs: LatencySummary;
   /** Ratios to ledger-write-baseline at the same concurrency, in the same run. */
-  vsBaseline?: { throughput: number; p99: number };
+  vsBaseline?: Ratio;
   /** `call` and `call-2x2`: ratios to `peer-powertools` at the same concurrency, in the same run. */
-  vsPeer?: { throughput: number; p99: number };
+  vsPeer?: Ratio;
   /** `call-2x2`: ratios to the single-process `call` at the same concurrency, in the same run. */
-  vsCall?: { throughput: number; p99: number };
+  vsCall?: Ratio;
   /**
    * Resource use of each process during the run: "ledger" (or the baseline / peer serving
    * the scenario), "kernel", "db"; "kernel2", "ledger2" for replicas, "redis" for the peer,
@@ -77,6 +87,8 @@ export interface BenchRecord {
   parameters: {
     concurrency: number[];
     secondsPerRun: number;
+    /** Interleaved repetitions per scenario and level (absent in records from before they existed: 1). */
+    repetitions?: number;
     warmupSeconds: number;
     payloadBytes: number;
     ghzChunk: number;
@@ -85,7 +97,10 @@ export interface BenchRecord {
     microPinnedToOneCore: boolean;
   };
   micro: MicroResult[];
+  /** One row per scenario and level, every repetition's answers pooled; ratios are medians over repetitions. */
   runs: RunResult[];
+  /** Every measurement, tagged with its repetition. */
+  repetitions?: RunResult[];
   targets: TargetCheck[];
   soak?: {
     /** What ran (ledger-write unless --soak-scenario said otherwise). */
@@ -106,6 +121,9 @@ export interface BenchRecord {
 
 const fmt = (v: number, digits = 1): string => (Number.isFinite(v) ? v.toFixed(digits) : "–");
 const fmtInt = (v: number): string => (Number.isFinite(v) ? Math.round(v).toLocaleString("en-US") : "–");
+/** A ratio's throughput or p99, with the repetitions' range when there were several. */
+const fmtRatio = (r: Ratio | undefined, which: "throughput" | "p99"): string =>
+  r === undefined ? "–" : r.spread ? formatSpread(r.spread[which]) : fmt(r[which], 2);
 
 /** The Markdown report (tables of runs, micro benchmarks and targets). */
 export function markdown(rec: BenchRecord): string {
@@ -114,7 +132,8 @@ export function markdown(rec: BenchRecord): string {
   lines.push("");
   lines.push(
     `${rec.machine.cpuModel}, ${rec.machine.cores} cores, ${fmt(rec.machine.memGiB)} GiB; node ${rec.versions.node}; ghz ${rec.versions.ghz}; ` +
-      `MongoDB backend: ${rec.versions.mongoBackend}${rec.versions.ferretdb ? ` ${rec.versions.ferretdb}` : ""}; ${rec.parameters.secondsPerRun} s per run`,
+      `MongoDB backend: ${rec.versions.mongoBackend}${rec.versions.ferretdb ? ` ${rec.versions.ferretdb}` : ""}; ${rec.parameters.secondsPerRun} s per run, ` +
+      `${rec.parameters.repetitions ?? 1} interleaved repetitions (ratios: median of the repetitions' ratios, their range in brackets)`,
   );
   lines.push("");
   lines.push(
@@ -126,7 +145,7 @@ export function markdown(rec: BenchRecord): string {
     const s = (n: string): { cpuMicrosPerRequest: number; peakRssMiB: number } | undefined => group(r, n);
     lines.push(
       `| ${r.scenario} | ${r.driver} | ${r.concurrency} | ${fmtInt(r.throughput)} | ${fmt(r.latencyMs.p50, 2)} | ${fmt(r.latencyMs.p90, 2)} | ${fmt(r.latencyMs.p99, 2)} | ${fmt(r.latencyMs.max, 1)} | ${r.errors} | ` +
-        `${r.vsBaseline ? fmt(r.vsBaseline.throughput, 2) : "–"} | ${r.vsBaseline ? fmt(r.vsBaseline.p99, 2) : "–"} | ` +
+        `${fmtRatio(r.vsBaseline, "throughput")} | ${fmtRatio(r.vsBaseline, "p99")} | ` +
         `${fmtInt(s("ledger")?.cpuMicrosPerRequest ?? Number.NaN)} | ${fmt(s("ledger")?.peakRssMiB ?? Number.NaN, 0)} | ` +
         `${fmtInt(s("kernel")?.cpuMicrosPerRequest ?? Number.NaN)} | ${fmt(s("kernel")?.peakRssMiB ?? Number.NaN, 0)} | ${fmtInt(s("db")?.cpuMicrosPerRequest ?? Number.NaN)} |`,
     );
@@ -214,8 +233,8 @@ export function wholeEffectMarkdown(rec: BenchRecord): string {
       .map((r) => (r ? `${fmt(busyCores(r), 2)} (${r.machineBusyCores !== undefined ? fmt(r.machineBusyCores, 2) : "–"})` : "–"))
       .join(" / ");
     lines.push(
-      `| ${c} | ${rate(call)} | ${p99(call)} | ${rate(peer)} | ${p99(peer)} | ${call?.vsPeer ? fmt(call.vsPeer.throughput, 2) : "–"} | ${call?.vsPeer ? fmt(call.vsPeer.p99, 2) : "–"} | ` +
-        `${rate(x2)} | ${p99(x2)} | ${x2?.vsCall ? fmt(x2.vsCall.throughput, 2) : "–"} | ${cores} |`,
+      `| ${c} | ${rate(call)} | ${p99(call)} | ${rate(peer)} | ${p99(peer)} | ${fmtRatio(call?.vsPeer, "throughput")} | ${fmtRatio(call?.vsPeer, "p99")} | ` +
+        `${rate(x2)} | ${p99(x2)} | ${fmtRatio(x2?.vsCall, "throughput")} | ${cores} |`,
     );
   }
   lines.push("");
@@ -237,12 +256,12 @@ export function checkTargets(runs: RunResult[], micro: MicroResult[], soak: Benc
   const w = at("ledger-write", maxC);
   out.push({
     target: `ledger-write req/s ≥ 0.8× baseline at c=${maxC}`,
-    measured: w?.vsBaseline ? `${fmt(w.vsBaseline.throughput, 2)}×` : "–",
+    measured: w?.vsBaseline ? `${fmtRatio(w.vsBaseline, "throughput")}×` : "–",
     met: w?.vsBaseline ? w.vsBaseline.throughput >= 0.8 : undefined,
   });
   out.push({
     target: `ledger-write p99 ≤ 1.5× baseline at c=${maxC}`,
-    measured: w?.vsBaseline ? `${fmt(w.vsBaseline.p99, 2)}×` : "–",
+    measured: w?.vsBaseline ? `${fmtRatio(w.vsBaseline, "p99")}×` : "–",
     met: w?.vsBaseline ? w.vsBaseline.p99 <= 1.5 : undefined,
   });
   const d = at("ledger-duplicate", maxC);
@@ -254,7 +273,7 @@ export function checkTargets(runs: RunResult[], micro: MicroResult[], soak: Benc
   const x = at("ledger-denied", maxC);
   out.push({
     target: `ledger-denied req/s ≥ 0.8× baseline (c=${maxC})`,
-    measured: x?.vsBaseline ? `${fmt(x.vsBaseline.throughput, 2)}×` : "–",
+    measured: x?.vsBaseline ? `${fmtRatio(x.vsBaseline, "throughput")}×` : "–",
     met: x?.vsBaseline ? x.vsBaseline.throughput >= 0.8 : undefined,
   });
   const call = at("call", maxC);
@@ -264,7 +283,7 @@ export function checkTargets(runs: RunResult[], micro: MicroResult[], soak: Benc
   if (call?.vsPeer) {
     out.push({
       target: `whole call ≥ 0.7× the peer at c=${maxC} (issue 11)`,
-      measured: `${fmt(call.vsPeer.throughput, 2)}×`,
+      measured: `${fmtRatio(call.vsPeer, "throughput")}×`,
       met: call.vsPeer.throughput >= 0.7,
     });
   }

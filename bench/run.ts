@@ -31,6 +31,7 @@ import { measureRoundTrips, roundTripMarkdown } from "./round-trips";
 import { startStack, type Stack } from "./stack";
 import { crossPairs, RoundRobin } from "./round-robin";
 import { LatencyRecorder, summarise } from "./stats";
+import { interleavedPlan, spreadOf } from "./repetitions";
 
 /** The baseline measured again after the enforced scenarios at the same level. */
 const BASELINE_AFTER = "ledger-write-baseline (after)";
@@ -63,6 +64,8 @@ interface Options {
   /** Only the sink SDKs' cost per request (a full run includes it). */
   sinkOnly: boolean;
   seconds: number;
+  /** Interleaved repetitions of every scenario at every level (bench/repetitions.ts). */
+  reps: number;
   warmupSeconds: number;
   microSeconds: number;
   concurrency: number[];
@@ -83,6 +86,7 @@ function options(): Options {
       sink: { type: "boolean", default: false },
       "profile-service": { type: "string", default: "ledger" },
       seconds: { type: "string" },
+      reps: { type: "string" },
       concurrency: { type: "string" },
       scenarios: { type: "string" },
     },
@@ -97,7 +101,8 @@ function options(): Options {
     roundTripsOnly: values["round-trips"] === true,
     sinkOnly: values.sink === true,
     profileService: values["profile-service"] === "kernel" ? "kernel" : "ledger",
-    seconds: Number(values.seconds ?? (quick ? 2 : 15)),
+    seconds: Number(values.seconds ?? (quick ? 2 : 6)),
+    reps: Math.max(1, Number(values.reps ?? (quick ? 2 : 5))),
     warmupSeconds: quick ? 0.7 : 3,
     microSeconds: quick ? 0.3 : 2,
     concurrency: (values.concurrency ?? "1,16,64").split(",").map(Number),
@@ -123,8 +128,12 @@ interface Scenario {
   levels?: number[];
   /** ghz: n requests (keys and capabilities), made just before they are sent. */
   items?: (n: number) => Promise<PoolItem[]>;
-  /** node: one operation. */
-  op?: (i: number) => Promise<unknown>;
+  /**
+   * node: makes the operation for one measurement, `op(i)` for i = 0, 1, ... Called per
+   * measurement so each gets keys of its own: a key reused from an earlier measurement
+   * would be a duplicate (the kernel's recovery path, the peer's cache hit), not a new effect.
+   */
+  newOp?: () => (i: number) => Promise<unknown>;
 }
 
 interface Measured {
@@ -180,7 +189,7 @@ class Bench {
       const sampler = new ProcSampler(this.sampled(sc));
       const cpu0 = machineCpuSeconds();
       sampler.start();
-      const r = await runClosedLoop(concurrency, seconds, sc.op!);
+      const r = await runClosedLoop(concurrency, seconds, sc.newOp!());
       addUsage(usage, sampler.stop());
       const cpu1 = machineCpuSeconds();
       if (cpu0 && cpu1) machineBusyCores = (cpu1.busy - cpu0.busy) / r.seconds;
@@ -365,6 +374,8 @@ async function main(): Promise<void> {
   const peer = stack.peer ? new BaselineServiceClient(stack.peer.address, credentials.createInsecure()) : undefined;
   const bench = new Bench(stack, ghz.bin);
   const runs: RunResult[] = [];
+  /** Every measurement, tagged with its repetition: the ratios' spread comes from these. */
+  const repetitions: RunResult[] = [];
   let soak: BenchRecord["soak"];
   const notes: string[] = [];
   try {
@@ -429,14 +440,14 @@ async function main(): Promise<void> {
         name: "call",
         driver: "node",
         expected: "OK",
-        op: (() => {
+        newOp: () => {
           const space = newKeySpace("call");
           return async (i: number): Promise<void> => {
             const handle = await kernel.begin(CALL_TOOL, { ...tenFieldArguments(i), order_id: `${space}-${i}` });
             await handle.write(PAYLOAD);
             await handle.complete("succeeded");
           };
-        })(),
+        },
       },
       {
         // The same effect through the peer: the caller supplies the idempotency key (here a
@@ -446,7 +457,7 @@ async function main(): Promise<void> {
         driver: "node",
         expected: "OK",
         target: "peer",
-        op: (() => {
+        newOp: () => {
           const space = newKeySpace("peer");
           return (i: number): Promise<WriteResponse> =>
             new Promise((resolve, reject) => {
@@ -455,7 +466,7 @@ async function main(): Promise<void> {
                 err ? reject(err) : resolve(res),
               );
             });
-        })(),
+        },
       },
       {
         name: CALL_2X2,
@@ -463,14 +474,14 @@ async function main(): Promise<void> {
         expected: "OK",
         target: "replicas",
         levels: CALL_2X2_LEVELS,
-        op: (() => {
+        newOp: () => {
           const space = newKeySpace("call2x2");
           return async (i: number): Promise<void> => {
             const handle = await scaled.next().begin(CALL_TOOL, { ...tenFieldArguments(i), order_id: `${space}-${i}` });
             await handle.write(PAYLOAD);
             await handle.complete("succeeded");
           };
-        })(),
+        },
       },
     ];
     const scenarios = all.filter((s) => !opts.scenarios || opts.scenarios.includes(s.name));
@@ -484,27 +495,35 @@ async function main(): Promise<void> {
     } else {
       log(`warm-up: ${opts.warmupSeconds} s per scenario at c=16`);
       for (const sc of scenarios) await bench.measure(sc, 16, opts.warmupSeconds);
-      for (const c of opts.concurrency) {
-        // The baseline runs first and again last at each level: the database slows as it
-        // fills (FerretDB's SQLite checkpoints, table growth), so a baseline measured only
-        // before the enforced scenarios would flatter or penalise them by position alone.
-        // Ratios are taken against the mean of the two.
-        const baseline = scenarios.find((s) => s.name === "ledger-write-baseline");
+      // The baseline runs first and again last at each level: the database slows as it
+      // fills (FerretDB's SQLite checkpoints, table growth), so a baseline measured only
+      // before the enforced scenarios would flatter or penalise them by position alone.
+      // Ratios are taken against the mean of the two, within each repetition.
+      const baseline = scenarios.find((s) => s.name === "ledger-write-baseline");
+      const orderAt = (c: number): Scenario[] => {
         // The whole effect (`call`, the peer, `call-2x2`: the kernel's journal plus a
         // write, or the peer's Redis plus the insert) goes last, after the second baseline.
         const atLevel = scenarios.filter((s) => !s.levels || s.levels.includes(c));
         const ledgerOnly = atLevel.filter((s) => !WHOLE_EFFECT.includes(s.name));
         const whole = WHOLE_EFFECT.flatMap((n) => atLevel.filter((s) => s.name === n));
-        const order = [...ledgerOnly, ...(baseline ? [{ ...baseline, name: BASELINE_AFTER }] : []), ...whole];
-        for (const sc of order) {
-          const r = toResult(sc, c, await bench.measure(sc, c, opts.seconds));
-          runs.push(r);
-          log(
-            `${sc.name} c=${c}: ${r.throughput.toFixed(0)}/s p50 ${r.latencyMs.p50.toFixed(2)} ms p99 ${r.latencyMs.p99.toFixed(2)} ms errors ${r.errors}` +
-              (r.errorSamples.length && r.errors ? ` (${r.errorSamples[0]})` : ""),
-          );
-        }
+        return [...ledgerOnly, ...(baseline ? [{ ...baseline, name: BASELINE_AFTER }] : []), ...whole];
+      };
+      const pooled = new Map<string, { sc: Scenario; c: number; measured: Measured[] }>();
+      for (const { rep, level: c, scenario: sc } of interleavedPlan(opts.reps, opts.concurrency, orderAt)) {
+        const m = await bench.measure(sc, c, opts.seconds);
+        const r = { ...toResult(sc, c, m), rep };
+        repetitions.push(r);
+        const k = `${sc.name}@${c}`;
+        const slot = pooled.get(k) ?? { sc, c, measured: [] };
+        slot.measured.push(m);
+        pooled.set(k, slot);
+        log(
+          `rep ${rep + 1}/${opts.reps} ${sc.name} c=${c}: ${r.throughput.toFixed(0)}/s p50 ${r.latencyMs.p50.toFixed(2)} ms p99 ${r.latencyMs.p99.toFixed(2)} ms errors ${r.errors}` +
+            (r.errorSamples.length && r.errors ? ` (${r.errorSamples[0]})` : ""),
+        );
       }
+      // The table's row per scenario and level: every repetition's answers pooled.
+      for (const { sc, c, measured } of pooled.values()) runs.push(toResult(sc, c, mergeMeasured(measured)));
       if (opts.soak) {
         const target = all.find((s) => s.name === opts.soakScenario);
         if (!target) throw new Error(`--soak-scenario ${opts.soakScenario}: no such scenario`);
@@ -525,20 +544,9 @@ async function main(): Promise<void> {
   const roundTrips = opts.profile || opts.scenarios ? undefined : await measureRoundTrips(PAYLOAD, opts.quick ? 50 : 200, log);
   const sinkCost = opts.profile || opts.scenarios ? undefined : await measureSinkCosts(opts.quick ? 1 : 5, log);
 
-  for (const r of runs) {
-    const bases = runs.filter((b) => (b.scenario === "ledger-write-baseline" || b.scenario === BASELINE_AFTER) && b.concurrency === r.concurrency);
-    if (bases.length === 0) continue;
-    const throughput = bases.reduce((n, b) => n + b.throughput, 0) / bases.length;
-    const p99 = bases.reduce((n, b) => n + b.latencyMs.p99, 0) / bases.length;
-    r.vsBaseline = { throughput: r.throughput / throughput, p99: r.latencyMs.p99 / p99 };
-  }
-  for (const r of runs) {
-    const at = (name: string): RunResult | undefined => runs.find((x) => x.scenario === name && x.concurrency === r.concurrency);
-    const p = at(PEER);
-    if (p && (r.scenario === "call" || r.scenario === CALL_2X2)) r.vsPeer = { throughput: r.throughput / p.throughput, p99: r.latencyMs.p99 / p.latencyMs.p99 };
-    const single = at("call");
-    if (single && r.scenario === CALL_2X2) r.vsCall = { throughput: r.throughput / single.throughput, p99: r.latencyMs.p99 / single.latencyMs.p99 };
-  }
+  for (let rep = 0; rep < opts.reps; rep++) attachRatios(repetitions.filter((r) => r.rep === rep));
+  if (opts.profile) attachRatios(runs);
+  else attachSpreads(runs, repetitions);
   if (machineInfo.cores <= 2) {
     notes.push(
       `${machineInfo.cores} cores: ghz (or the Node driver), the ledger, the kernel and the database share them; absolute numbers are bounded by that, ratios are the result.`,
@@ -569,6 +577,7 @@ async function main(): Promise<void> {
     parameters: {
       concurrency: opts.concurrency,
       secondsPerRun: opts.seconds,
+      repetitions: opts.reps,
       warmupSeconds: opts.warmupSeconds,
       payloadBytes: PAYLOAD.length,
       ghzChunk: CHUNK,
@@ -578,6 +587,7 @@ async function main(): Promise<void> {
     },
     micro: micro.results,
     runs,
+    ...(repetitions.length > 0 ? { repetitions } : {}),
     targets: [],
     ...(soak ? { soak } : {}),
     ...(roundTrips ? { roundTrips } : {}),
@@ -602,6 +612,70 @@ async function main(): Promise<void> {
   if (!opts.quick && !opts.scenarios) fs.writeFileSync(path.join(resultsDir, "latest.svg"), svg);
   process.stdout.write(markdown(rec));
   log(`wrote ${base}.json and ${base}.svg in ${((Date.now() - started) / 1000).toFixed(0)} s`);
+}
+
+/** Ratios within one set of runs measured together: to the baseline (mean of before and after), the peer, one `call`. */
+function attachRatios(runs: RunResult[]): void {
+  for (const r of runs) {
+    const bases = runs.filter((b) => (b.scenario === "ledger-write-baseline" || b.scenario === BASELINE_AFTER) && b.concurrency === r.concurrency);
+    if (bases.length === 0) continue;
+    const throughput = bases.reduce((n, b) => n + b.throughput, 0) / bases.length;
+    const p99 = bases.reduce((n, b) => n + b.latencyMs.p99, 0) / bases.length;
+    r.vsBaseline = { throughput: r.throughput / throughput, p99: r.latencyMs.p99 / p99 };
+  }
+  for (const r of runs) {
+    const at = (name: string): RunResult | undefined => runs.find((x) => x.scenario === name && x.concurrency === r.concurrency);
+    const p = at(PEER);
+    if (p && (r.scenario === "call" || r.scenario === CALL_2X2)) r.vsPeer = { throughput: r.throughput / p.throughput, p99: r.latencyMs.p99 / p.latencyMs.p99 };
+    const single = at("call");
+    if (single && r.scenario === CALL_2X2) r.vsCall = { throughput: r.throughput / single.throughput, p99: r.latencyMs.p99 / single.latencyMs.p99 };
+  }
+}
+
+/** A pooled row's ratios: the median of its repetitions' ratios, with their range. */
+function attachSpreads(runs: RunResult[], repetitions: RunResult[]): void {
+  type Ratio = NonNullable<RunResult["vsBaseline"]>;
+  const across = (ratios: (Ratio | undefined)[]): Ratio | undefined => {
+    const present = ratios.filter((x): x is Ratio => x !== undefined);
+    const throughput = spreadOf(present.map((x) => x.throughput));
+    const p99 = spreadOf(present.map((x) => x.p99));
+    return throughput && p99 ? { throughput: throughput.median, p99: p99.median, spread: { throughput, p99 } } : undefined;
+  };
+  for (const r of runs) {
+    const mine = repetitions.filter((x) => x.scenario === r.scenario && x.concurrency === r.concurrency);
+    const vsBaseline = across(mine.map((x) => x.vsBaseline));
+    const vsPeer = across(mine.map((x) => x.vsPeer));
+    const vsCall = across(mine.map((x) => x.vsCall));
+    if (vsBaseline) r.vsBaseline = vsBaseline;
+    if (vsPeer) r.vsPeer = vsPeer;
+    if (vsCall) r.vsCall = vsCall;
+  }
+}
+
+/** One scenario's measurements at one level, pooled: answers, statuses and CPU summed over their time. */
+function mergeMeasured(ms: Measured[]): Measured {
+  const latencies = new LatencyRecorder();
+  const statuses: Record<string, number> = {};
+  const errorSamples: string[] = [];
+  const usage: Record<string, ProcUsage> = {};
+  let seconds = 0;
+  let invocations = 0;
+  let busyCoreSeconds = 0;
+  let busySeconds = 0;
+  for (const m of ms) {
+    latencies.addAll(m.latencies.values());
+    for (const [k, v] of Object.entries(m.statuses)) statuses[k] = (statuses[k] ?? 0) + v;
+    for (const e of m.errorSamples) if (errorSamples.length < 5 && !errorSamples.includes(e)) errorSamples.push(e);
+    addUsage(usage, m.usage);
+    seconds += m.seconds;
+    invocations += m.invocations;
+    if (m.machineBusyCores !== undefined) {
+      busyCoreSeconds += m.machineBusyCores * m.seconds;
+      busySeconds += m.seconds;
+    }
+  }
+  for (const u of Object.values(usage)) u.cores = u.cpuSeconds / seconds;
+  return { seconds, latencies, statuses, errorSamples, usage, invocations, ...(busySeconds > 0 ? { machineBusyCores: busyCoreSeconds / busySeconds } : {}) };
 }
 
 /** The installed version of a package (its package.json). */
