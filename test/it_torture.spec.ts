@@ -15,7 +15,10 @@ describe("torture: SIGKILL anything, recover, check (issue 15)", function () {
     this.timeout(240_000);
     const backend = testMongoBackend() === "ferretdb-pg" ? "ferretdb-pg" : "ferretdb-sqlite";
     const seed = Number(process.env["KEYCAP_TORTURE_SEED"] ?? "20261203");
-    const report = await runTorture({ backend, kills: 40, seed });
+    // Progress on stderr with timestamps: if the pass ever outlives its timeout, the log says in which phase.
+    const t0 = Date.now();
+    const progress = (line: string): void => void process.stderr.write(`      torture +${((Date.now() - t0) / 1000).toFixed(0)} s: ${line}\n`);
+    const report = await runTorture({ backend, kills: 40, seed, progress });
     process.stdout.write(
       `      ${backend} seed ${seed}: ${report.totalKills} kills ${JSON.stringify(report.kills)}, fault points ${JSON.stringify(report.faultPointKills)}; ` +
         `${report.planned} planned, ${report.acknowledged} acknowledged, ${report.entries} entries, ${report.indeterminate} indeterminate; ` +

@@ -153,6 +153,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       } catch (err) {
         // e.g. a fault point fired during start-up recovery, or the port is not free yet
         if (tries >= 20) throw err;
+        progress(`${target} did not start (try ${tries}): ${(err instanceof Error ? err.message : String(err)).split("\n")[0]!.slice(0, 200)}`);
         await new Promise((r) => setTimeout(r, 250));
       }
     }
@@ -241,6 +242,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     await ensureUp(true);
     let finalRecoveryClean = false;
     for (let pass = 0; pass < 5 && !finalRecoveryClean; pass++) {
+      progress(`final recovery, pass ${pass + 1}`);
       await ensureUp(true);
       incarnation++;
       const journal = path.join(work, `worker-${incarnation}.jsonl`);
@@ -249,6 +251,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       const [code] = (await once(finisher, "exit")) as [number | null];
       finalRecoveryClean = code === 0;
     }
+    progress(`checking (final recovery clean: ${finalRecoveryClean})`);
     const result = await check(mongoUri, database, journals);
     for (const [t, m] of Object.entries(managed)) harvest(t as Target, m);
     if (serviceErrorExamples.length > 0) result.examples["service unexpected error"] = serviceErrorExamples;
