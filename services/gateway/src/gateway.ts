@@ -98,14 +98,20 @@ export class Gateway {
     }
 
     const deadline = Math.min(Date.now() + this.opts.waitMs, (ctx.deadline ?? Infinity) - 100);
+    const claim = {
+      key,
+      toolId: cap.tool_id,
+      callId: cap.call_id,
+      principal: cap.sub,
+      requestSha256: request.sha256,
+      method: request.method,
+      url: request.url.href,
+    };
     for (let round = 0; round < MAX_ROUNDS; round++) {
-      const seen = await this.opts.store.get(key);
+      // The insert decides who sends: tried first, so a new key costs one round trip, not a read and then an insert.
+      const seen = round === 0 ? undefined : await this.opts.store.get(key);
       if (!seen) {
-        const claimed = await this.opts.store.claimNew(
-          { key, toolId: cap.tool_id, callId: cap.call_id, principal: cap.sub, requestSha256: request.sha256, method: request.method, url: request.url.href },
-          this.leaseUntil(),
-        );
-        if (claimed) return this.send(cap, destination, request, 1, request.sha256, refuse);
+        if (await this.opts.store.claimNew(claim, this.leaseUntil())) return this.send(cap, destination, request, 1, request.sha256, refuse);
         continue;
       }
       if (seen.state === "done") return this.replay(seen, request, refuse);
