@@ -26,5 +26,15 @@ describe("torture: SIGKILL anything, recover, check (issue 15)", function () {
     );
     expect(violations(report), JSON.stringify(report.examples)).to.deep.equal([]);
     expect(report.totalKills).to.be.at.least(40);
+    // Nothing it started outlives it: a leaked kernel or ledger would keep running through the rest of the suite.
+    const running = report.pids.filter((pid) => {
+      try {
+        process.kill(pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    });
+    expect(running, "processes the pass left running").to.deep.equal([]);
   });
 });

@@ -45,6 +45,8 @@ export interface TortureReport extends CheckResult {
   finalRecoveryClean: boolean;
   /** Handler errors the services logged as unexpected (each was answered INTERNAL). */
   serviceErrors: number;
+  /** Every process the pass started (services and workers); all are dead when it returns. */
+  pids: number[];
 }
 
 const RUNTIME_TOKEN = `keycap_rt_torture_${crypto.randomBytes(18).toString("base64url")}`;
@@ -110,6 +112,8 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     worker: { killedByUs: false },
   };
 
+  /** Every child started, so none outlives the pass whatever state its Managed slot is in. */
+  const spawned: ChildProcess[] = [];
   const childOf = (m: Managed): ChildProcess | undefined => (m.proc === undefined ? undefined : "child" in m.proc ? m.proc.child : m.proc);
   const alive = (c: ChildProcess | undefined): boolean => c !== undefined && c.exitCode === null && c.signalCode === null;
 
@@ -148,7 +152,9 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
         : { KEYCAP_LEDGER_LISTEN: target === "ledger-a" ? ledgerAddresses[0]! : ledgerAddresses[1]! };
     for (let tries = 1; ; tries++) {
       try {
-        m.proc = await startService(which, { ...baseEnv, ...listen, ...faults }, { readyTimeoutMs: 60_000 });
+        const proc = await startService(which, { ...baseEnv, ...listen, ...faults }, { readyTimeoutMs: 60_000 });
+        spawned.push(proc.child);
+        m.proc = proc;
         return;
       } catch (err) {
         // e.g. a fault point fired during start-up recovery, or the port is not free yet
@@ -161,7 +167,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
 
   function spawnWorker(journal: string, inc: string, extra: Record<string, string>): ChildProcess {
     const out = fs.openSync(path.join(work, `worker-${inc}.out`), "a");
-    return spawn(process.execPath, [path.join(__dirname, "worker.js")], {
+    const child = spawn(process.execPath, [path.join(__dirname, "worker.js")], {
       env: {
         PATH: process.env["PATH"] ?? "",
         HOME: process.env["HOME"] ?? "",
@@ -176,6 +182,20 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       },
       stdio: ["ignore", out, out],
     });
+    fs.closeSync(out);
+    spawned.push(child);
+    return child;
+  }
+
+  /** SIGKILLs every child still running and waits (bounded) until each has exited. */
+  async function killAll(): Promise<void> {
+    await Promise.all(
+      spawned.filter(alive).map(async (c) => {
+        const exited = once(c, "exit");
+        c.kill("SIGKILL");
+        await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000).unref())]);
+      }),
+    );
   }
 
   /** Restarts whatever is down, the database first; counts deaths at fault points. */
@@ -253,6 +273,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     }
     progress(`checking (final recovery clean: ${finalRecoveryClean})`);
     const result = await check(mongoUri, database, journals);
+    await killAll();
     for (const [t, m] of Object.entries(managed)) harvest(t as Target, m);
     if (serviceErrorExamples.length > 0) result.examples["service unexpected error"] = serviceErrorExamples;
     const faultTotal = Object.values(faultPointKills).reduce((a, b) => a + b, 0);
@@ -265,13 +286,11 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       totalKills: Object.values(kills).reduce((a, b) => a + b, 0) + faultTotal,
       finalRecoveryClean,
       serviceErrors,
+      pids: spawned.map((c) => c.pid).filter((pid): pid is number => pid !== undefined),
       ...result,
     };
   } finally {
-    for (const m of Object.values(managed)) {
-      const c = childOf(m);
-      if (alive(c)) c!.kill("SIGKILL");
-    }
+    await killAll();
     await db?.stop();
     if (process.env["KEYCAP_TORTURE_KEEP"] !== "1") fs.rmSync(work, { recursive: true, force: true });
     else progress(`kept ${work}`);
