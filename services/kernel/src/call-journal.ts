@@ -4,6 +4,7 @@ import { Code, KeycapError } from "../../common/src/errors";
 import { isDuplicateKey } from "../../common/src/mongo";
 import { afterKeyset } from "../../common/src/paging";
 import { faultPoint } from "../../common/src/fault-points";
+import { InsertBatcher } from "../../common/src/insert-batcher";
 import type { Logger } from "../../common/src/logger";
 import { BegunCalls } from "./begun-calls";
 import { PendingCopySweeper } from "./pending-copy-sweeper";
@@ -91,6 +92,10 @@ export class CallJournal {
   private readonly begun = new BegunCalls({ maxCalls: 20_000, maxArgumentBytes: 16 * 1024 * 1024 });
   /** Pending copies of completed calls, deleted in batches after CompleteCall has answered. */
   private readonly sweeper: PendingCopySweeper;
+  /** The hot path's inserts, each collection's concurrent ones sharing a command (group commit, ADR 0020). */
+  private readonly copyInserts: InsertBatcher<CallRecord>;
+  private readonly journalInserts: InsertBatcher<CallRecord>;
+  private readonly completionInserts: InsertBatcher<CompletionDoc>;
 
   private constructor(
     private readonly calls: Collection<CallRecord>,
@@ -107,6 +112,13 @@ export class CallJournal {
         onError: (err, n) => this.logger.warn({ err, calls: n }, "could not remove the pending copies of finished calls; listing will skip and remove them"),
       },
     );
+    const unacknowledged = (): Error =>
+      new KeycapError(Code.UNAVAILABLE, "JOURNAL_WRITE_UNACKNOWLEDGED", "the call journal did not acknowledge the write; retry");
+    // Worst case 3 UTF-8 bytes per UTF-16 unit of the arguments, plus the rest of the record.
+    const sizeOf = (c: CallRecord): number => 3 * c.arguments_json.length + 2048;
+    this.copyInserts = new InsertBatcher(pending, { ...MAJORITY, sizeOf, unacknowledged });
+    this.journalInserts = new InsertBatcher(calls, { ...MAJORITY, sizeOf, unacknowledged });
+    this.completionInserts = new InsertBatcher(completions, { ...MAJORITY, sizeOf: (c) => 3 * c.outcome_detail.length + 256, unacknowledged });
   }
 
   /** Finishes the batched removals still queued (before the database connection closes). */
@@ -137,8 +149,7 @@ export class CallJournal {
     const copyInserted = await this.insertPendingCopy(record);
     faultPoint("journal.begin.after-pending-copy");
     try {
-      const res = await this.calls.insertOne(record, MAJORITY);
-      if (!res.acknowledged) throw new KeycapError(Code.UNAVAILABLE, "JOURNAL_WRITE_UNACKNOWLEDGED", "the call journal did not acknowledge the write; retry");
+      await this.journalInserts.insert(record);
       // A copy was already there: left by an earlier BeginCall of this id that crashed
       // before its journal write; the journal now says what the call is.
       if (!copyInserted) await this.pending.replaceOne({ _id: record._id }, record, MAJORITY);
@@ -209,9 +220,7 @@ export class CallJournal {
     await mayComplete(call);
     const completion: CompletionDoc = { _id: callId, outcome, outcome_detail: detail, completed_at: new Date() };
     try {
-      const res = await this.completions.insertOne(completion, MAJORITY);
-      if (!res.acknowledged)
-        throw new KeycapError(Code.UNAVAILABLE, "JOURNAL_WRITE_UNACKNOWLEDGED", "the call journal did not acknowledge the completion; retry");
+      await this.completionInserts.insert(completion);
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;
       const earlier = await this.completions.findOne({ _id: callId });
@@ -343,8 +352,7 @@ export class CallJournal {
   /** Inserts the call's pending copy. @returns false when one was already there. */
   private async insertPendingCopy(call: CallRecord): Promise<boolean> {
     try {
-      const res = await this.pending.insertOne({ ...call }, MAJORITY);
-      if (!res.acknowledged) throw new KeycapError(Code.UNAVAILABLE, "JOURNAL_WRITE_UNACKNOWLEDGED", "the call journal did not acknowledge the write; retry");
+      await this.copyInserts.insert({ ...call });
       return true;
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;

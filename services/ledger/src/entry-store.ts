@@ -10,6 +10,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { Binary, type Collection, type Db, type Filter } from "mongodb";
+import { InsertBatcher } from "../../common/src/insert-batcher";
 import { isDuplicateKey } from "../../common/src/mongo";
 import { afterKeyset } from "../../common/src/paging";
 import type { EffectName } from "../../common/src/capability";
@@ -105,6 +106,8 @@ export class EntryStore {
    */
   private readonly known = new Map<string, EntryDoc>();
   private knownBytes = 0;
+  /** Concurrent claims share an insert command (group commit, ADR 0020). */
+  private readonly claims: InsertBatcher<EntryDoc>;
 
   private constructor(
     private readonly entries: Collection<EntryDoc>,
@@ -112,7 +115,13 @@ export class EntryStore {
     private readonly duplicates: Collection<DuplicateDoc>,
     /** Queryable entries under the old `req:<tool>:<request>` ids exist (checked once at open). */
     readonly hasLegacyQueryable: boolean,
-  ) {}
+  ) {
+    this.claims = new InsertBatcher(entries, {
+      writeConcern: { w: "majority" },
+      sizeOf: (d) => (d.payload instanceof Binary ? d.payload.length() : d.payload.length) + 1024,
+      unacknowledged: () => new Error("entries insert was not acknowledged"),
+    });
+  }
 
   /** Opens the collections and creates their indexes; a failure stops the start. */
   static async open(db: Db): Promise<EntryStore> {
@@ -137,8 +146,7 @@ export class EntryStore {
    */
   async insert(doc: EntryDoc): Promise<boolean> {
     try {
-      const res = await this.entries.insertOne(doc);
-      if (!res.acknowledged) throw new Error("entries insert was not acknowledged");
+      await this.claims.insert(doc);
       this.remember(doc);
       return true;
     } catch (err) {

@@ -1,0 +1,158 @@
+/**
+ * Group commit for inserts: the documents that arrive while an insert to the same
+ * collection is in flight go together in the next one — one `insert` command with
+ * `ordered: false`, each document answered on its own (inserted, duplicate key, other
+ * error) as if it had been inserted alone.
+ *
+ * Why: on the MongoDB-protocol servers this project runs on, a command's fixed cost
+ * dominates a small insert. Measured on FerretDB v1.24 / PostgreSQL (2 cores), 64
+ * concurrent single-document inserts cost ~830–930 µs of machine CPU per document, the
+ * same documents 64 to a command ~160–190 µs (docs/decisions/0020-group-commit.md). Alone
+ * (nothing in flight) a document is sent at once, so an unloaded caller waits no longer
+ * than before; under load each waits at most for the insert ahead of it.
+ *
+ * Durability is unchanged: the command carries the caller's write concern, and no
+ * document is answered before the command that wrote it has been acknowledged.
+ */
+import {
+  MongoBulkWriteError,
+  MongoServerError,
+  type Collection,
+  type Document,
+  type OptionalUnlessRequiredId,
+  type WriteConcernSettings,
+  type WriteError,
+} from "mongodb";
+
+export interface InsertBatcherOptions<T> {
+  /** Write concern of every command. */
+  writeConcern: WriteConcernSettings;
+  /** Most documents per command. Default 256. */
+  maxDocs?: number;
+  /** Most estimated bytes per command (a larger document goes alone). Default 4 MiB. */
+  maxBytes?: number;
+  /** Estimated BSON size of a document. Default 1 KiB. */
+  sizeOf?: (doc: OptionalUnlessRequiredId<T>) => number;
+  /** Commands in flight at once. Default 1: what arrives meanwhile forms the next one. */
+  maxInFlight?: number;
+  /** The error each document of a command the server did not acknowledge is rejected with. */
+  unacknowledged: () => Error;
+}
+
+interface Waiting<T extends Document> {
+  doc: OptionalUnlessRequiredId<T>;
+  bytes: number;
+  resolve: () => void;
+  reject: (err: unknown) => void;
+}
+
+export class InsertBatcher<T extends Document> {
+  private queue: Waiting<T>[] = [];
+  private inFlight = 0;
+  private readonly maxDocs: number;
+  private readonly maxBytes: number;
+  private readonly maxInFlight: number;
+  private readonly sizeOf: (doc: OptionalUnlessRequiredId<T>) => number;
+
+  constructor(
+    private readonly coll: Collection<T>,
+    private readonly opts: InsertBatcherOptions<T>,
+  ) {
+    this.maxDocs = opts.maxDocs ?? 256;
+    this.maxBytes = opts.maxBytes ?? 4 * 1024 * 1024;
+    this.maxInFlight = opts.maxInFlight ?? 1;
+    this.sizeOf = opts.sizeOf ?? (() => 1024);
+  }
+
+  /**
+   * Inserts `doc` (which must carry its `_id`). Resolves once a command holding it was
+   * acknowledged; rejects with that document's own error — a duplicate key is a
+   * MongoServerError with code 11000, as from `insertOne` — or the command's.
+   */
+  insert(doc: OptionalUnlessRequiredId<T>): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      this.queue.push({ doc, bytes: this.sizeOf(doc), resolve, reject });
+      this.pump();
+    });
+  }
+
+  /** Sends queued documents while fewer than maxInFlight commands are out. */
+  private pump(): void {
+    while (this.inFlight < this.maxInFlight && this.queue.length > 0) {
+      const batch = this.take();
+      this.inFlight++;
+      void this.send(batch).finally(() => {
+        this.inFlight--;
+        this.pump();
+      });
+    }
+  }
+
+  private take(): Waiting<T>[] {
+    let bytes = 0;
+    let n = 0;
+    while (n < this.queue.length && n < this.maxDocs) {
+      const next = this.queue[n]!.bytes;
+      if (n > 0 && bytes + next > this.maxBytes) break;
+      bytes += next;
+      n++;
+    }
+    return this.queue.splice(0, n);
+  }
+
+  private async send(batch: Waiting<T>[]): Promise<void> {
+    if (batch.length === 1) return this.sendOne(batch[0]!);
+    try {
+      // insertMany (not a raw `insert` command) so monitoring and traces name the collection.
+      const res = await this.coll.insertMany(
+        batch.map((w) => w.doc),
+        { ordered: false, writeConcern: this.opts.writeConcern },
+      );
+      if (!res.acknowledged) throw this.opts.unacknowledged();
+      for (const w of batch) w.resolve();
+    } catch (err) {
+      const wce = err instanceof MongoBulkWriteError ? err.result?.getWriteConcernError() : undefined;
+      if (wce !== undefined) {
+        // Not known to be durable: every caller hears "retry" (inserts are keyed by _id).
+        const retry = new MongoServerError({ message: wce.errmsg ?? "write concern error", errmsg: wce.errmsg, code: wce.code });
+        retry.addErrorLabel("RetryableWriteError");
+        for (const w of batch) w.reject(retry);
+        return;
+      }
+      const failed = documentErrors(err);
+      if (failed === undefined) {
+        for (const w of batch) w.reject(err);
+        return;
+      }
+      batch.forEach((w, i) => {
+        const e = failed.get(i);
+        if (e === undefined) w.resolve();
+        else w.reject(new MongoServerError({ message: e.errmsg ?? `write error ${e.code}`, errmsg: e.errmsg, code: e.code, keyValue: e.err?.keyValue }));
+      });
+    }
+  }
+
+  /** Alone: exactly the `insertOne` it replaces (cheaper in the driver than a bulk insert of one). */
+  private async sendOne(w: Waiting<T>): Promise<void> {
+    try {
+      const res = await this.coll.insertOne(w.doc, { writeConcern: this.opts.writeConcern });
+      if (!res.acknowledged) throw this.opts.unacknowledged();
+      w.resolve();
+    } catch (err) {
+      w.reject(err);
+    }
+  }
+}
+
+/**
+ * The documents an unordered insert refused, by index — or undefined when the error is not
+ * about single documents (the command failed, or its write concern did: then every
+ * document of it shares the error).
+ */
+function documentErrors(err: unknown): Map<number, WriteError & { err?: { keyValue?: Document } }> | undefined {
+  if (!(err instanceof MongoBulkWriteError)) return undefined;
+  const raw = err.writeErrors as WriteError | WriteError[] | undefined;
+  const list = raw === undefined ? [] : Array.isArray(raw) ? raw : [raw];
+  if (list.length === 0) return undefined;
+  return new Map(list.map((e) => [e.index, e]));
+}

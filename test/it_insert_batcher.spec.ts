@@ -1,0 +1,110 @@
+/**
+ * Group commit (services/common/src/insert-batcher.ts) against the real MongoDB-protocol
+ * server: every document answered as if inserted alone — inserted, duplicate key, the
+ * command's failure — while concurrent documents share commands.
+ */
+import { expect } from "chai";
+import { MongoClient, type Collection } from "mongodb";
+import { InsertBatcher } from "../services/common/src/insert-batcher";
+import { isDatabaseUnavailable, isDuplicateKey } from "../services/common/src/mongo";
+import { freshDatabaseName, testMongoUri } from "./support/mongo";
+
+interface Doc {
+  _id: string;
+  body: string;
+}
+
+describe("InsertBatcher: concurrent inserts share commands, each answered on its own", function () {
+  this.timeout(60_000);
+  let client: MongoClient;
+  let coll: Collection<Doc>;
+  /** Documents per `insert` command, in the order sent. */
+  let commands: number[];
+
+  beforeEach(async function () {
+    commands = [];
+    client = new MongoClient(testMongoUri(), { monitorCommands: true });
+    client.on("commandStarted", (e) => {
+      if (e.commandName === "insert") commands.push((e.command["documents"] as unknown[]).length);
+    });
+    await client.connect();
+    coll = client.db(freshDatabaseName("batch")).collection<Doc>("docs");
+  });
+
+  afterEach(async function () {
+    await client.close();
+  });
+
+  const batcher = (opts: { maxDocs?: number; maxBytes?: number } = {}): InsertBatcher<Doc> =>
+    new InsertBatcher(coll, { writeConcern: { w: "majority" }, sizeOf: (d) => d.body.length, unacknowledged: () => new Error("unacknowledged"), ...opts });
+
+  it("300 concurrent inserts: all stored, the first sent alone at once, the rest in far fewer commands than documents", async function () {
+    const b = batcher();
+    await Promise.all(Array.from({ length: 300 }, (_, i) => b.insert({ _id: `d${i}`, body: "x" })));
+    expect(await coll.countDocuments({})).to.equal(300);
+    expect(commands[0], "nothing in flight: the first document does not wait").to.equal(1);
+    expect(commands.reduce((a, n) => a + n, 0)).to.equal(300);
+    expect(commands.length).to.be.at.most(5);
+  });
+
+  it("one at a time (nothing in flight) each document is its own command", async function () {
+    const b = batcher();
+    for (let i = 0; i < 5; i++) await b.insert({ _id: `s${i}`, body: "x" });
+    expect(commands).to.deep.equal([1, 1, 1, 1, 1]);
+  });
+
+  it("duplicates are refused one by one with the duplicate-key error, inside a command and across commands; the rest are stored", async function () {
+    await coll.insertMany([
+      { _id: "old-1", body: "first" },
+      { _id: "old-2", body: "first" },
+    ]);
+    const b = batcher();
+    const ids = ["warm", "old-1", "new-1", "old-2", "twice", "twice", "new-2"];
+    const results = await Promise.all(
+      ids.map((id, i) =>
+        b.insert({ _id: id, body: `second-${i}` }).then(
+          () => "inserted",
+          (err: unknown) => (isDuplicateKey(err) ? "duplicate" : `error ${String(err)}`),
+        ),
+      ),
+    );
+    expect(results.slice(0, 5)).to.deep.equal(["inserted", "duplicate", "inserted", "duplicate", "inserted"]);
+    expect(results[5]).to.equal("duplicate"); // the second "twice" of the same command
+    expect(results[6]).to.equal("inserted");
+    expect((await coll.findOne({ _id: "old-1" }))?.body, "a duplicate overwrites nothing").to.equal("first");
+    expect(await coll.countDocuments({})).to.equal(6);
+    expect(commands.length, "several documents per command").to.be.below(ids.length);
+  });
+
+  it("a document larger than maxBytes goes alone; maxDocs caps a command", async function () {
+    const b = batcher({ maxDocs: 3, maxBytes: 100 });
+    const gate = b.insert({ _id: "gate", body: "x" }); // in flight: the others queue
+    const rest = [
+      b.insert({ _id: "a", body: "x".repeat(40) }),
+      b.insert({ _id: "b", body: "x".repeat(40) }),
+      b.insert({ _id: "big", body: "x".repeat(500) }),
+      b.insert({ _id: "c", body: "x" }),
+      b.insert({ _id: "d", body: "x" }),
+      b.insert({ _id: "e", body: "x" }),
+      b.insert({ _id: "f", body: "x" }),
+    ];
+    await Promise.all([gate, ...rest]);
+    expect(commands).to.deep.equal([1, 2, 1, 3, 1]);
+    expect(await coll.countDocuments({})).to.equal(8);
+  });
+
+  it("a command that cannot reach the server fails every document in it with an error that says retry", async function () {
+    const b = batcher();
+    await b.insert({ _id: "before", body: "x" });
+    await client.close();
+    const errors = await Promise.all(
+      Array.from({ length: 5 }, (_, i) =>
+        b.insert({ _id: `after-${i}`, body: "x" }).then(
+          () => undefined,
+          (err: unknown) => err,
+        ),
+      ),
+    );
+    for (const err of errors) expect(isDatabaseUnavailable(err), String(err)).to.equal(true);
+  });
+});
