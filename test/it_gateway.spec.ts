@@ -170,11 +170,11 @@ describe("HTTP effect gateway (issue 12): one outbound effect per key for APIs t
     return { capability: r.capability, key: r.call!.key };
   }
 
-  function forward(capability: string | undefined, req: Partial<ForwardRequest>): Promise<ForwardResponse> {
+  function forward(capability: string | undefined, req: Partial<ForwardRequest>, deadlineMs = 30_000): Promise<ForwardResponse> {
     const md = new Metadata();
     if (capability !== undefined) md.set("authorization", `Bearer ${capability}`);
     const full: ForwardRequest = { method: "POST", path: "charges", headers: [], body: Buffer.from('{"amount":1200}'), ...req };
-    return new Promise((resolve, reject) => client.forward(full, md, { deadline: Date.now() + 30_000 }, (err, res) => (err ? reject(err) : resolve(res!))));
+    return new Promise((resolve, reject) => client.forward(full, md, { deadline: Date.now() + deadlineMs }, (err, res) => (err ? reject(err) : resolve(res!))));
   }
 
   before(async function () {
@@ -269,6 +269,19 @@ describe("HTTP effect gateway (issue 12): one outbound effect per key for APIs t
       expect(new Set(answers.map((a) => a.body.toString())).size).to.equal(1);
       expect(answers.every((a) => a.status === 201)).to.equal(true);
       expect(answers.filter((a) => !a.replayed)).to.have.length(1);
+    });
+
+    it("a duplicate that cannot wait for the forward in flight (its deadline comes first) is told ABORTED IN_PROGRESS, sends nothing, and a later one gets the answer", async function () {
+      const { capability, key } = await begin();
+      const first = forward(capability, { path: "charges?delay=1200" });
+      await new Promise((r) => setTimeout(r, 200)); // the first holds the key's lease now
+      const impatient = await refusalOf(forward(capability, { path: "charges?delay=1200" }, 700));
+      expect([impatient.code, impatient.reason]).to.deep.equal([status.ABORTED, "IN_PROGRESS"]);
+      const answered = await first;
+      expect([answered.status, answered.replayed]).to.deep.equal([201, false]);
+      const later = await forward(capability, { path: "charges?delay=1200" });
+      expect([later.replayed, later.body.toString()]).to.deep.equal([true, answered.body.toString()]);
+      expect(api.keys.get(key)).to.deep.include({ requests: 1, effects: 1 });
     });
 
     it("(b) a 503 leaves the key retryable (UNAVAILABLE): the retry goes out under the same key and the effect happens once", async function () {
