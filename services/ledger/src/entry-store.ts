@@ -106,8 +106,10 @@ export class EntryStore {
    */
   private readonly known = new Map<string, EntryDoc>();
   private knownBytes = 0;
-  /** Concurrent claims share an insert command (group commit, ADR 0020). */
+  /** Concurrent inserts into each collection share a command (group commit, ADR 0020). */
   private readonly claims: InsertBatcher<EntryDoc>;
+  private readonly spends: InsertBatcher<CapabilityUseDoc>;
+  private readonly duplicateRecords: InsertBatcher<DuplicateDoc>;
 
   private constructor(
     private readonly entries: Collection<EntryDoc>,
@@ -116,11 +118,13 @@ export class EntryStore {
     /** Queryable entries under the old `req:<tool>:<request>` ids exist (checked once at open). */
     readonly hasLegacyQueryable: boolean,
   ) {
-    this.claims = new InsertBatcher(entries, {
-      writeConcern: { w: "majority" },
-      sizeOf: (d) => (d.payload instanceof Binary ? d.payload.length() : d.payload.length) + 1024,
-      unacknowledged: () => new Error("entries insert was not acknowledged"),
+    const batched = (collection: string) => ({
+      writeConcern: { w: "majority" as const },
+      unacknowledged: () => new Error(`${collection} insert was not acknowledged`),
     });
+    this.claims = new InsertBatcher(entries, { ...batched("entries"), sizeOf: (d) => payloadSize(d.payload) + 1024 });
+    this.spends = new InsertBatcher(uses, batched("capability_uses"));
+    this.duplicateRecords = new InsertBatcher(duplicates, batched("entry_duplicates"));
   }
 
   /** Opens the collections and creates their indexes; a failure stops the start. */
@@ -174,7 +178,7 @@ export class EntryStore {
     if (!entry) throw new Error(`entry ${effectId} collided on insert but cannot be found`);
     this.remember(entry);
     const payloadMismatch = entry.payload_sha256 !== write.payloadSha256;
-    const res = await this.duplicates.insertOne({
+    await this.duplicateRecords.insert({
       _id: `${effectId}#${randomUUID()}`,
       effect_id: effectId,
       tool_id: write.toolId,
@@ -185,7 +189,6 @@ export class EntryStore {
       payload_mismatch: payloadMismatch,
       at: new Date(),
     });
-    if (!res.acknowledged) throw new Error("entry_duplicates insert was not acknowledged");
     if (payloadMismatch && !entry.payload_mismatch) {
       await this.entries.updateOne({ _id: effectId }, { $set: { payload_mismatch: true } });
       entry = { ...entry, payload_mismatch: true };
@@ -244,8 +247,7 @@ export class EntryStore {
    */
   async spendCapability(jti: string, toolId: string, expiresAt: Date): Promise<boolean> {
     try {
-      const res = await this.uses.insertOne({ _id: jti, tool_id: toolId, used_at: new Date(), expires_at: expiresAt });
-      if (!res.acknowledged) throw new Error("capability_uses insert was not acknowledged");
+      await this.spends.insert({ _id: jti, tool_id: toolId, used_at: new Date(), expires_at: expiresAt });
       return true;
     } catch (err) {
       if (isDuplicateKey(err)) return false;
