@@ -5,9 +5,11 @@
  */
 import { expect } from "chai";
 import { MongoClient, type Collection } from "mongodb";
+import { startMongoServer } from "../services/common/src/embedded-mongo";
+import { createLogger } from "../services/common/src/logger";
 import { InsertBatcher } from "../services/common/src/insert-batcher";
 import { isDatabaseUnavailable, isDuplicateKey } from "../services/common/src/mongo";
-import { freshDatabaseName, testMongoUri } from "./support/mongo";
+import { freshDatabaseName, testMongoBackend, testMongoUri } from "./support/mongo";
 
 interface Doc {
   _id: string;
@@ -91,6 +93,36 @@ describe("InsertBatcher: concurrent inserts share commands, each answered on its
     await Promise.all([gate, ...rest]);
     expect(commands).to.deep.equal([1, 2, 1, 3, 1]);
     expect(await coll.countDocuments({})).to.equal(8);
+  });
+
+  it("a server SIGKILLed under a batch: every document of every command fails with an error that says retry (never one that maps to INTERNAL)", async function () {
+    // Found by the torture pass: insertMany wraps a driver error (network, pool) in a
+    // MongoBulkWriteError that no longer says "unreachable", so callers answered INTERNAL.
+    const backend = testMongoBackend() === "ferretdb-pg" ? "ferretdb-pg" : "ferretdb-sqlite";
+    const own = await startMongoServer({ logger: createLogger("test", "silent"), uri: "", embedded: backend });
+    const c = new MongoClient(own.uri, { serverSelectionTimeoutMS: 2000 });
+    try {
+      await c.connect();
+      const b = new InsertBatcher(c.db("killed").collection<Doc>("docs"), {
+        writeConcern: { w: "majority" },
+        unacknowledged: () => new Error("unacknowledged"),
+      });
+      await b.insert({ _id: "before", body: "x" });
+      process.kill(own.pid!, "SIGKILL");
+      await own.exited;
+      const errors = await Promise.all(
+        Array.from({ length: 20 }, (_, i) =>
+          b.insert({ _id: `after-${i}`, body: "x" }).then(
+            () => undefined,
+            (err: unknown) => err,
+          ),
+        ),
+      );
+      for (const err of errors) expect(isDatabaseUnavailable(err), String(err)).to.equal(true);
+    } finally {
+      await c.close();
+      await own.stop();
+    }
   });
 
   it("a command that cannot reach the server fails every document in it with an error that says retry", async function () {

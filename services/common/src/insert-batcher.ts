@@ -14,15 +14,7 @@
  * Durability is unchanged: the command carries the caller's write concern, and no
  * document is answered before the command that wrote it has been acknowledged.
  */
-import {
-  MongoBulkWriteError,
-  MongoServerError,
-  type Collection,
-  type Document,
-  type OptionalUnlessRequiredId,
-  type WriteConcernSettings,
-  type WriteError,
-} from "mongodb";
+import { MongoServerError, ObjectId, type Collection, type Document, type OptionalUnlessRequiredId, type WriteConcernSettings } from "mongodb";
 
 export interface InsertBatcherOptions<T> {
   /** Write concern of every command. */
@@ -102,34 +94,49 @@ export class InsertBatcher<T extends Document> {
 
   private async send(batch: Waiting<T>[]): Promise<void> {
     if (batch.length === 1) return this.sendOne(batch[0]!);
+    let reply: InsertReply;
     try {
-      // insertMany (not a raw `insert` command) so monitoring and traces name the collection.
-      const res = await this.coll.insertMany(
-        batch.map((w) => w.doc),
-        { ordered: false, writeConcern: this.opts.writeConcern },
-      );
-      if (!res.acknowledged) throw this.opts.unacknowledged();
-      for (const w of batch) w.resolve();
+      // The `insert` command itself, not insertMany: insertMany's bulk machinery wraps a
+      // driver error (network, pool) in a MongoBulkWriteError that no longer says
+      // "unreachable", and callers would answer INTERNAL instead of UNAVAILABLE. The price:
+      // a batch's trace span is named "insert $cmd" (a single document's keeps its collection).
+      reply = (await this.coll.db.command({
+        insert: this.coll.collectionName,
+        documents: batch.map((w) => withId(w.doc)),
+        ordered: false,
+        writeConcern: this.opts.writeConcern,
+      })) as InsertReply;
     } catch (err) {
-      const wce = err instanceof MongoBulkWriteError ? err.result?.getWriteConcernError() : undefined;
-      if (wce !== undefined) {
-        // Not known to be durable: every caller hears "retry" (inserts are keyed by _id).
-        const retry = new MongoServerError({ message: wce.errmsg ?? "write concern error", errmsg: wce.errmsg, code: wce.code });
-        retry.addErrorLabel("RetryableWriteError");
-        for (const w of batch) w.reject(retry);
-        return;
-      }
-      const failed = documentErrors(err);
-      if (failed === undefined) {
-        for (const w of batch) w.reject(err);
-        return;
-      }
-      batch.forEach((w, i) => {
-        const e = failed.get(i);
-        if (e === undefined) w.resolve();
-        else w.reject(new MongoServerError({ message: e.errmsg ?? `write error ${e.code}`, errmsg: e.errmsg, code: e.code, keyValue: e.err?.keyValue }));
-      });
+      for (const w of batch) w.reject(err);
+      return;
     }
+    if (reply.writeConcernError) {
+      // Not known to be durable: every caller hears "retry" (inserts are keyed by _id).
+      const wce = reply.writeConcernError;
+      const retry = new MongoServerError({ message: wce.errmsg ?? "write concern error", errmsg: wce.errmsg, code: wce.code, codeName: wce.codeName });
+      retry.addErrorLabel("RetryableWriteError");
+      for (const w of batch) w.reject(retry);
+      return;
+    }
+    if (typeof reply.n !== "number") {
+      for (const w of batch) w.reject(this.opts.unacknowledged());
+      return;
+    }
+    const failed = new Map((reply.writeErrors ?? []).map((e) => [e.index, e]));
+    batch.forEach((w, i) => {
+      const e = failed.get(i);
+      if (e === undefined) w.resolve();
+      else
+        w.reject(
+          new MongoServerError({
+            message: e.errmsg ?? `write error ${e.code}`,
+            errmsg: e.errmsg,
+            code: e.code,
+            keyPattern: e.keyPattern,
+            keyValue: e.keyValue,
+          }),
+        );
+    });
   }
 
   /** Alone: exactly the `insertOne` it replaces (cheaper in the driver than a bulk insert of one). */
@@ -144,15 +151,14 @@ export class InsertBatcher<T extends Document> {
   }
 }
 
-/**
- * The documents an unordered insert refused, by index — or undefined when the error is not
- * about single documents (the command failed, or its write concern did: then every
- * document of it shares the error).
- */
-function documentErrors(err: unknown): Map<number, WriteError & { err?: { keyValue?: Document } }> | undefined {
-  if (!(err instanceof MongoBulkWriteError)) return undefined;
-  const raw = err.writeErrors as WriteError | WriteError[] | undefined;
-  const list = raw === undefined ? [] : Array.isArray(raw) ? raw : [raw];
-  if (list.length === 0) return undefined;
-  return new Map(list.map((e) => [e.index, e]));
+/** The `insert` command's reply, as the server sends it. */
+interface InsertReply {
+  n?: number;
+  writeErrors?: { index: number; code: number; errmsg?: string; keyPattern?: Document; keyValue?: Document }[];
+  writeConcernError?: { code?: number; codeName?: string; errmsg?: string };
+}
+
+/** The document with an `_id`, as insertOne would send it (every keycap document has one already). */
+function withId<D extends Document>(doc: D): D {
+  return "_id" in doc ? doc : { _id: new ObjectId(), ...doc };
 }
