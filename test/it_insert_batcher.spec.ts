@@ -16,6 +16,18 @@ interface Doc {
   body: string;
 }
 
+/** Inserts n documents at once; each one's error (undefined when it was stored). */
+function concurrentInsertErrors(b: InsertBatcher<Doc>, n: number): Promise<unknown[]> {
+  return Promise.all(
+    Array.from({ length: n }, (_, i) =>
+      b.insert({ _id: `after-${i}`, body: "x" }).then(
+        () => undefined,
+        (err: unknown) => err,
+      ),
+    ),
+  );
+}
+
 describe("InsertBatcher: concurrent inserts share commands, each answered on its own", function () {
   this.timeout(60_000);
   let client: MongoClient;
@@ -110,14 +122,7 @@ describe("InsertBatcher: concurrent inserts share commands, each answered on its
       await b.insert({ _id: "before", body: "x" });
       process.kill(own.pid!, "SIGKILL");
       await own.exited;
-      const errors = await Promise.all(
-        Array.from({ length: 20 }, (_, i) =>
-          b.insert({ _id: `after-${i}`, body: "x" }).then(
-            () => undefined,
-            (err: unknown) => err,
-          ),
-        ),
-      );
+      const errors = await concurrentInsertErrors(b, 20);
       for (const err of errors) expect(isDatabaseUnavailable(err), String(err)).to.equal(true);
     } finally {
       await c.close();
@@ -129,14 +134,7 @@ describe("InsertBatcher: concurrent inserts share commands, each answered on its
     const b = batcher();
     await b.insert({ _id: "before", body: "x" });
     await client.close();
-    const errors = await Promise.all(
-      Array.from({ length: 5 }, (_, i) =>
-        b.insert({ _id: `after-${i}`, body: "x" }).then(
-          () => undefined,
-          (err: unknown) => err,
-        ),
-      ),
-    );
+    const errors = await concurrentInsertErrors(b, 5);
     for (const err of errors) expect(isDatabaseUnavailable(err), String(err)).to.equal(true);
   });
 });

@@ -25,8 +25,6 @@ export interface InsertBatcherOptions<T> {
   maxBytes?: number;
   /** Estimated BSON size of a document. Default 1 KiB. */
   sizeOf?: (doc: OptionalUnlessRequiredId<T>) => number;
-  /** Commands in flight at once. Default 1: what arrives meanwhile forms the next one. */
-  maxInFlight?: number;
   /** The error each document of a command the server did not acknowledge is rejected with. */
   unacknowledged: () => Error;
 }
@@ -43,7 +41,6 @@ export class InsertBatcher<T extends Document> {
   private inFlight = 0;
   private readonly maxDocs: number;
   private readonly maxBytes: number;
-  private readonly maxInFlight: number;
   private readonly sizeOf: (doc: OptionalUnlessRequiredId<T>) => number;
 
   constructor(
@@ -52,7 +49,6 @@ export class InsertBatcher<T extends Document> {
   ) {
     this.maxDocs = opts.maxDocs ?? 256;
     this.maxBytes = opts.maxBytes ?? 4 * 1024 * 1024;
-    this.maxInFlight = opts.maxInFlight ?? 1;
     this.sizeOf = opts.sizeOf ?? (() => 1024);
   }
 
@@ -68,9 +64,9 @@ export class InsertBatcher<T extends Document> {
     });
   }
 
-  /** Sends queued documents while fewer than maxInFlight commands are out. */
+  /** Sends what is queued unless a command is out: what arrives meanwhile forms the next one. */
   private pump(): void {
-    while (this.inFlight < this.maxInFlight && this.queue.length > 0) {
+    while (this.inFlight < 1 && this.queue.length > 0) {
       const batch = this.take();
       this.inFlight++;
       void this.send(batch).finally(() => {
