@@ -10,9 +10,14 @@
  * `{"authorization":"Bearer {{env (printf \`K%d\` (mod .RequestNumber n))}}"}`, which
  * pairs request body i with capability i. The environment of one process is bounded
  * (execve allows at most 6 MiB with an unlimited stack limit), so a run is a sequence of
- * ghz invocations ("chunks") of at most CHUNK requests each, stopped at the run's
- * deadline (`-n CHUNK -x <remaining>`); the per-request latencies of all chunks
- * (`-O json` details) are merged.
+ * ghz invocations ("chunks") of at most CHUNK requests each (`-n <items>`), sized by the
+ * caller to the time left; the per-request latencies of all chunks (`-O json` details)
+ * are merged.
+ *
+ * No deadline flag: ghz v0.120 drops `-n` when `-x`/`--max-duration` is given (its config
+ * sets the run to "until the deadline") and cycles the data array, so request n + i sent
+ * item i again — a duplicate key and a replayed capability, not a fresh write
+ * (test/it_bench_ghz.spec.ts).
  */
 import { execFile, execFileSync } from "node:child_process";
 import * as fs from "node:fs";
@@ -69,9 +74,7 @@ export interface GhzChunkSpec {
   /** host:port */
   address: string;
   concurrency: number;
-  /** Stop after this long even if requests remain, seconds. */
-  maxSeconds: number;
-  /** Request i carries items[i].key and presents items[i].token; at most CHUNK items. */
+  /** Request i carries items[i].key and presents items[i].token, each sent once; at most CHUNK items. */
   items: PoolItem[];
   /** The payload (same for every request). */
   payload: Buffer;
@@ -120,10 +123,6 @@ export async function runGhzChunk(spec: GhzChunkSpec): Promise<GhzChunkResult> {
     String(spec.concurrency),
     "--total",
     String(n),
-    "--max-duration",
-    `${Math.max(0.1, spec.maxSeconds).toFixed(3)}s`,
-    "--duration-stop",
-    "wait",
     "--timeout",
     "20s",
     "--data-file",
@@ -144,6 +143,8 @@ export async function runGhzChunk(spec: GhzChunkSpec): Promise<GhzChunkResult> {
     maxBuffer: 64 * 1024 * 1024,
   });
   const report = JSON.parse(fs.readFileSync(outFile, "utf8")) as GhzReport;
+  const answered = report.details?.length ?? 0;
+  if (answered > n) throw new Error(`ghz sent ${answered} requests for ${n} items: some keys and capabilities went twice`);
   const latenciesMs: number[] = [];
   const statuses: Record<string, number> = {};
   const errorSamples = new Set<string>();

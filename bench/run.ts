@@ -33,6 +33,11 @@ import { crossPairs, RoundRobin } from "./round-robin";
 import { LatencyRecorder, summarise } from "./stats";
 import { interleavedPlan, spreadOf } from "./repetitions";
 
+/** A scenario's first ghz chunk at a level, before its rate is known: ~0.3–2 s on this machine. */
+const PROBE_REQUESTS = 600;
+/** The smallest later chunk (ghz's start-up is ~0.1 s; fewer requests would mostly measure it). */
+const MIN_CHUNK = 200;
+
 /** The baseline measured again after the enforced scenarios at the same level. */
 const BASELINE_AFTER = "ledger-write-baseline (after)";
 const WRITE_TOOL = BENCH_WRITE_TOOL_ID;
@@ -163,8 +168,8 @@ function addUsage(acc: Record<string, ProcUsage>, u: Record<string, ProcUsage>):
 }
 
 class Bench {
-  /** Answers per second last seen per concurrency, to size the next ghz chunk. */
-  private readonly rate = new Map<number, number>();
+  /** Answers per second last seen per scenario and concurrency (`name@c`), to size the next ghz chunk. */
+  private readonly rate = new Map<string, number>();
   private readonly tmp = fs.mkdtempSync(path.join(os.tmpdir(), "keycap-bench-ghz-"));
 
   constructor(
@@ -196,10 +201,13 @@ class Bench {
       merge(r);
       elapsed = r.seconds;
     } else {
-      while (elapsed < seconds - 0.05) {
+      // ghz has no deadline that keeps its request count (bench/ghz.ts): each chunk is sized
+      // to the time left at the rate this scenario last ran at this level, or is a short
+      // probe when it has not run yet; the last chunk may overrun by a fraction of a second.
+      while (seconds - elapsed > 0.2) {
         const remaining = seconds - elapsed;
-        const est = this.rate.get(concurrency) ?? 2500;
-        const n = Math.min(CHUNK, Math.max(300, Math.ceil(est * remaining * 1.3)));
+        const est = this.rate.get(`${sc.name}@${concurrency}`);
+        const n = est === undefined ? PROBE_REQUESTS : Math.min(CHUNK, Math.max(MIN_CHUNK, Math.ceil(est * remaining)));
         const items = await sc.items!(n);
         const sampler = new ProcSampler(this.sampled(sc));
         sampler.start();
@@ -209,7 +217,6 @@ class Bench {
           call: sc.call!,
           address: sc.target === "baseline" ? this.stack.baselineAddress : this.stack.ledgerAddress,
           concurrency,
-          maxSeconds: remaining,
           items,
           payload: PAYLOAD,
           workDir: this.tmp,
@@ -218,7 +225,7 @@ class Bench {
         merge(r);
         invocations++;
         elapsed += r.seconds;
-        if (r.seconds > 0 && r.latenciesMs.length > 0) this.rate.set(concurrency, r.latenciesMs.length / r.seconds);
+        if (r.seconds > 0 && r.latenciesMs.length > 0) this.rate.set(`${sc.name}@${concurrency}`, r.latenciesMs.length / r.seconds);
         if (r.latenciesMs.length === 0) throw new Error(`ghz answered nothing for ${sc.name} at c=${concurrency}`);
       }
     }
