@@ -4,11 +4,11 @@
  *
  * - key derivation: deriveKey over a parsed 10-field argument object whose derivation
  *   names all 10 fields (RFC 8785 canonical JSON + SHA-256); also with parseArguments;
- * - capability sign: CapabilityMinter.mint (claims check + node:crypto Ed25519 sign);
+ * - capability sign: CapabilityMinter.mint (claims check + libsodium Ed25519 sign);
  * - capability verify: CapabilityVerifier.verify (the ledger's one verification
- *   function: header checks, node:crypto Ed25519 verify, claim checks), one at a time and 32 in
- *   flight (node:crypto verify is synchronous, so 32 in flight shows no parallelism);
- * - raw Ed25519 sign / verify with parsed KeyObjects (node:crypto), for reference.
+ *   function: header checks, libsodium Ed25519 verify, claim checks), one at a time and 32 in
+ *   flight (the verify is synchronous, so 32 in flight shows no parallelism);
+ * - raw Ed25519 sign / verify with parsed KeyObjects (node:crypto), for reference: what the capability rows used before ADR 0003 moved to libsodium.
  *
  * Usage: node dist/bench/micro.js [seconds-per-benchmark]  → one JSON object on stdout.
  */
@@ -128,7 +128,7 @@ export async function runMicro(seconds: number): Promise<MicroResult[]> {
     const minter = new CapabilityMinter(keys, { lifetimeSeconds: 600 });
     const key = "p3bQ8Vn1y8a3l1bZ0b1oQm7yq2b9t0Qm1r4m8y1w8Qk";
     out.push(
-      await loopAsync("capability sign", seconds, 1, "CapabilityMinter.mint (node:crypto Ed25519, byte-identical to jose SignJWT)", (i) =>
+      await loopAsync("capability sign", seconds, 1, "CapabilityMinter.mint (libsodium Ed25519, byte-identical to jose SignJWT)", (i) =>
         minter.mint({ principal: "bench-runtime", toolId: "bench.write", effect: "idempotent", callId: `c-${i}`, attempt: 1, key }),
       ),
     );
@@ -143,7 +143,7 @@ export async function runMicro(seconds: number): Promise<MicroResult[]> {
     const verifier = new CapabilityVerifier(source);
     const bearers = tokens.map((t) => `Bearer ${t.token}`);
     out.push(
-      await loopAsync("capability verify (1 in flight)", seconds, 1, "CapabilityVerifier.verify (node:crypto Ed25519 verify + claim checks)", (i) =>
+      await loopAsync("capability verify (1 in flight)", seconds, 1, "CapabilityVerifier.verify (libsodium Ed25519 verify + claim checks)", (i) =>
         verifier.verify(bearers[i & 1023]),
       ),
     );

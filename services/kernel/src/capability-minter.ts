@@ -15,7 +15,7 @@
  * header and payload JSON, same base64url): a test mints with both and compares, and
  * jose verifies every token minted here (ADR 0003).
  */
-import { randomUUID, sign } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import {
   CAPABILITY_ALG,
   CAPABILITY_TYP,
@@ -27,6 +27,7 @@ import {
   type CapabilityClaims,
   type EffectName,
 } from "../../common/src/capability";
+import { signEd25519 } from "./ed25519-sign";
 import type { SigningKeys } from "./signing-keys";
 
 /** Options for {@link CapabilityMinter}. */
@@ -146,8 +147,8 @@ export class CapabilityMinter {
     const problem = findClaimProblem(ordered as unknown as Record<string, unknown>);
     if (problem) throw new TypeError(`cannot mint: ${problem.detail}`);
     const signingInput = `${this.encodedHeader}.${base64url(JSON.stringify(ordered))}`;
-    // Ed25519 takes no digest argument (null): RFC 8032 PureEdDSA over the signing input, as RFC 8037 specifies for JWS.
-    const token = `${signingInput}.${sign(null, Buffer.from(signingInput), this.keys.privateKey).toString("base64url")}`;
+    // RFC 8032 PureEdDSA over the signing input, as RFC 8037 specifies for JWS.
+    const token = `${signingInput}.${signEd25519(Buffer.from(signingInput), this.keys.privateKey).toString("base64url")}`;
     return { token, claims: ordered, expiresAt: new Date(ordered.exp * 1000) };
   }
 }
