@@ -46,6 +46,38 @@ export function cpuSecondsOf(pid: number): number | undefined {
   }
 }
 
+/**
+ * CPU seconds a process and all its descendants have used so far, those that exited
+ * included (a reaped child's time is in its parent's cutime/cstime). For servers that
+ * work in child processes: PostgreSQL's backends under FerretDB's wrapper.
+ */
+export function treeCpuSecondsOf(root: number): number | undefined {
+  const children = new Map<number, number[]>();
+  const times = new Map<number, number>();
+  for (const entry of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, "utf8");
+      const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      const pid = Number(entry);
+      const ppid = Number(rest[1]);
+      // utime, stime, cutime, cstime: fields 14–17, i.e. rest[11..14]
+      times.set(pid, Number(rest[11]) + Number(rest[12]) + Number(rest[13]) + Number(rest[14]));
+      children.set(ppid, [...(children.get(ppid) ?? []), pid]);
+    } catch {
+      // gone
+    }
+  }
+  if (!times.has(root)) return undefined;
+  let ticks = 0;
+  for (const todo = [root]; todo.length > 0;) {
+    const pid = todo.pop()!;
+    ticks += times.get(pid) ?? 0;
+    todo.push(...(children.get(pid) ?? []));
+  }
+  return ticks / ticksPerSecond();
+}
+
 /** VmRSS and VmHWM in MiB; undefined if the process is gone. */
 export function memoryOf(pid: number): { rssMiB: number; hwmMiB: number } | undefined {
   try {
@@ -57,7 +89,10 @@ export function memoryOf(pid: number): { rssMiB: number; hwmMiB: number } | unde
   }
 }
 
-/** Samples a set of named processes over a window. */
+/**
+ * Samples a set of named processes over a window. CPU of a name in `trees` is its
+ * process tree's (treeCpuSecondsOf); memory is always the named process's own.
+ */
 export class ProcSampler {
   private readonly cpuStart = new Map<string, number>();
   private readonly peak = new Map<string, number>();
@@ -67,12 +102,17 @@ export class ProcSampler {
   constructor(
     private readonly pids: Record<string, number>,
     private readonly intervalMs = 200,
+    private readonly trees: ReadonlySet<string> = new Set(),
   ) {}
+
+  private cpu(name: string, pid: number): number | undefined {
+    return this.trees.has(name) ? treeCpuSecondsOf(pid) : cpuSecondsOf(pid);
+  }
 
   start(): void {
     this.startedAt = performance.now();
     for (const [name, pid] of Object.entries(this.pids)) {
-      this.cpuStart.set(name, cpuSecondsOf(pid) ?? 0);
+      this.cpuStart.set(name, this.cpu(name, pid) ?? 0);
       this.peak.set(name, 0);
     }
     this.sample();
@@ -86,7 +126,7 @@ export class ProcSampler {
     const wall = (performance.now() - this.startedAt) / 1000;
     const out: Record<string, ProcUsage> = {};
     for (const [name, pid] of Object.entries(this.pids)) {
-      const cpu = (cpuSecondsOf(pid) ?? Number.NaN) - (this.cpuStart.get(name) ?? 0);
+      const cpu = (this.cpu(name, pid) ?? Number.NaN) - (this.cpuStart.get(name) ?? 0);
       const mem = memoryOf(pid);
       out[name] = {
         cpuSeconds: cpu,

@@ -33,6 +33,8 @@ import { crossPairs, RoundRobin } from "./round-robin";
 import { LatencyRecorder, summarise } from "./stats";
 import { interleavedPlan, spreadOf } from "./repetitions";
 
+/** "db" CPU is the database server's process tree: on PostgreSQL the SQL runs in postgres backends. */
+const DB_TREE: ReadonlySet<string> = new Set(["db"]);
 /** A scenario's first ghz chunk at a level, before its rate is known: ~0.3–2 s on this machine. */
 const PROBE_REQUESTS = 600;
 /** The smallest later chunk (ghz's start-up is ~0.1 s; fewer requests would mostly measure it). */
@@ -191,7 +193,7 @@ class Bench {
     let invocations = 0;
     let machineBusyCores: number | undefined;
     if (sc.driver === "node") {
-      const sampler = new ProcSampler(this.sampled(sc));
+      const sampler = new ProcSampler(this.sampled(sc), 200, DB_TREE);
       const cpu0 = machineCpuSeconds();
       sampler.start();
       const r = await runClosedLoop(concurrency, seconds, sc.newOp!());
@@ -209,7 +211,7 @@ class Bench {
         const est = this.rate.get(`${sc.name}@${concurrency}`);
         const n = est === undefined ? PROBE_REQUESTS : Math.min(CHUNK, Math.max(MIN_CHUNK, Math.ceil(est * remaining)));
         const items = await sc.items!(n);
-        const sampler = new ProcSampler(this.sampled(sc));
+        const sampler = new ProcSampler(this.sampled(sc), 200, DB_TREE);
         sampler.start();
         const r = await runGhzChunk({
           bin: this.ghzBin,
