@@ -6,6 +6,7 @@
  * checker. `make torture` runs the long version (≥ 1,000 kills, both backends).
  */
 import { expect } from "chai";
+import { findChildPids } from "../bench/proc-sampler";
 import { testMongoBackend } from "./support/mongo";
 import { runTorture } from "./torture/torture";
 import { violations } from "./torture/verdict";
@@ -18,7 +19,8 @@ describe("torture: SIGKILL anything, recover, check (issue 15)", function () {
     // Progress on stderr with timestamps: if the pass ever outlives its timeout, the log says in which phase.
     const t0 = Date.now();
     const progress = (line: string): void => void process.stderr.write(`      torture +${((Date.now() - t0) / 1000).toFixed(0)} s: ${line}\n`);
-    const report = await runTorture({ backend, kills: 40, seed, progress });
+    // The pass gives up on its own before the runner's timeout, naming its phase and what the processes said last.
+    const report = await runTorture({ backend, kills: 40, seed, progress, deadlineMs: 220_000 });
     process.stdout.write(
       `      ${backend} seed ${seed}: ${report.totalKills} kills ${JSON.stringify(report.kills)}, fault points ${JSON.stringify(report.faultPointKills)}; ` +
         `${report.planned} planned, ${report.acknowledged} acknowledged, ${report.entries} entries, ${report.indeterminate} indeterminate; ` +
@@ -36,5 +38,22 @@ describe("torture: SIGKILL anything, recover, check (issue 15)", function () {
       }
     });
     expect(running, "processes the pass left running").to.deep.equal([]);
+  });
+
+  it("a pass that outlives its deadline gives up with its phase and its processes' last words, and leaves nothing running", async function () {
+    this.timeout(120_000);
+    const backend = testMongoBackend() === "ferretdb-pg" ? "ferretdb-pg" : "ferretdb-sqlite";
+    const before = new Set(findChildPids(process.pid, ""));
+    let message = "";
+    try {
+      await runTorture({ backend, kills: 1_000, seed: 7, deadlineMs: 8_000 });
+    } catch (err) {
+      message = err instanceof Error ? err.message : String(err);
+    }
+    expect(message).to.match(/^torture pass gave up after 8 s in phase "[^"]+"/);
+    expect(message).to.match(/kernel (up \(pid \d+\)|down), ledger-a /);
+    expect(message).to.include("latest worker journal:");
+    const left = findChildPids(process.pid, "").filter((pid) => !before.has(pid));
+    expect(left, "children the aborted pass left").to.deep.equal([]);
   });
 });

@@ -33,6 +33,11 @@ export interface TortureOptions {
   loadMs?: [number, number];
   /** Progress lines (one per 10 kills) go here. */
   progress?: (line: string) => void;
+  /**
+   * Gives up after this long, naming the phase it was in and what the processes said
+   * last (a pass that hangs otherwise ends as a bare test-runner timeout).
+   */
+  deadlineMs?: number;
 }
 
 export interface TortureReport extends CheckResult {
@@ -62,7 +67,15 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
   const started = Date.now();
   const random = mulberry32(opts.seed);
   const between = (lo: number, hi: number): number => lo + Math.floor(random() * (hi - lo));
-  const progress = opts.progress ?? (() => undefined);
+  const report = opts.progress ?? (() => undefined);
+  let lastProgress = "";
+  const progress = (line: string): void => {
+    lastProgress = line;
+    report(line);
+  };
+  /** What the pass is doing now: the watchdog's message names it. */
+  let phase = "starting the database";
+  let aborted = false;
   const work = fs.mkdtempSync(path.join(os.tmpdir(), "keycap-torture-"));
   // PostgreSQL (ferretdb-pg) runs as its own user and must reach its folder inside.
   fs.chmodSync(work, 0o755);
@@ -118,6 +131,8 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
   const alive = (c: ChildProcess | undefined): boolean => c !== undefined && c.exitCode === null && c.signalCode === null;
 
   async function startDb(): Promise<void> {
+    if (aborted) throw new Error("torture pass aborted");
+    phase = "starting the database";
     db = await startMongoServer({ logger: createLogger("torture", "silent"), uri: "", embedded: opts.backend, dataDir: dbDir, listen: `127.0.0.1:${dbPort}` });
   }
 
@@ -134,6 +149,8 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
   }
 
   async function startManaged(target: Exclude<Target, "db">): Promise<void> {
+    if (aborted) throw new Error("torture pass aborted");
+    phase = `starting ${target}`;
     const m = managed[target];
     m.killedByUs = false;
     m.armed = armFaultPoint(target);
@@ -216,6 +233,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
   }
 
   async function kill(target: Target): Promise<void> {
+    phase = `killing ${target}`;
     kills[target]++;
     if (target === "db") {
       const killed = db;
@@ -241,9 +259,30 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     harvest(target, m);
   }
 
-  try {
+  /** The watchdog's message: where the pass was and what its processes said last. */
+  function stuck(ms: number): string {
+    const tail = (file: string, lines: number): string => {
+      try {
+        return fs.readFileSync(file, "utf8").trimEnd().split("\n").slice(-lines).join(" | ").slice(-600);
+      } catch {
+        return "(none)";
+      }
+    };
+    const running = (Object.keys(managed) as Exclude<Target, "db">[])
+      .map((t) => `${t} ${alive(childOf(managed[t])) ? `up (pid ${childOf(managed[t])!.pid})` : "down"}`)
+      .join(", ");
+    const journal = journals[journals.length - 1];
+    return (
+      `torture pass gave up after ${Math.round(ms / 1000)} s in phase "${phase}"; last progress: "${lastProgress}"; ` +
+      `db ${db ? `up (pid ${db.pid})` : "down"}, ${running}; ` +
+      `latest worker journal: ${journal ? tail(journal, 3) : "(none)"}; its output: ${journal ? tail(journal.replace(/\.jsonl$/, ".out"), 5) : "(none)"}`
+    );
+  }
+
+  const pass = async (): Promise<TortureReport> => {
     await ensureUp();
     for (let k = 0; k < opts.kills;) {
+      phase = `load before kill ${k + 1}`;
       const [lo, hi] = opts.loadMs ?? [300, 1500];
       await new Promise((r) => setTimeout(r, between(lo, hi)));
       const first = TARGETS[Math.floor(random() * TARGETS.length)]!;
@@ -267,11 +306,14 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       incarnation++;
       const journal = path.join(work, `worker-${incarnation}.jsonl`);
       journals.push(journal);
+      if (aborted) throw new Error("torture pass aborted");
       const finisher = spawnWorker(journal, String(incarnation), { TORTURE_MODE: "recover-only" });
+      phase = `final recovery pass ${pass + 1} (worker ${incarnation}, pid ${finisher.pid})`;
       const [code] = (await once(finisher, "exit")) as [number | null];
       finalRecoveryClean = code === 0;
     }
     progress(`checking (final recovery clean: ${finalRecoveryClean})`);
+    phase = "checking";
     const result = await check(mongoUri, database, journals);
     await killAll();
     for (const [t, m] of Object.entries(managed)) harvest(t as Target, m);
@@ -289,8 +331,31 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       pids: spawned.map((c) => c.pid).filter((pid): pid is number => pid !== undefined),
       ...result,
     };
+  };
+
+  let watchdog: NodeJS.Timeout | undefined;
+  let run: Promise<TortureReport> | undefined;
+  try {
+    run = pass();
+    if (opts.deadlineMs === undefined) return await run;
+    const deadline = opts.deadlineMs;
+    const expired = new Promise<never>((_, reject) => {
+      watchdog = setTimeout(() => {
+        aborted = true;
+        reject(new Error(stuck(deadline)));
+      }, deadline);
+    });
+    // Once the watchdog has fired, the pass's own ending (an "aborted" error) is moot.
+    run.catch(() => undefined);
+    return await Promise.race([run, expired]);
   } finally {
+    clearTimeout(watchdog);
     await killAll();
+    if (aborted && run) {
+      // A start in flight when the watchdog fired adds its child after the kill above.
+      await Promise.race([run.catch(() => undefined), new Promise((r) => setTimeout(r, 15_000).unref())]);
+      await killAll();
+    }
     await db?.stop();
     if (process.env["KEYCAP_TORTURE_KEEP"] !== "1") fs.rmSync(work, { recursive: true, force: true });
     else progress(`kept ${work}`);
