@@ -259,6 +259,37 @@ def test_grpc_streaming_handlers_are_guarded_and_later_calls_on_the_thread_see_n
         server.stop(None)
 
 
+def test_grpc_two_authorization_values_are_refused_as_the_ledger_does_even_with_a_genuine_one_first() -> None:
+    from concurrent import futures
+
+    import grpc
+
+    from keycap_client import KeycapError
+    from keycap_client.sink import SinkInterceptor
+
+    token = VECTOR["accepts-idempotent"]["token"]
+    ran: list[bytes] = []
+
+    def charge(request: bytes, context: grpc.ServicerContext) -> bytes:
+        ran.append(request)
+        return b"charged"
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1), interceptors=[SinkInterceptor(vector_sink())])
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.sink.v1.Effects", {"Charge": grpc.unary_unary_rpc_method_handler(charge)}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call: Any = channel.unary_unary("/test.sink.v1.Effects/Charge")
+            assert call(b"one", metadata=(("authorization", f"Bearer {token}"),), timeout=10) == b"charged"
+            with pytest.raises(grpc.RpcError) as caught:
+                call(b"two", metadata=(("authorization", f"Bearer {token}"), ("authorization", "Bearer other")), timeout=10)
+            assert KeycapError.from_rpc_error(caught.value).reason == "CAPABILITY_MALFORMED"
+            assert ran == [b"one"]
+    finally:
+        server.stop(None)
+
+
 def test_the_bench_prints_one_json_line_with_both_rates() -> None:
     import subprocess
     import sys

@@ -40,10 +40,10 @@ def capability_of(context: grpc.ServicerContext | grpc.aio.ServicerContext[Any, 
 
 
 def _metadata_value(metadata: Any, name: str) -> str | None:
-    for key, value in metadata or ():
-        if key == name:
-            return value if isinstance(value, str) else None
-    return None
+    # Two or more values are joined with "," (as the gateway does), so they are refused
+    # like the ledger refuses them rather than the first one passing for the call.
+    values = [value for key, value in metadata or () if key == name and isinstance(value, str)]
+    return ",".join(values) if values else None
 
 
 def _peer(context: Any) -> str:
