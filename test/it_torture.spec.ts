@@ -56,4 +56,14 @@ describe("torture: SIGKILL anything, recover, check (issue 15)", function () {
     const left = findChildPids(process.pid, "").filter((pid) => !before.has(pid));
     expect(left, "children the aborted pass left").to.deep.equal([]);
   });
+
+  it("the final recovery runs on services with no fault point armed: one armed earlier is restarted unarmed, so it cannot die under the finisher", async function () {
+    this.timeout(150_000);
+    const backend = testMongoBackend() === "ferretdb-pg" ? "ferretdb-pg" : "ferretdb-sqlite";
+    // Every start arms a fault point that fires at the first or second pass: the services
+    // running when the final recovery begins are all armed.
+    const report = await runTorture({ backend, kills: 4, seed: 11, loadMs: [300, 600], faultPointRate: 1, faultPointAt: [1, 3], deadlineMs: 120_000 });
+    expect(report.finalRecoveryClean, "the finisher recovered everything").to.equal(true);
+    expect(violations(report), JSON.stringify(report.examples)).to.deep.equal([]);
+  });
 });

@@ -31,6 +31,10 @@ export interface TortureOptions {
   concurrency?: number;
   /** Milliseconds of load between kills: [min, max). */
   loadMs?: [number, number];
+  /** Share of service starts that arm a fault point (default 0.25). */
+  faultPointRate?: number;
+  /** The fault point fires at its n-th pass, n in [min, max) (default [1, 40)). */
+  faultPointAt?: [number, number];
   /** Progress lines (one per 10 kills) go here. */
   progress?: (line: string) => void;
   /**
@@ -136,8 +140,10 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     db = await startMongoServer({ logger: createLogger("torture", "silent"), uri: "", embedded: opts.backend, dataDir: dbDir, listen: `127.0.0.1:${dbPort}` });
   }
 
+  /** Set for the final recovery: services start with no fault point armed. */
+  let finalPhase = false;
   function armFaultPoint(target: Target): string | undefined {
-    if (random() >= 0.25) return undefined;
+    if (finalPhase || random() >= (opts.faultPointRate ?? 0.25)) return undefined;
     const points =
       target === "kernel"
         ? ["journal.begin.after-pending-copy", "journal.indeterminate.after-mark"]
@@ -145,7 +151,8 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
           ? []
           : ["ledger.write.after-spend"];
     if (points.length === 0) return undefined;
-    return `${points[Math.floor(random() * points.length)]!}@${between(1, 40)}`;
+    const [lo, hi] = opts.faultPointAt ?? [1, 40];
+    return `${points[Math.floor(random() * points.length)]!}@${between(lo, hi)}`;
   }
 
   async function startManaged(target: Exclude<Target, "db">): Promise<void> {
@@ -296,8 +303,12 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
         progress(`${k}/${opts.kills} kills ${JSON.stringify(kills)} fault points ${JSON.stringify(faultPointKills)}`);
     }
     // The end: the worker dies one last time, the services stay up, and a
-    // recovery-only runtime finishes whatever is left.
+    // recovery-only runtime finishes whatever is left. A service still armed with a fault
+    // point is restarted unarmed first: one that fired during the final recovery stayed
+    // down, and the finisher retried against it until the pass timed out (CI, 2026-12-05).
     await kill("worker");
+    finalPhase = true;
+    for (const t of ["kernel", "ledger-a", "ledger-b"] as const) if (managed[t].armed !== undefined && alive(childOf(managed[t]))) await kill(t);
     await ensureUp(true);
     let finalRecoveryClean = false;
     for (let pass = 0; pass < 5 && !finalRecoveryClean; pass++) {
