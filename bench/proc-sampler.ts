@@ -32,18 +32,39 @@ function ticksPerSecond(): number {
   return clockTicks;
 }
 
-/** CPU seconds (user + system) a process has used so far; undefined if it is gone. */
-export function cpuSecondsOf(pid: number): number | undefined {
+/** The fields of /proc/<pid>/stat this module reads; undefined if the process is gone. */
+function statOf(pid: number): { comm: string; ppid: number; ownTicks: number; reapedChildTicks: number } | undefined {
   try {
     const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
-    // Fields after the command name (which may contain spaces) start at field 3.
+    // Fields after the command name (which may contain spaces) start at field 3:
+    // ppid is field 4, utime/stime 14–15, cutime/cstime 16–17.
     const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    const utime = Number(rest[11]);
-    const stime = Number(rest[12]);
-    return (utime + stime) / ticksPerSecond();
+    return {
+      comm: stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")),
+      ppid: Number(rest[1]),
+      ownTicks: Number(rest[11]) + Number(rest[12]),
+      reapedChildTicks: Number(rest[13]) + Number(rest[14]),
+    };
   } catch {
     return undefined;
   }
+}
+
+/** Every process's stat, by pid. */
+function allStats(): Map<number, NonNullable<ReturnType<typeof statOf>>> {
+  const out = new Map<number, NonNullable<ReturnType<typeof statOf>>>();
+  for (const entry of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    const st = statOf(Number(entry));
+    if (st) out.set(Number(entry), st);
+  }
+  return out;
+}
+
+/** CPU seconds (user + system) a process has used so far; undefined if it is gone. */
+export function cpuSecondsOf(pid: number): number | undefined {
+  const st = statOf(pid);
+  return st === undefined ? undefined : st.ownTicks / ticksPerSecond();
 }
 
 /**
@@ -52,27 +73,19 @@ export function cpuSecondsOf(pid: number): number | undefined {
  * work in child processes: PostgreSQL's backends under FerretDB's wrapper.
  */
 export function treeCpuSecondsOf(root: number): number | undefined {
+  const stats = allStats();
+  if (!stats.has(root)) return undefined;
   const children = new Map<number, number[]>();
-  const times = new Map<number, number>();
-  for (const entry of fs.readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${entry}/stat`, "utf8");
-      const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      const pid = Number(entry);
-      const ppid = Number(rest[1]);
-      // utime, stime, cutime, cstime: fields 14–17, i.e. rest[11..14]
-      times.set(pid, Number(rest[11]) + Number(rest[12]) + Number(rest[13]) + Number(rest[14]));
-      children.set(ppid, [...(children.get(ppid) ?? []), pid]);
-    } catch {
-      // gone
-    }
+  for (const [pid, st] of stats) {
+    const siblings = children.get(st.ppid);
+    if (siblings) siblings.push(pid);
+    else children.set(st.ppid, [pid]);
   }
-  if (!times.has(root)) return undefined;
   let ticks = 0;
   for (const todo = [root]; todo.length > 0;) {
     const pid = todo.pop()!;
-    ticks += times.get(pid) ?? 0;
+    const st = stats.get(pid)!;
+    ticks += st.ownTicks + st.reapedChildTicks;
     todo.push(...(children.get(pid) ?? []));
   }
   return ticks / ticksPerSecond();
@@ -149,19 +162,7 @@ export class ProcSampler {
 
 /** Child processes of `parent` whose command name starts with `prefix` (from /proc). */
 export function findChildPids(parent: number, prefix: string): number[] {
-  const out: number[] = [];
-  for (const entry of fs.readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${entry}/stat`, "utf8");
-      const comm = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
-      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      if (ppid === parent && comm.startsWith(prefix)) out.push(Number(entry));
-    } catch {
-      // gone
-    }
-  }
-  return out;
+  return [...allStats()].filter(([, st]) => st.ppid === parent && st.comm.startsWith(prefix)).map(([pid]) => pid);
 }
 
 /** The whole machine's CPU time so far (first line of /proc/stat), seconds; undefined off Linux. */

@@ -5,7 +5,7 @@
  * first, as recovery does, and a step that already completed is not run again.
  */
 import { expect } from "chai";
-import { defineTool, KernelClient, Runtime, type RuntimeTool } from "../clients/ts/src";
+import { defineTool, KernelClient, KeycapClientError, Runtime, type RuntimeTool } from "../clients/ts/src";
 import { serviceEnv, startService, type ServiceProcess } from "./support/processes";
 
 describe("runtime: a step retried in place (issue 15)", function () {
@@ -69,5 +69,28 @@ describe("runtime: a step retried in place (issue 15)", function () {
     const again = await runtime.run(tool.definition.id, { order: "O-1" }, { callId: "retry-O-1" });
     expect(again.output).to.equal("charged");
     expect(runs).to.equal(1);
+  });
+
+  it("a recovery step that fails carries the refusal's code and machine-readable reason, not only a line for people", async function () {
+    let refusal: KeycapClientError | undefined;
+    const tool: RuntimeTool = {
+      definition: defineTool({ id: "retry.lookup", effect: { kind: "idempotent", key: { fields: ["/order"] } } }),
+      handler: async () => {
+        // A genuine service refusal inside the handler: what recovery must report as data.
+        refusal = await client.resumeCall("retry-no-such-call").then(
+          () => undefined,
+          (e: unknown) => KeycapClientError.from(e),
+        );
+        throw refusal;
+      },
+    };
+    const runtime = new Runtime(client, [tool]);
+    await runtime.registerAll();
+    await runtime.run(tool.definition.id, { order: "L-1" }, { callId: "retry-L-1" }).catch(() => undefined);
+    const step = (await runtime.recover({ toolIds: [tool.definition.id] })).find((s) => s.callId === "retry-L-1");
+    expect(refusal, "the kernel refused the unknown call").to.be.instanceOf(KeycapClientError);
+    expect(step?.result).to.equal("failed");
+    expect(step?.error).to.deep.equal({ code: refusal!.codeName, reason: refusal!.reason });
+    expect(step?.error?.reason).to.match(/^[A-Z_]+$/);
   });
 });

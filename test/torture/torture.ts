@@ -71,11 +71,11 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
   const started = Date.now();
   const random = mulberry32(opts.seed);
   const between = (lo: number, hi: number): number => lo + Math.floor(random() * (hi - lo));
-  const report = opts.progress ?? (() => undefined);
+  const emit = opts.progress ?? (() => undefined);
   let lastProgress = "";
   const progress = (line: string): void => {
     lastProgress = line;
-    report(line);
+    emit(line);
   };
   /** What the pass is doing now: the watchdog's message names it. */
   let phase = "starting the database";

@@ -20,14 +20,3 @@ export function violations(r: TortureReport): string[] {
   if (unexpected.length > 0) out.push(`worker saw ${unexpected.map(([c, n]) => `${n}× ${c}`).join(", ")}`);
   return out;
 }
-
-/**
- * Code and reason of a failed recovery step's detail — the client error's summary,
- * "CODE REASON: message", "CODE: message", "CODE REASON" or "CODE" — without the colon
- * (read with the colon, "UNAVAILABLE:" was not a retryable code to the verdict).
- */
-export function stepError(detail: string): { code: string; reason: string } {
-  const m = /^([A-Z_]+)(?:\s+([A-Z_]+))?(?::|$)/.exec(detail);
-  if (m) return { code: m[1]!, reason: m[2] ?? "" };
-  return { code: (detail.split(" ")[0] ?? "").replace(/:$/, ""), reason: "" };
-}

@@ -20,7 +20,6 @@ import * as fs from "node:fs";
 import { KernelClient, KeycapClientError, Runtime, type RecoveryStep } from "../../clients/ts/src";
 import { argumentsFor, runtimeTools, type TortureToolId } from "./torture-tools";
 import { mulberry32 } from "./prng";
-import { stepError } from "./verdict";
 
 function env(name: string): string {
   const v = process.env[name];
@@ -63,7 +62,8 @@ async function recoverAll(passes: number): Promise<boolean> {
     }
     const failed = steps.filter((s) => s.result === "failed");
     log({ ev: "recovered", steps: steps.length, failed: failed.length, results: tally(steps.map((s) => s.result)) });
-    for (const f of failed) log({ ev: "err", op: "", phase: "recover-step", ...stepError(f.detail), message: f.detail.slice(0, 300) });
+    for (const f of failed)
+      log({ ev: "err", op: "", phase: "recover-step", code: f.error?.code ?? "", reason: f.error?.reason ?? "", message: f.detail.slice(0, 300) });
     if (steps.length === 0) return true;
     if (failed.length > 0) await sleep(200);
   }

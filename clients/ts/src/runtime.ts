@@ -29,6 +29,8 @@ export interface RecoveryStep {
   /** What happened: "dry-run", "completed", "done-in-ledger", "already-completed", "indeterminate", "skipped", "failed". */
   result: string;
   detail: string;
+  /** When `result` is "failed": the gRPC status name and the machine-readable reason (branch on these, not on `detail`). */
+  error?: { code: string; reason: string };
 }
 
 export interface RecoverOptions {
@@ -125,7 +127,7 @@ export class Runtime {
       if (e.reason === "UNSAFE_NOT_RESUMABLE") return { ...step, result: "indeterminate", detail: "Unsafe: not retried; marked indeterminate for an operator" };
       // Listed by a pass that raced (or a crash that interrupted) its marking: already an operator's.
       if (e.reason === "CALL_INDETERMINATE") return { ...step, result: "indeterminate", detail: "already indeterminate: waiting for an operator" };
-      return { ...step, result: "failed", detail: e.summary };
+      return { ...step, result: "failed", detail: e.summary, error: { code: e.codeName, reason: e.reason } };
     }
   }
 
