@@ -237,6 +237,22 @@ export function wholeEffectMarkdown(rec: BenchRecord): string {
         `${rate(x2)} | ${p99(x2)} | ${fmtRatio(x2?.vsCall, "throughput")} | ${cores} |`,
     );
   }
+  if (cs.some((c) => at("call-unary", c))) {
+    lines.push("");
+    lines.push(
+      "Batched begins and completes (`call`, ADR 0022) against one RPC per BeginCall and per CompleteCall (`call-unary`, same client with coalescing off):",
+    );
+    lines.push("");
+    lines.push("| c | call req/s | call-unary req/s | unary ÷ call req/s | unary ÷ call p99 | CPU µs per call: call-unary |");
+    lines.push("| ---: | ---: | ---: | ---: | ---: | --- |");
+    for (const c of cs) {
+      const u = at("call-unary", c);
+      if (!u) continue;
+      lines.push(
+        `| ${c} | ${rate(at("call", c))} | ${rate(u)} | ${fmtRatio(u.vsCall, "throughput")} | ${fmtRatio(u.vsCall, "p99")} | ${cpu(u, "kernel", "ledger", "db", "driver")} |`,
+      );
+    }
+  }
   lines.push("");
   lines.push("| c | CPU µs per call: call | peer-powertools | call-2x2 (kernel and ledger summed over both) |");
   lines.push("| ---: | --- | --- | --- |");

@@ -55,10 +55,12 @@ const LEDGER_CALL = "keycap.ledger.v1.LedgerService.Write";
 const PEER = "peer-powertools";
 /** The whole call on two kernels and two ledgers (round robin), same databases. */
 const CALL_2X2 = "call-2x2";
+/** The whole call with one RPC per BeginCall and CompleteCall (a client with coalescing off, ADR 0022). */
+const CALL_UNARY = "call-unary";
 /** Concurrency levels call-2x2 runs at (where more processes could help). */
 const CALL_2X2_LEVELS = [16, 64];
 /** The node-driven scenarios, run after the ledger-only ones at each level, in this order. */
-const WHOLE_EFFECT = ["call", PEER, CALL_2X2];
+const WHOLE_EFFECT = ["call", CALL_UNARY, PEER, CALL_2X2];
 /** The payload of every write: 256 bytes, like a small JSON effect description. */
 const PAYLOAD = Buffer.from(JSON.stringify({ kind: "charge", amount_cents: 129900, currency: "EUR", note: "x".repeat(180) }).padEnd(256, " "));
 
@@ -378,6 +380,7 @@ async function main(): Promise<void> {
 
   const kernel = new KernelClient(stack.kernelAddress, { ledgerAddress: stack.ledgerAddress, token: stack.runtimeToken });
   const ledger = new LedgerClient(stack.ledgerAddress);
+  const unaryKernel = new KernelClient(stack.kernelAddress, { ledgerAddress: stack.ledgerAddress, token: stack.runtimeToken, coalesce: false });
   // call-2x2: one client object per kernel/ledger pair, picked round robin.
   const kernelAddresses = [stack.kernelAddress, ...stack.replicas.map((r) => r.kernelAddress)];
   const ledgerAddresses = [stack.ledgerAddress, ...stack.replicas.map((r) => r.ledgerAddress)];
@@ -474,6 +477,20 @@ async function main(): Promise<void> {
         },
       },
       {
+        // The same whole call, one RPC per BeginCall and per CompleteCall: what batching saves.
+        name: CALL_UNARY,
+        driver: "node",
+        expected: "OK",
+        newOp: () => {
+          const space = newKeySpace("unary");
+          return async (i: number): Promise<void> => {
+            const handle = await unaryKernel.begin(CALL_TOOL, { ...tenFieldArguments(i), order_id: `${space}-${i}` });
+            await handle.write(PAYLOAD);
+            await handle.complete("succeeded");
+          };
+        },
+      },
+      {
         // The same effect through the peer: the caller supplies the idempotency key (here a
         // SHA-256 of its order id, base64url: as long as the key the kernel derives, so the
         // entry documents have the same size; bench/round-trips.ts checks it).
@@ -556,6 +573,7 @@ async function main(): Promise<void> {
     }
   } finally {
     kernel.close();
+    unaryKernel.close();
     ledger.close();
     for (const c of pairClients) c.close();
     peer?.close();
@@ -652,7 +670,8 @@ function attachRatios(runs: RunResult[]): void {
     const p = at(PEER);
     if (p && (r.scenario === "call" || r.scenario === CALL_2X2)) r.vsPeer = { throughput: r.throughput / p.throughput, p99: r.latencyMs.p99 / p.latencyMs.p99 };
     const single = at("call");
-    if (single && r.scenario === CALL_2X2) r.vsCall = { throughput: r.throughput / single.throughput, p99: r.latencyMs.p99 / single.latencyMs.p99 };
+    if (single && (r.scenario === CALL_2X2 || r.scenario === CALL_UNARY))
+      r.vsCall = { throughput: r.throughput / single.throughput, p99: r.latencyMs.p99 / single.latencyMs.p99 };
   }
 }
 

@@ -37,7 +37,8 @@ describe("Prometheus metrics (issue 13)", function () {
   before(async function () {
     svc = await startService("all", serviceEnv({ KEYCAP_METRICS_LISTEN: "127.0.0.1:0", KEYCAP_METRICS_TOOL_LABELS: "5" }));
     metrics = svc.endpoints.metrics!;
-    kernel = new KernelClient(svc.endpoints.kernel!, { ledgerAddress: svc.endpoints.ledger! });
+    // One RPC per call, so the RPC counts below are the calls (batches: it_batch_calls).
+    kernel = new KernelClient(svc.endpoints.kernel!, { ledgerAddress: svc.endpoints.ledger!, coalesce: false });
     ledger = new LedgerClient(svc.endpoints.ledger!);
   });
 

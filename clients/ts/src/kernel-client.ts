@@ -3,8 +3,10 @@ import { status, type ChannelCredentials } from "@grpc/grpc-js";
 import {
   CallOutcome,
   KernelServiceClient,
+  type BeginCallRequest,
   type BeginCallResponse,
   type Call,
+  type CompleteCallRequest,
   type CompleteCallResponse,
   type ListPendingCallsResponse,
   type RegisterToolResponse,
@@ -12,6 +14,7 @@ import {
   type Tool,
 } from "../gen/keycap/kernel/v1/kernel";
 import type { ToolValid } from "../gen/keycap/kernel/v1/kernel.valid";
+import { CallCoalescer, type BatchAnswer } from "./call-coalescer";
 import { CapabilityHandle } from "./capability-handle";
 import { KeycapClientError } from "./errors";
 import { channelCredentials, runtimeTokenFromEnv, type TlsOptions } from "./credentials";
@@ -35,6 +38,12 @@ export interface KernelClientOptions {
   credentials?: ChannelCredentials;
   /** Ledger address handles write to; needed for begin()/resume() handles. */
   ledgerAddress?: string;
+  /**
+   * Send the begins and completes made while one is in flight together, as one
+   * BeginCalls / CompleteCalls (ADR 0022), each still answered on its own. Default true;
+   * calls given their own settings (timeoutMs, signal, retry) are always sent alone.
+   */
+  coalesce?: boolean;
 }
 
 /** Options of {@link KernelClient.begin}. */
@@ -53,6 +62,8 @@ export class KernelClient {
   readonly raw: KernelServiceClient;
   private readonly ledger: LedgerClient | undefined;
   private readonly token: string | undefined;
+  private readonly begins: CallCoalescer<BeginCallRequest, BeginCallResponse> | undefined;
+  private readonly completes: CallCoalescer<CompleteCallRequest, CompleteCallResponse> | undefined;
 
   constructor(
     readonly address: string,
@@ -63,6 +74,22 @@ export class KernelClient {
     this.ledger = opts.ledgerAddress ? new LedgerClient(opts.ledgerAddress, creds) : undefined;
     const token = opts.token ?? runtimeTokenFromEnv();
     this.token = token === "" ? undefined : token;
+    if (opts.coalesce !== false) {
+      this.begins = new CallCoalescer(
+        (req) => callUnary(this.raw.beginCall, this.raw, req, this.token),
+        async (calls) =>
+          (await callUnary(this.raw.beginCalls, this.raw, { calls }, this.token)).results.map((r) =>
+            answer(r.result?.$case === "begun" ? r.result.value : undefined, r.result?.$case === "errorStatus" ? r.result.value : undefined),
+          ),
+      );
+      this.completes = new CallCoalescer(
+        (req) => callUnary(this.raw.completeCall, this.raw, req, this.token),
+        async (calls) =>
+          (await callUnary(this.raw.completeCalls, this.raw, { calls }, this.token)).results.map((r) =>
+            answer(r.result?.$case === "completed" ? r.result.value : undefined, r.result?.$case === "errorStatus" ? r.result.value : undefined),
+          ),
+      );
+    }
   }
 
   /** Registers a tool; the same definition again is a no-op. */
@@ -106,15 +133,11 @@ export class KernelClient {
         );
       }
     }
-    return callUnary(
-      this.raw.beginCall,
-      this.raw,
-      // The call id is chosen here when not given, so a BeginCall retried after a lost
-      // answer finds its call instead of beginning a second one.
-      { toolId, argumentsJson, callId: opts.callId || randomUUID(), runId: opts.runId ?? "" },
-      this.token,
-      opts,
-    );
+    // The call id is chosen here when not given, so a BeginCall retried after a lost
+    // answer finds its call instead of beginning a second one.
+    const req: BeginCallRequest = { toolId, argumentsJson, callId: opts.callId || randomUUID(), runId: opts.runId ?? "" };
+    if (this.begins && !hasOwnSettings(opts)) return this.begins.submit(req);
+    return callUnary(this.raw.beginCall, this.raw, req, this.token, opts);
   }
 
   /**
@@ -128,13 +151,13 @@ export class KernelClient {
   }
 
   completeCall(callId: string, outcome: "succeeded" | "failed", detail = "", s?: CallSettings): Promise<CompleteCallResponse> {
-    return callUnary(
-      this.raw.completeCall,
-      this.raw,
-      { callId, outcome: outcome === "succeeded" ? CallOutcome.CALL_OUTCOME_SUCCEEDED : CallOutcome.CALL_OUTCOME_FAILED, outcomeDetail: detail },
-      this.token,
-      s,
-    );
+    const req: CompleteCallRequest = {
+      callId,
+      outcome: outcome === "succeeded" ? CallOutcome.CALL_OUTCOME_SUCCEEDED : CallOutcome.CALL_OUTCOME_FAILED,
+      outcomeDetail: detail,
+    };
+    if (this.completes && !hasOwnSettings(s)) return this.completes.submit(req);
+    return callUnary(this.raw.completeCall, this.raw, req, this.token, s);
   }
 
   listPendingCallsPage(toolId = "", pageToken = "", pageSize = 100, s?: CallSettings): Promise<ListPendingCallsResponse> {
@@ -180,4 +203,16 @@ export class KernelClient {
     this.raw.close();
     this.ledger?.close();
   }
+}
+
+/** Whether a call was given settings of its own (then it is sent alone, under them). */
+function hasOwnSettings(s: CallSettings | undefined): boolean {
+  return s !== undefined && (s.timeoutMs !== undefined || s.signal !== undefined || s.retry !== undefined);
+}
+
+/** A batch result as the coalescer's answer; a result with neither case set is a kernel defect. */
+function answer<Res>(value: Res | undefined, errorStatus: Uint8Array | undefined): BatchAnswer<Res> {
+  if (value !== undefined) return { ok: true, value };
+  if (errorStatus !== undefined) return { ok: false, status: errorStatus };
+  throw new KeycapClientError(status.INTERNAL, "BATCH_ANSWER_EMPTY", "the kernel answered a batch item with neither a result nor an error", {});
 }

@@ -91,29 +91,45 @@ export function unaryHandler<Req, Res>(
     run.then(
       (response) => callback(null, response),
       async (err: unknown) => {
-        if (err instanceof KeycapError) {
-          // The refusal's reason on the call's span (a no-op with tracing off).
-          trace.getActiveSpan()?.setAttribute(REFUSAL_REASON_ATTRIBUTE, err.reason);
-          if (opts.onRefusal) await opts.onRefusal(err, call.getPeer());
-          if (opts.logRefusals) {
-            logger.info({ method, code: status[err.code], reason: err.reason, metadata: err.metadata, peer: call.getPeer(), refusal: err.message }, "refused");
-          }
-          callback(toServiceError(err), null);
-          return;
-        }
-        if (isDatabaseUnavailable(err)) {
-          // keycap's own unavailability, not the caller's fault: not a refusal record (the
-          // store is what is down), one warning, and a code that says "retry".
-          const cause = err instanceof Error ? err.message.split("\n")[0] : String(err);
-          logger.warn({ method, err: cause }, "database unavailable");
-          callback(toServiceError(new KeycapError(status.UNAVAILABLE, "DATABASE_UNAVAILABLE", `the database is unavailable (${cause}); retry`)), null);
-          return;
-        }
-        logger.error({ method, err }, "unexpected error in handler");
-        callback(toServiceError(new KeycapError(status.INTERNAL, "INTERNAL", "internal error; see the service log")), null);
+        const answer = await settleFailure(logger, method, err, call.getPeer(), opts);
+        callback(toServiceError(answer), null);
       },
     );
   };
+}
+
+/**
+ * What a failed handler answers, and its side effects: a deliberate KeycapError is a
+ * refusal (span attribute, `onRefusal`, log line); the database being down is keycap's
+ * own unavailability (UNAVAILABLE, no refusal record: the store is what is down); anything
+ * else is logged with its stack and answered INTERNAL without detail. Shared by unary
+ * handlers and by the items of a batch RPC, so one call is answered the same either way.
+ */
+export async function settleFailure(logger: Logger, method: string, err: unknown, peer: string, opts: UnaryHandlerOptions = {}): Promise<KeycapError> {
+  if (err instanceof KeycapError) {
+    // The refusal's reason on the call's span (a no-op with tracing off).
+    trace.getActiveSpan()?.setAttribute(REFUSAL_REASON_ATTRIBUTE, err.reason);
+    if (opts.onRefusal) await opts.onRefusal(err, peer);
+    if (opts.logRefusals) {
+      logger.info({ method, code: status[err.code], reason: err.reason, metadata: err.metadata, peer, refusal: err.message }, "refused");
+    }
+    return err;
+  }
+  if (isDatabaseUnavailable(err)) {
+    const cause = err instanceof Error ? err.message.split("\n")[0] : String(err);
+    logger.warn({ method, err: cause }, "database unavailable");
+    return new KeycapError(status.UNAVAILABLE, "DATABASE_UNAVAILABLE", `the database is unavailable (${cause}); retry`);
+  }
+  logger.error({ method, err }, "unexpected error in handler");
+  return new KeycapError(status.INTERNAL, "INTERNAL", "internal error; see the service log");
+}
+
+/** A refusal as the encoded google.rpc.Status a unary answer carries in grpc-status-details-bin (a batch item's error). */
+export function encodedStatus(err: KeycapError): Buffer {
+  const md = toServiceError(err).metadata;
+  const raw = md?.get(STATUS_DETAILS_KEY)[0];
+  if (!(raw instanceof Buffer)) throw new Error("toServiceError built no status details");
+  return raw;
 }
 
 /** Handler that answers UNIMPLEMENTED (for RPCs not built yet). */

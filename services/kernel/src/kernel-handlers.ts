@@ -7,7 +7,7 @@
 import { status, type Metadata, type ServerUnaryCall, type sendUnaryData } from "@grpc/grpc-js";
 import type { PeerCertificate } from "node:tls";
 import { KeycapError } from "../../common/src/errors";
-import { unaryHandler } from "../../common/src/grpc-status";
+import { encodedStatus, settleFailure, unaryHandler } from "../../common/src/grpc-status";
 import type { Logger } from "../../common/src/logger";
 import type { RejectionAudit } from "../../common/src/rejection-audit";
 import type { Caller, CallerAuthenticator } from "./caller-auth";
@@ -51,29 +51,78 @@ export function kernelHandler<Req, Res>(
       method,
       async (req) => {
         if (opts.anonymous) return fn(req, { name: "", role: "runtime", method: "bearer" });
-        caller = await edge.auth.authenticate({
-          authorization: authorizationValues(call.metadata),
-          peerCertificate: peerCertificate(call as ServerUnaryCall<unknown, unknown>),
-        });
+        caller = await authenticate(edge, call);
         return fn(req, caller);
       },
-      {
-        logRefusals: true,
-        onRefusal: (err: KeycapError, peer: string) =>
-          edge.audit.record({
-            method,
-            reason: err.reason,
-            code: status[err.code] ?? String(err.code),
-            toolId: err.metadata["tool_id"] ?? field(call.request, "toolId"),
-            toolIdVerified: false,
-            authenticated: caller !== undefined,
-            callId: err.metadata["call_id"] ?? field(call.request, "callId"),
-            peer,
-            message: err.message,
-            ...(caller ? { principal: caller.name } : {}),
-          }),
-      },
+      { logRefusals: true, onRefusal: (err, peer) => recordRefusal(edge, method, err, peer, call.request, caller) },
     );
     run(call, callback);
   };
+}
+
+/** One item's answer in a batch response: what the unary RPC would have answered. */
+export type ItemResult<Res> = { $case: "ok"; value: Res } | { $case: "error"; status: Buffer };
+
+/**
+ * Wraps `fn` (the unary RPC `itemMethod` for one item) as an authenticated batch handler
+ * (ADR 0022): the caller is authenticated once for the batch; each item then runs
+ * exactly as the unary RPC would — its own authorisation, validation and refusal record
+ * (under `itemMethod`, with that item's tool and call ids) — concurrently, and is
+ * answered on its own. Only what all items share refuses the batch: authentication and
+ * the batch's own rules (size, decoding).
+ */
+export function kernelBatchHandler<Req extends { calls: Item[] }, Res, Item, ItemRes>(
+  edge: KernelEdge,
+  method: string,
+  itemMethod: string,
+  fn: (item: Item, caller: Caller) => Promise<ItemRes>,
+  toResponse: (results: ItemResult<ItemRes>[]) => Res,
+): Handler<Req, Res> {
+  return (call, callback) => {
+    let caller: Caller | undefined;
+    const run = unaryHandler<Req, Res>(
+      edge.logger,
+      method,
+      async (req) => {
+        const who = await authenticate(edge, call);
+        caller = who;
+        const peer = call.getPeer();
+        const results = await Promise.all(
+          req.calls.map(async (item): Promise<ItemResult<ItemRes>> => {
+            try {
+              return { $case: "ok", value: await fn(item, who) };
+            } catch (err) {
+              const answer = await settleFailure(edge.logger, itemMethod, err, peer, {
+                logRefusals: true,
+                onRefusal: (e, p) => recordRefusal(edge, itemMethod, e, p, item, who),
+              });
+              return { $case: "error", status: encodedStatus(answer) };
+            }
+          }),
+        );
+        return toResponse(results);
+      },
+      { logRefusals: true, onRefusal: (err, peer) => recordRefusal(edge, method, err, peer, call.request, caller) },
+    );
+    run(call, callback);
+  };
+}
+
+function authenticate(edge: KernelEdge, call: ServerUnaryCall<unknown, unknown>): Promise<Caller> {
+  return edge.auth.authenticate({ authorization: authorizationValues(call.metadata), peerCertificate: peerCertificate(call) });
+}
+
+function recordRefusal(edge: KernelEdge, method: string, err: KeycapError, peer: string, request: unknown, caller: Caller | undefined): Promise<void> {
+  return edge.audit.record({
+    method,
+    reason: err.reason,
+    code: status[err.code] ?? String(err.code),
+    toolId: err.metadata["tool_id"] ?? field(request, "toolId"),
+    toolIdVerified: false,
+    authenticated: caller !== undefined,
+    callId: err.metadata["call_id"] ?? field(request, "callId"),
+    peer,
+    message: err.message,
+    ...(caller ? { principal: caller.name } : {}),
+  });
 }

@@ -6,9 +6,13 @@ import {
   ResumeAction,
   type BeginCallRequest,
   type BeginCallResponse,
+  type BeginCallsRequest,
+  type BeginCallsResponse,
   type Call,
   type CompleteCallRequest,
   type CompleteCallResponse,
+  type CompleteCallsRequest,
+  type CompleteCallsResponse,
   type GetSigningKeysResponse,
   type GetToolRequest,
   type GetToolResponse,
@@ -35,7 +39,7 @@ import { deriveKey, readRequestId } from "./domain/key-derivation";
 import { parseArguments, type JsonLimits, type ParsedArguments } from "./domain/strict-json";
 import type { AccessPolicy } from "./access-policy";
 import type { Caller } from "./caller-auth";
-import { kernelHandler, type KernelEdge } from "./kernel-handlers";
+import { kernelBatchHandler, kernelHandler, type KernelEdge } from "./kernel-handlers";
 import type { LedgerLookup } from "./ledger-lookup";
 import type { SigningKeys } from "./signing-keys";
 import { checkToolId, definitionFromProto, toolToProto, type CompiledTool } from "./tool-definition";
@@ -342,6 +346,24 @@ export function kernelServiceImpl(kernel: Kernel, edge: KernelEdge): KernelServi
     listTools: handle("ListTools", (r: ListToolsRequest) => kernel.listTools(r)),
     beginCall: handle("BeginCall", (r: BeginCallRequest, c) => kernel.beginCall(r, c)),
     completeCall: handle("CompleteCall", (r: CompleteCallRequest, c) => kernel.completeCall(r, c)),
+    beginCalls: kernelBatchHandler<BeginCallsRequest, BeginCallsResponse, BeginCallRequest, BeginCallResponse>(
+      edge,
+      "BeginCalls",
+      "BeginCall",
+      (r, c) => kernel.beginCall(r, c),
+      (results) => ({
+        results: results.map((r) => ({ result: r.$case === "ok" ? { $case: "begun", value: r.value } : { $case: "errorStatus", value: r.status } })),
+      }),
+    ),
+    completeCalls: kernelBatchHandler<CompleteCallsRequest, CompleteCallsResponse, CompleteCallRequest, CompleteCallResponse>(
+      edge,
+      "CompleteCalls",
+      "CompleteCall",
+      (r, c) => kernel.completeCall(r, c),
+      (results) => ({
+        results: results.map((r) => ({ result: r.$case === "ok" ? { $case: "completed", value: r.value } : { $case: "errorStatus", value: r.status } })),
+      }),
+    ),
     listPendingCalls: handle("ListPendingCalls", (r: ListPendingCallsRequest, c) => kernel.listPendingCalls(r, c)),
     resumeCall: handle("ResumeCall", (r: ResumeCallRequest, c) => kernel.resumeCall(r, c)),
     listIndeterminateCalls: handle("ListIndeterminateCalls", (r: ListIndeterminateCallsRequest, c) => kernel.listIndeterminateCalls(r, c)),

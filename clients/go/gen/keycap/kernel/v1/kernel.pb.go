@@ -1032,6 +1032,367 @@ func (x *CompleteCallResponse) GetAlreadyCompleted() bool {
 	return false
 }
 
+// Request of BeginCalls.
+type BeginCallsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The calls to begin, 1 to 256; item i is answered by results[i].
+	Calls         []*BeginCallRequest `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginCallsRequest) Reset() {
+	*x = BeginCallsRequest{}
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginCallsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginCallsRequest) ProtoMessage() {}
+
+func (x *BeginCallsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginCallsRequest.ProtoReflect.Descriptor instead.
+func (*BeginCallsRequest) Descriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *BeginCallsRequest) GetCalls() []*BeginCallRequest {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+// Response of BeginCalls: one result per requested call, in request order.
+type BeginCallsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// results[i] answers calls[i].
+	Results       []*BeginCallResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginCallsResponse) Reset() {
+	*x = BeginCallsResponse{}
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginCallsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginCallsResponse) ProtoMessage() {}
+
+func (x *BeginCallsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginCallsResponse.ProtoReflect.Descriptor instead.
+func (*BeginCallsResponse) Descriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *BeginCallsResponse) GetResults() []*BeginCallResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// The answer to one call of a BeginCalls.
+type BeginCallResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What BeginCall would have answered for this call alone.
+	//
+	// Types that are valid to be assigned to Result:
+	//
+	//	*BeginCallResult_Begun
+	//	*BeginCallResult_ErrorStatus
+	Result        isBeginCallResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginCallResult) Reset() {
+	*x = BeginCallResult{}
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginCallResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginCallResult) ProtoMessage() {}
+
+func (x *BeginCallResult) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginCallResult.ProtoReflect.Descriptor instead.
+func (*BeginCallResult) Descriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *BeginCallResult) GetResult() isBeginCallResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *BeginCallResult) GetBegun() *BeginCallResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BeginCallResult_Begun); ok {
+			return x.Begun
+		}
+	}
+	return nil
+}
+
+func (x *BeginCallResult) GetErrorStatus() []byte {
+	if x != nil {
+		if x, ok := x.Result.(*BeginCallResult_ErrorStatus); ok {
+			return x.ErrorStatus
+		}
+	}
+	return nil
+}
+
+type isBeginCallResult_Result interface {
+	isBeginCallResult_Result()
+}
+
+type BeginCallResult_Begun struct {
+	// The call began (or existed): BeginCall's response.
+	Begun *BeginCallResponse `protobuf:"bytes,1,opt,name=begun,proto3,oneof"`
+}
+
+type BeginCallResult_ErrorStatus struct {
+	// The call was refused or failed: a google.rpc.Status, encoded exactly as
+	// the grpc-status-details-bin trailer BeginCall would have carried (code,
+	// message, ErrorInfo with the reason, RetryInfo for UNAVAILABLE,
+	// BadRequest for INVALID_ARGUMENT).
+	ErrorStatus []byte `protobuf:"bytes,2,opt,name=error_status,json=errorStatus,proto3,oneof"`
+}
+
+func (*BeginCallResult_Begun) isBeginCallResult_Result() {}
+
+func (*BeginCallResult_ErrorStatus) isBeginCallResult_Result() {}
+
+// Request of CompleteCalls.
+type CompleteCallsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The calls to complete, 1 to 256; item i is answered by results[i].
+	Calls         []*CompleteCallRequest `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteCallsRequest) Reset() {
+	*x = CompleteCallsRequest{}
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteCallsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteCallsRequest) ProtoMessage() {}
+
+func (x *CompleteCallsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteCallsRequest.ProtoReflect.Descriptor instead.
+func (*CompleteCallsRequest) Descriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CompleteCallsRequest) GetCalls() []*CompleteCallRequest {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+// Response of CompleteCalls: one result per requested call, in request order.
+type CompleteCallsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// results[i] answers calls[i].
+	Results       []*CompleteCallResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteCallsResponse) Reset() {
+	*x = CompleteCallsResponse{}
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteCallsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteCallsResponse) ProtoMessage() {}
+
+func (x *CompleteCallsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteCallsResponse.ProtoReflect.Descriptor instead.
+func (*CompleteCallsResponse) Descriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CompleteCallsResponse) GetResults() []*CompleteCallResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// The answer to one call of a CompleteCalls.
+type CompleteCallResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What CompleteCall would have answered for this call alone.
+	//
+	// Types that are valid to be assigned to Result:
+	//
+	//	*CompleteCallResult_Completed
+	//	*CompleteCallResult_ErrorStatus
+	Result        isCompleteCallResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteCallResult) Reset() {
+	*x = CompleteCallResult{}
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteCallResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteCallResult) ProtoMessage() {}
+
+func (x *CompleteCallResult) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteCallResult.ProtoReflect.Descriptor instead.
+func (*CompleteCallResult) Descriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CompleteCallResult) GetResult() isCompleteCallResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *CompleteCallResult) GetCompleted() *CompleteCallResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CompleteCallResult_Completed); ok {
+			return x.Completed
+		}
+	}
+	return nil
+}
+
+func (x *CompleteCallResult) GetErrorStatus() []byte {
+	if x != nil {
+		if x, ok := x.Result.(*CompleteCallResult_ErrorStatus); ok {
+			return x.ErrorStatus
+		}
+	}
+	return nil
+}
+
+type isCompleteCallResult_Result interface {
+	isCompleteCallResult_Result()
+}
+
+type CompleteCallResult_Completed struct {
+	// CompleteCall's response.
+	Completed *CompleteCallResponse `protobuf:"bytes,1,opt,name=completed,proto3,oneof"`
+}
+
+type CompleteCallResult_ErrorStatus struct {
+	// The refusal or failure, encoded as in BeginCallResult.error_status.
+	ErrorStatus []byte `protobuf:"bytes,2,opt,name=error_status,json=errorStatus,proto3,oneof"`
+}
+
+func (*CompleteCallResult_Completed) isCompleteCallResult_Result() {}
+
+func (*CompleteCallResult_ErrorStatus) isCompleteCallResult_Result() {}
+
 // Request of ListPendingCalls.
 type ListPendingCallsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1047,7 +1408,7 @@ type ListPendingCallsRequest struct {
 
 func (x *ListPendingCallsRequest) Reset() {
 	*x = ListPendingCallsRequest{}
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[12]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1420,7 @@ func (x *ListPendingCallsRequest) String() string {
 func (*ListPendingCallsRequest) ProtoMessage() {}
 
 func (x *ListPendingCallsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[12]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1433,7 @@ func (x *ListPendingCallsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingCallsRequest.ProtoReflect.Descriptor instead.
 func (*ListPendingCallsRequest) Descriptor() ([]byte, []int) {
-	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{12}
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListPendingCallsRequest) GetToolId() string {
@@ -1109,7 +1470,7 @@ type ListPendingCallsResponse struct {
 
 func (x *ListPendingCallsResponse) Reset() {
 	*x = ListPendingCallsResponse{}
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[13]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1482,7 @@ func (x *ListPendingCallsResponse) String() string {
 func (*ListPendingCallsResponse) ProtoMessage() {}
 
 func (x *ListPendingCallsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[13]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1495,7 @@ func (x *ListPendingCallsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingCallsResponse.ProtoReflect.Descriptor instead.
 func (*ListPendingCallsResponse) Descriptor() ([]byte, []int) {
-	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{13}
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListPendingCallsResponse) GetCalls() []*Call {
@@ -1166,7 +1527,7 @@ type ListIndeterminateCallsRequest struct {
 
 func (x *ListIndeterminateCallsRequest) Reset() {
 	*x = ListIndeterminateCallsRequest{}
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[14]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1539,7 @@ func (x *ListIndeterminateCallsRequest) String() string {
 func (*ListIndeterminateCallsRequest) ProtoMessage() {}
 
 func (x *ListIndeterminateCallsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[14]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1552,7 @@ func (x *ListIndeterminateCallsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIndeterminateCallsRequest.ProtoReflect.Descriptor instead.
 func (*ListIndeterminateCallsRequest) Descriptor() ([]byte, []int) {
-	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{14}
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListIndeterminateCallsRequest) GetToolId() string {
@@ -1228,7 +1589,7 @@ type ListIndeterminateCallsResponse struct {
 
 func (x *ListIndeterminateCallsResponse) Reset() {
 	*x = ListIndeterminateCallsResponse{}
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[15]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1601,7 @@ func (x *ListIndeterminateCallsResponse) String() string {
 func (*ListIndeterminateCallsResponse) ProtoMessage() {}
 
 func (x *ListIndeterminateCallsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[15]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1614,7 @@ func (x *ListIndeterminateCallsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIndeterminateCallsResponse.ProtoReflect.Descriptor instead.
 func (*ListIndeterminateCallsResponse) Descriptor() ([]byte, []int) {
-	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{15}
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListIndeterminateCallsResponse) GetCalls() []*Call {
@@ -1287,7 +1648,7 @@ type ResumeCallRequest struct {
 
 func (x *ResumeCallRequest) Reset() {
 	*x = ResumeCallRequest{}
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[16]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1660,7 @@ func (x *ResumeCallRequest) String() string {
 func (*ResumeCallRequest) ProtoMessage() {}
 
 func (x *ResumeCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[16]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1673,7 @@ func (x *ResumeCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeCallRequest.ProtoReflect.Descriptor instead.
 func (*ResumeCallRequest) Descriptor() ([]byte, []int) {
-	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{16}
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ResumeCallRequest) GetCallId() string {
@@ -1347,7 +1708,7 @@ type ResumeCallResponse struct {
 
 func (x *ResumeCallResponse) Reset() {
 	*x = ResumeCallResponse{}
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[17]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1359,7 +1720,7 @@ func (x *ResumeCallResponse) String() string {
 func (*ResumeCallResponse) ProtoMessage() {}
 
 func (x *ResumeCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[17]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1372,7 +1733,7 @@ func (x *ResumeCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeCallResponse.ProtoReflect.Descriptor instead.
 func (*ResumeCallResponse) Descriptor() ([]byte, []int) {
-	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{17}
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ResumeCallResponse) GetCall() *Call {
@@ -1412,7 +1773,7 @@ type GetSigningKeysRequest struct {
 
 func (x *GetSigningKeysRequest) Reset() {
 	*x = GetSigningKeysRequest{}
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[18]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1424,7 +1785,7 @@ func (x *GetSigningKeysRequest) String() string {
 func (*GetSigningKeysRequest) ProtoMessage() {}
 
 func (x *GetSigningKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[18]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1437,7 +1798,7 @@ func (x *GetSigningKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSigningKeysRequest.ProtoReflect.Descriptor instead.
 func (*GetSigningKeysRequest) Descriptor() ([]byte, []int) {
-	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{18}
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{24}
 }
 
 // Response of GetSigningKeys.
@@ -1455,7 +1816,7 @@ type GetSigningKeysResponse struct {
 
 func (x *GetSigningKeysResponse) Reset() {
 	*x = GetSigningKeysResponse{}
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[19]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1828,7 @@ func (x *GetSigningKeysResponse) String() string {
 func (*GetSigningKeysResponse) ProtoMessage() {}
 
 func (x *GetSigningKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[19]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1841,7 @@ func (x *GetSigningKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSigningKeysResponse.ProtoReflect.Descriptor instead.
 func (*GetSigningKeysResponse) Descriptor() ([]byte, []int) {
-	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{19}
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetSigningKeysResponse) GetJwksJson() string {
@@ -1566,7 +1927,27 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\x0eoutcome_detail\x18\x03 \x01(\tR\routcomeDetail\"o\n" +
 	"\x14CompleteCallResponse\x12*\n" +
 	"\x04call\x18\x01 \x01(\v2\x16.keycap.kernel.v1.CallR\x04call\x12+\n" +
-	"\x11already_completed\x18\x02 \x01(\bR\x10alreadyCompleted\"n\n" +
+	"\x11already_completed\x18\x02 \x01(\bR\x10alreadyCompleted\"\xa9\x01\n" +
+	"\x11BeginCallsRequest\x12\x93\x01\n" +
+	"\x05calls\x18\x01 \x03(\v2\".keycap.kernel.v1.BeginCallRequestBY\xbaH\b\x92\x01\x05\b\x01\x10\x80\x02\xe2\xf9\x18!\n" +
+	"\x12repeated.min_items\x12\vBATCH_EMPTY\xe2\xf9\x18%\n" +
+	"\x12repeated.max_items\x12\x0fBATCH_TOO_LARGER\x05calls\"Q\n" +
+	"\x12BeginCallsResponse\x12;\n" +
+	"\aresults\x18\x01 \x03(\v2!.keycap.kernel.v1.BeginCallResultR\aresults\"}\n" +
+	"\x0fBeginCallResult\x12;\n" +
+	"\x05begun\x18\x01 \x01(\v2#.keycap.kernel.v1.BeginCallResponseH\x00R\x05begun\x12#\n" +
+	"\ferror_status\x18\x02 \x01(\fH\x00R\verrorStatusB\b\n" +
+	"\x06result\"\xaf\x01\n" +
+	"\x14CompleteCallsRequest\x12\x96\x01\n" +
+	"\x05calls\x18\x01 \x03(\v2%.keycap.kernel.v1.CompleteCallRequestBY\xbaH\b\x92\x01\x05\b\x01\x10\x80\x02\xe2\xf9\x18!\n" +
+	"\x12repeated.min_items\x12\vBATCH_EMPTY\xe2\xf9\x18%\n" +
+	"\x12repeated.max_items\x12\x0fBATCH_TOO_LARGER\x05calls\"W\n" +
+	"\x15CompleteCallsResponse\x12>\n" +
+	"\aresults\x18\x01 \x03(\v2$.keycap.kernel.v1.CompleteCallResultR\aresults\"\x8b\x01\n" +
+	"\x12CompleteCallResult\x12F\n" +
+	"\tcompleted\x18\x01 \x01(\v2&.keycap.kernel.v1.CompleteCallResponseH\x00R\tcompleted\x12#\n" +
+	"\ferror_status\x18\x02 \x01(\fH\x00R\verrorStatusB\b\n" +
+	"\x06result\"n\n" +
 	"\x17ListPendingCallsRequest\x12\x17\n" +
 	"\atool_id\x18\x01 \x01(\tR\x06toolId\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
@@ -1612,13 +1993,16 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\x13RESUME_ACTION_RETRY\x10\x01\x12\x16\n" +
 	"\x12RESUME_ACTION_DONE\x10\x02\x12#\n" +
 	"\x1fRESUME_ACTION_ALREADY_COMPLETED\x10\x03\x12\x1e\n" +
-	"\x1aRESUME_ACTION_LEFT_PENDING\x10\x042\xef\x06\n" +
+	"\x1aRESUME_ACTION_LEFT_PENDING\x10\x042\xaa\b\n" +
 	"\rKernelService\x12]\n" +
 	"\fRegisterTool\x12%.keycap.kernel.v1.RegisterToolRequest\x1a&.keycap.kernel.v1.RegisterToolResponse\x12N\n" +
 	"\aGetTool\x12 .keycap.kernel.v1.GetToolRequest\x1a!.keycap.kernel.v1.GetToolResponse\x12T\n" +
 	"\tListTools\x12\".keycap.kernel.v1.ListToolsRequest\x1a#.keycap.kernel.v1.ListToolsResponse\x12T\n" +
 	"\tBeginCall\x12\".keycap.kernel.v1.BeginCallRequest\x1a#.keycap.kernel.v1.BeginCallResponse\x12]\n" +
-	"\fCompleteCall\x12%.keycap.kernel.v1.CompleteCallRequest\x1a&.keycap.kernel.v1.CompleteCallResponse\x12i\n" +
+	"\fCompleteCall\x12%.keycap.kernel.v1.CompleteCallRequest\x1a&.keycap.kernel.v1.CompleteCallResponse\x12W\n" +
+	"\n" +
+	"BeginCalls\x12#.keycap.kernel.v1.BeginCallsRequest\x1a$.keycap.kernel.v1.BeginCallsResponse\x12`\n" +
+	"\rCompleteCalls\x12&.keycap.kernel.v1.CompleteCallsRequest\x1a'.keycap.kernel.v1.CompleteCallsResponse\x12i\n" +
 	"\x10ListPendingCalls\x12).keycap.kernel.v1.ListPendingCallsRequest\x1a*.keycap.kernel.v1.ListPendingCallsResponse\x12W\n" +
 	"\n" +
 	"ResumeCall\x12#.keycap.kernel.v1.ResumeCallRequest\x1a$.keycap.kernel.v1.ResumeCallResponse\x12{\n" +
@@ -1638,7 +2022,7 @@ func file_keycap_kernel_v1_kernel_proto_rawDescGZIP() []byte {
 }
 
 var file_keycap_kernel_v1_kernel_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_keycap_kernel_v1_kernel_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_keycap_kernel_v1_kernel_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_keycap_kernel_v1_kernel_proto_goTypes = []any{
 	(CallState)(0),                         // 0: keycap.kernel.v1.CallState
 	(CallOutcome)(0),                       // 1: keycap.kernel.v1.CallOutcome
@@ -1655,64 +2039,80 @@ var file_keycap_kernel_v1_kernel_proto_goTypes = []any{
 	(*BeginCallResponse)(nil),              // 12: keycap.kernel.v1.BeginCallResponse
 	(*CompleteCallRequest)(nil),            // 13: keycap.kernel.v1.CompleteCallRequest
 	(*CompleteCallResponse)(nil),           // 14: keycap.kernel.v1.CompleteCallResponse
-	(*ListPendingCallsRequest)(nil),        // 15: keycap.kernel.v1.ListPendingCallsRequest
-	(*ListPendingCallsResponse)(nil),       // 16: keycap.kernel.v1.ListPendingCallsResponse
-	(*ListIndeterminateCallsRequest)(nil),  // 17: keycap.kernel.v1.ListIndeterminateCallsRequest
-	(*ListIndeterminateCallsResponse)(nil), // 18: keycap.kernel.v1.ListIndeterminateCallsResponse
-	(*ResumeCallRequest)(nil),              // 19: keycap.kernel.v1.ResumeCallRequest
-	(*ResumeCallResponse)(nil),             // 20: keycap.kernel.v1.ResumeCallResponse
-	(*GetSigningKeysRequest)(nil),          // 21: keycap.kernel.v1.GetSigningKeysRequest
-	(*GetSigningKeysResponse)(nil),         // 22: keycap.kernel.v1.GetSigningKeysResponse
-	(*v1.EffectClass)(nil),                 // 23: keycap.effect.v1.EffectClass
-	(*timestamppb.Timestamp)(nil),          // 24: google.protobuf.Timestamp
-	(*v1.HttpDestination)(nil),             // 25: keycap.effect.v1.HttpDestination
-	(v1.EffectKind)(0),                     // 26: keycap.effect.v1.EffectKind
+	(*BeginCallsRequest)(nil),              // 15: keycap.kernel.v1.BeginCallsRequest
+	(*BeginCallsResponse)(nil),             // 16: keycap.kernel.v1.BeginCallsResponse
+	(*BeginCallResult)(nil),                // 17: keycap.kernel.v1.BeginCallResult
+	(*CompleteCallsRequest)(nil),           // 18: keycap.kernel.v1.CompleteCallsRequest
+	(*CompleteCallsResponse)(nil),          // 19: keycap.kernel.v1.CompleteCallsResponse
+	(*CompleteCallResult)(nil),             // 20: keycap.kernel.v1.CompleteCallResult
+	(*ListPendingCallsRequest)(nil),        // 21: keycap.kernel.v1.ListPendingCallsRequest
+	(*ListPendingCallsResponse)(nil),       // 22: keycap.kernel.v1.ListPendingCallsResponse
+	(*ListIndeterminateCallsRequest)(nil),  // 23: keycap.kernel.v1.ListIndeterminateCallsRequest
+	(*ListIndeterminateCallsResponse)(nil), // 24: keycap.kernel.v1.ListIndeterminateCallsResponse
+	(*ResumeCallRequest)(nil),              // 25: keycap.kernel.v1.ResumeCallRequest
+	(*ResumeCallResponse)(nil),             // 26: keycap.kernel.v1.ResumeCallResponse
+	(*GetSigningKeysRequest)(nil),          // 27: keycap.kernel.v1.GetSigningKeysRequest
+	(*GetSigningKeysResponse)(nil),         // 28: keycap.kernel.v1.GetSigningKeysResponse
+	(*v1.EffectClass)(nil),                 // 29: keycap.effect.v1.EffectClass
+	(*timestamppb.Timestamp)(nil),          // 30: google.protobuf.Timestamp
+	(*v1.HttpDestination)(nil),             // 31: keycap.effect.v1.HttpDestination
+	(v1.EffectKind)(0),                     // 32: keycap.effect.v1.EffectKind
 }
 var file_keycap_kernel_v1_kernel_proto_depIdxs = []int32{
-	23, // 0: keycap.kernel.v1.Tool.effect_class:type_name -> keycap.effect.v1.EffectClass
-	24, // 1: keycap.kernel.v1.Tool.registered_at:type_name -> google.protobuf.Timestamp
-	25, // 2: keycap.kernel.v1.Tool.http_destination:type_name -> keycap.effect.v1.HttpDestination
+	29, // 0: keycap.kernel.v1.Tool.effect_class:type_name -> keycap.effect.v1.EffectClass
+	30, // 1: keycap.kernel.v1.Tool.registered_at:type_name -> google.protobuf.Timestamp
+	31, // 2: keycap.kernel.v1.Tool.http_destination:type_name -> keycap.effect.v1.HttpDestination
 	3,  // 3: keycap.kernel.v1.RegisterToolRequest.tool:type_name -> keycap.kernel.v1.Tool
 	3,  // 4: keycap.kernel.v1.RegisterToolResponse.tool:type_name -> keycap.kernel.v1.Tool
 	3,  // 5: keycap.kernel.v1.GetToolResponse.tool:type_name -> keycap.kernel.v1.Tool
 	3,  // 6: keycap.kernel.v1.ListToolsResponse.tools:type_name -> keycap.kernel.v1.Tool
-	26, // 7: keycap.kernel.v1.Call.effect_kind:type_name -> keycap.effect.v1.EffectKind
+	32, // 7: keycap.kernel.v1.Call.effect_kind:type_name -> keycap.effect.v1.EffectKind
 	0,  // 8: keycap.kernel.v1.Call.state:type_name -> keycap.kernel.v1.CallState
 	1,  // 9: keycap.kernel.v1.Call.outcome:type_name -> keycap.kernel.v1.CallOutcome
-	24, // 10: keycap.kernel.v1.Call.created_at:type_name -> google.protobuf.Timestamp
-	24, // 11: keycap.kernel.v1.Call.updated_at:type_name -> google.protobuf.Timestamp
+	30, // 10: keycap.kernel.v1.Call.created_at:type_name -> google.protobuf.Timestamp
+	30, // 11: keycap.kernel.v1.Call.updated_at:type_name -> google.protobuf.Timestamp
 	10, // 12: keycap.kernel.v1.BeginCallResponse.call:type_name -> keycap.kernel.v1.Call
-	24, // 13: keycap.kernel.v1.BeginCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
+	30, // 13: keycap.kernel.v1.BeginCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 14: keycap.kernel.v1.CompleteCallRequest.outcome:type_name -> keycap.kernel.v1.CallOutcome
 	10, // 15: keycap.kernel.v1.CompleteCallResponse.call:type_name -> keycap.kernel.v1.Call
-	10, // 16: keycap.kernel.v1.ListPendingCallsResponse.calls:type_name -> keycap.kernel.v1.Call
-	10, // 17: keycap.kernel.v1.ListIndeterminateCallsResponse.calls:type_name -> keycap.kernel.v1.Call
-	10, // 18: keycap.kernel.v1.ResumeCallResponse.call:type_name -> keycap.kernel.v1.Call
-	2,  // 19: keycap.kernel.v1.ResumeCallResponse.action:type_name -> keycap.kernel.v1.ResumeAction
-	24, // 20: keycap.kernel.v1.ResumeCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
-	4,  // 21: keycap.kernel.v1.KernelService.RegisterTool:input_type -> keycap.kernel.v1.RegisterToolRequest
-	6,  // 22: keycap.kernel.v1.KernelService.GetTool:input_type -> keycap.kernel.v1.GetToolRequest
-	8,  // 23: keycap.kernel.v1.KernelService.ListTools:input_type -> keycap.kernel.v1.ListToolsRequest
-	11, // 24: keycap.kernel.v1.KernelService.BeginCall:input_type -> keycap.kernel.v1.BeginCallRequest
-	13, // 25: keycap.kernel.v1.KernelService.CompleteCall:input_type -> keycap.kernel.v1.CompleteCallRequest
-	15, // 26: keycap.kernel.v1.KernelService.ListPendingCalls:input_type -> keycap.kernel.v1.ListPendingCallsRequest
-	19, // 27: keycap.kernel.v1.KernelService.ResumeCall:input_type -> keycap.kernel.v1.ResumeCallRequest
-	17, // 28: keycap.kernel.v1.KernelService.ListIndeterminateCalls:input_type -> keycap.kernel.v1.ListIndeterminateCallsRequest
-	21, // 29: keycap.kernel.v1.KernelService.GetSigningKeys:input_type -> keycap.kernel.v1.GetSigningKeysRequest
-	5,  // 30: keycap.kernel.v1.KernelService.RegisterTool:output_type -> keycap.kernel.v1.RegisterToolResponse
-	7,  // 31: keycap.kernel.v1.KernelService.GetTool:output_type -> keycap.kernel.v1.GetToolResponse
-	9,  // 32: keycap.kernel.v1.KernelService.ListTools:output_type -> keycap.kernel.v1.ListToolsResponse
-	12, // 33: keycap.kernel.v1.KernelService.BeginCall:output_type -> keycap.kernel.v1.BeginCallResponse
-	14, // 34: keycap.kernel.v1.KernelService.CompleteCall:output_type -> keycap.kernel.v1.CompleteCallResponse
-	16, // 35: keycap.kernel.v1.KernelService.ListPendingCalls:output_type -> keycap.kernel.v1.ListPendingCallsResponse
-	20, // 36: keycap.kernel.v1.KernelService.ResumeCall:output_type -> keycap.kernel.v1.ResumeCallResponse
-	18, // 37: keycap.kernel.v1.KernelService.ListIndeterminateCalls:output_type -> keycap.kernel.v1.ListIndeterminateCallsResponse
-	22, // 38: keycap.kernel.v1.KernelService.GetSigningKeys:output_type -> keycap.kernel.v1.GetSigningKeysResponse
-	30, // [30:39] is the sub-list for method output_type
-	21, // [21:30] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	11, // 16: keycap.kernel.v1.BeginCallsRequest.calls:type_name -> keycap.kernel.v1.BeginCallRequest
+	17, // 17: keycap.kernel.v1.BeginCallsResponse.results:type_name -> keycap.kernel.v1.BeginCallResult
+	12, // 18: keycap.kernel.v1.BeginCallResult.begun:type_name -> keycap.kernel.v1.BeginCallResponse
+	13, // 19: keycap.kernel.v1.CompleteCallsRequest.calls:type_name -> keycap.kernel.v1.CompleteCallRequest
+	20, // 20: keycap.kernel.v1.CompleteCallsResponse.results:type_name -> keycap.kernel.v1.CompleteCallResult
+	14, // 21: keycap.kernel.v1.CompleteCallResult.completed:type_name -> keycap.kernel.v1.CompleteCallResponse
+	10, // 22: keycap.kernel.v1.ListPendingCallsResponse.calls:type_name -> keycap.kernel.v1.Call
+	10, // 23: keycap.kernel.v1.ListIndeterminateCallsResponse.calls:type_name -> keycap.kernel.v1.Call
+	10, // 24: keycap.kernel.v1.ResumeCallResponse.call:type_name -> keycap.kernel.v1.Call
+	2,  // 25: keycap.kernel.v1.ResumeCallResponse.action:type_name -> keycap.kernel.v1.ResumeAction
+	30, // 26: keycap.kernel.v1.ResumeCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
+	4,  // 27: keycap.kernel.v1.KernelService.RegisterTool:input_type -> keycap.kernel.v1.RegisterToolRequest
+	6,  // 28: keycap.kernel.v1.KernelService.GetTool:input_type -> keycap.kernel.v1.GetToolRequest
+	8,  // 29: keycap.kernel.v1.KernelService.ListTools:input_type -> keycap.kernel.v1.ListToolsRequest
+	11, // 30: keycap.kernel.v1.KernelService.BeginCall:input_type -> keycap.kernel.v1.BeginCallRequest
+	13, // 31: keycap.kernel.v1.KernelService.CompleteCall:input_type -> keycap.kernel.v1.CompleteCallRequest
+	15, // 32: keycap.kernel.v1.KernelService.BeginCalls:input_type -> keycap.kernel.v1.BeginCallsRequest
+	18, // 33: keycap.kernel.v1.KernelService.CompleteCalls:input_type -> keycap.kernel.v1.CompleteCallsRequest
+	21, // 34: keycap.kernel.v1.KernelService.ListPendingCalls:input_type -> keycap.kernel.v1.ListPendingCallsRequest
+	25, // 35: keycap.kernel.v1.KernelService.ResumeCall:input_type -> keycap.kernel.v1.ResumeCallRequest
+	23, // 36: keycap.kernel.v1.KernelService.ListIndeterminateCalls:input_type -> keycap.kernel.v1.ListIndeterminateCallsRequest
+	27, // 37: keycap.kernel.v1.KernelService.GetSigningKeys:input_type -> keycap.kernel.v1.GetSigningKeysRequest
+	5,  // 38: keycap.kernel.v1.KernelService.RegisterTool:output_type -> keycap.kernel.v1.RegisterToolResponse
+	7,  // 39: keycap.kernel.v1.KernelService.GetTool:output_type -> keycap.kernel.v1.GetToolResponse
+	9,  // 40: keycap.kernel.v1.KernelService.ListTools:output_type -> keycap.kernel.v1.ListToolsResponse
+	12, // 41: keycap.kernel.v1.KernelService.BeginCall:output_type -> keycap.kernel.v1.BeginCallResponse
+	14, // 42: keycap.kernel.v1.KernelService.CompleteCall:output_type -> keycap.kernel.v1.CompleteCallResponse
+	16, // 43: keycap.kernel.v1.KernelService.BeginCalls:output_type -> keycap.kernel.v1.BeginCallsResponse
+	19, // 44: keycap.kernel.v1.KernelService.CompleteCalls:output_type -> keycap.kernel.v1.CompleteCallsResponse
+	22, // 45: keycap.kernel.v1.KernelService.ListPendingCalls:output_type -> keycap.kernel.v1.ListPendingCallsResponse
+	26, // 46: keycap.kernel.v1.KernelService.ResumeCall:output_type -> keycap.kernel.v1.ResumeCallResponse
+	24, // 47: keycap.kernel.v1.KernelService.ListIndeterminateCalls:output_type -> keycap.kernel.v1.ListIndeterminateCallsResponse
+	28, // 48: keycap.kernel.v1.KernelService.GetSigningKeys:output_type -> keycap.kernel.v1.GetSigningKeysResponse
+	38, // [38:49] is the sub-list for method output_type
+	27, // [27:38] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_keycap_kernel_v1_kernel_proto_init() }
@@ -1720,13 +2120,21 @@ func file_keycap_kernel_v1_kernel_proto_init() {
 	if File_keycap_kernel_v1_kernel_proto != nil {
 		return
 	}
+	file_keycap_kernel_v1_kernel_proto_msgTypes[14].OneofWrappers = []any{
+		(*BeginCallResult_Begun)(nil),
+		(*BeginCallResult_ErrorStatus)(nil),
+	}
+	file_keycap_kernel_v1_kernel_proto_msgTypes[17].OneofWrappers = []any{
+		(*CompleteCallResult_Completed)(nil),
+		(*CompleteCallResult_ErrorStatus)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keycap_kernel_v1_kernel_proto_rawDesc), len(file_keycap_kernel_v1_kernel_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   20,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

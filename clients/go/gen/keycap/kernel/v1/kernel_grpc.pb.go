@@ -28,6 +28,8 @@ const (
 	KernelService_ListTools_FullMethodName              = "/keycap.kernel.v1.KernelService/ListTools"
 	KernelService_BeginCall_FullMethodName              = "/keycap.kernel.v1.KernelService/BeginCall"
 	KernelService_CompleteCall_FullMethodName           = "/keycap.kernel.v1.KernelService/CompleteCall"
+	KernelService_BeginCalls_FullMethodName             = "/keycap.kernel.v1.KernelService/BeginCalls"
+	KernelService_CompleteCalls_FullMethodName          = "/keycap.kernel.v1.KernelService/CompleteCalls"
 	KernelService_ListPendingCalls_FullMethodName       = "/keycap.kernel.v1.KernelService/ListPendingCalls"
 	KernelService_ResumeCall_FullMethodName             = "/keycap.kernel.v1.KernelService/ResumeCall"
 	KernelService_ListIndeterminateCalls_FullMethodName = "/keycap.kernel.v1.KernelService/ListIndeterminateCalls"
@@ -65,6 +67,16 @@ type KernelServiceClient interface {
 	// Marks a call done with an outcome. Repeating it with the same outcome is a
 	// no-op; with another outcome it is refused with FAILED_PRECONDITION.
 	CompleteCall(ctx context.Context, in *CompleteCallRequest, opts ...grpc.CallOption) (*CompleteCallResponse, error)
+	// Begins several calls in one round trip: what a client sends when it has
+	// many calls to begin at once (ADR 0022). Each item is exactly a BeginCall:
+	// authorised, validated, journaled, refused and recorded on its own, and
+	// answered in `results` in the same order; one item's refusal refuses no
+	// other. The RPC as a whole is refused only for what all items share: the
+	// caller's authentication, and a batch of 0 or more than 256 calls.
+	BeginCalls(ctx context.Context, in *BeginCallsRequest, opts ...grpc.CallOption) (*BeginCallsResponse, error)
+	// Completes several calls in one round trip; each item is exactly a
+	// CompleteCall, answered on its own, as BeginCalls.
+	CompleteCalls(ctx context.Context, in *CompleteCallsRequest, opts ...grpc.CallOption) (*CompleteCallsResponse, error)
 	// Lists calls begun and not completed: what a crash leaves behind. A runtime
 	// sees only calls of tools it owns or is granted; an operator sees all.
 	ListPendingCalls(ctx context.Context, in *ListPendingCallsRequest, opts ...grpc.CallOption) (*ListPendingCallsResponse, error)
@@ -132,6 +144,26 @@ func (c *kernelServiceClient) CompleteCall(ctx context.Context, in *CompleteCall
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CompleteCallResponse)
 	err := c.cc.Invoke(ctx, KernelService_CompleteCall_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *kernelServiceClient) BeginCalls(ctx context.Context, in *BeginCallsRequest, opts ...grpc.CallOption) (*BeginCallsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BeginCallsResponse)
+	err := c.cc.Invoke(ctx, KernelService_BeginCalls_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *kernelServiceClient) CompleteCalls(ctx context.Context, in *CompleteCallsRequest, opts ...grpc.CallOption) (*CompleteCallsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompleteCallsResponse)
+	err := c.cc.Invoke(ctx, KernelService_CompleteCalls_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -209,6 +241,16 @@ type KernelServiceServer interface {
 	// Marks a call done with an outcome. Repeating it with the same outcome is a
 	// no-op; with another outcome it is refused with FAILED_PRECONDITION.
 	CompleteCall(context.Context, *CompleteCallRequest) (*CompleteCallResponse, error)
+	// Begins several calls in one round trip: what a client sends when it has
+	// many calls to begin at once (ADR 0022). Each item is exactly a BeginCall:
+	// authorised, validated, journaled, refused and recorded on its own, and
+	// answered in `results` in the same order; one item's refusal refuses no
+	// other. The RPC as a whole is refused only for what all items share: the
+	// caller's authentication, and a batch of 0 or more than 256 calls.
+	BeginCalls(context.Context, *BeginCallsRequest) (*BeginCallsResponse, error)
+	// Completes several calls in one round trip; each item is exactly a
+	// CompleteCall, answered on its own, as BeginCalls.
+	CompleteCalls(context.Context, *CompleteCallsRequest) (*CompleteCallsResponse, error)
 	// Lists calls begun and not completed: what a crash leaves behind. A runtime
 	// sees only calls of tools it owns or is granted; an operator sees all.
 	ListPendingCalls(context.Context, *ListPendingCallsRequest) (*ListPendingCallsResponse, error)
@@ -246,6 +288,12 @@ func (UnimplementedKernelServiceServer) BeginCall(context.Context, *BeginCallReq
 }
 func (UnimplementedKernelServiceServer) CompleteCall(context.Context, *CompleteCallRequest) (*CompleteCallResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CompleteCall not implemented")
+}
+func (UnimplementedKernelServiceServer) BeginCalls(context.Context, *BeginCallsRequest) (*BeginCallsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BeginCalls not implemented")
+}
+func (UnimplementedKernelServiceServer) CompleteCalls(context.Context, *CompleteCallsRequest) (*CompleteCallsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteCalls not implemented")
 }
 func (UnimplementedKernelServiceServer) ListPendingCalls(context.Context, *ListPendingCallsRequest) (*ListPendingCallsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPendingCalls not implemented")
@@ -370,6 +418,42 @@ func _KernelService_CompleteCall_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _KernelService_BeginCalls_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BeginCallsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KernelServiceServer).BeginCalls(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KernelService_BeginCalls_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KernelServiceServer).BeginCalls(ctx, req.(*BeginCallsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _KernelService_CompleteCalls_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteCallsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KernelServiceServer).CompleteCalls(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KernelService_CompleteCalls_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KernelServiceServer).CompleteCalls(ctx, req.(*CompleteCallsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _KernelService_ListPendingCalls_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListPendingCallsRequest)
 	if err := dec(in); err != nil {
@@ -468,6 +552,14 @@ var KernelService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CompleteCall",
 			Handler:    _KernelService_CompleteCall_Handler,
+		},
+		{
+			MethodName: "BeginCalls",
+			Handler:    _KernelService_BeginCalls_Handler,
+		},
+		{
+			MethodName: "CompleteCalls",
+			Handler:    _KernelService_CompleteCalls_Handler,
 		},
 		{
 			MethodName: "ListPendingCalls",

@@ -178,6 +178,46 @@ class CompleteCallResponse(_message.Message):
     already_completed: bool
     def __init__(self, call: _Optional[_Union[Call, _Mapping]] = ..., already_completed: _Optional[bool] = ...) -> None: ...
 
+class BeginCallsRequest(_message.Message):
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[BeginCallRequest]
+    def __init__(self, calls: _Optional[_Iterable[_Union[BeginCallRequest, _Mapping]]] = ...) -> None: ...
+
+class BeginCallsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[BeginCallResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[BeginCallResult, _Mapping]]] = ...) -> None: ...
+
+class BeginCallResult(_message.Message):
+    __slots__ = ("begun", "error_status")
+    BEGUN_FIELD_NUMBER: _ClassVar[int]
+    ERROR_STATUS_FIELD_NUMBER: _ClassVar[int]
+    begun: BeginCallResponse
+    error_status: bytes
+    def __init__(self, begun: _Optional[_Union[BeginCallResponse, _Mapping]] = ..., error_status: _Optional[bytes] = ...) -> None: ...
+
+class CompleteCallsRequest(_message.Message):
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[CompleteCallRequest]
+    def __init__(self, calls: _Optional[_Iterable[_Union[CompleteCallRequest, _Mapping]]] = ...) -> None: ...
+
+class CompleteCallsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[CompleteCallResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[CompleteCallResult, _Mapping]]] = ...) -> None: ...
+
+class CompleteCallResult(_message.Message):
+    __slots__ = ("completed", "error_status")
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_STATUS_FIELD_NUMBER: _ClassVar[int]
+    completed: CompleteCallResponse
+    error_status: bytes
+    def __init__(self, completed: _Optional[_Union[CompleteCallResponse, _Mapping]] = ..., error_status: _Optional[bytes] = ...) -> None: ...
+
 class ListPendingCallsRequest(_message.Message):
     __slots__ = ("tool_id", "page_size", "page_token")
     TOOL_ID_FIELD_NUMBER: _ClassVar[int]

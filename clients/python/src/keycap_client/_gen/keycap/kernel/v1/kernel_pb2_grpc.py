@@ -69,6 +69,16 @@ class KernelServiceStub:
                 request_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.CompleteCallRequest.SerializeToString,
                 response_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.CompleteCallResponse.FromString,
                 _registered_method=True)
+        self.BeginCalls = channel.unary_unary(
+                '/keycap.kernel.v1.KernelService/BeginCalls',
+                request_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.BeginCallsRequest.SerializeToString,
+                response_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.BeginCallsResponse.FromString,
+                _registered_method=True)
+        self.CompleteCalls = channel.unary_unary(
+                '/keycap.kernel.v1.KernelService/CompleteCalls',
+                request_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.CompleteCallsRequest.SerializeToString,
+                response_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.CompleteCallsResponse.FromString,
+                _registered_method=True)
         self.ListPendingCalls = channel.unary_unary(
                 '/keycap.kernel.v1.KernelService/ListPendingCalls',
                 request_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.ListPendingCallsRequest.SerializeToString,
@@ -145,6 +155,26 @@ class KernelServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BeginCalls(self, request, context):
+        """Begins several calls in one round trip: what a client sends when it has
+        many calls to begin at once (ADR 0022). Each item is exactly a BeginCall:
+        authorised, validated, journaled, refused and recorded on its own, and
+        answered in `results` in the same order; one item's refusal refuses no
+        other. The RPC as a whole is refused only for what all items share: the
+        caller's authentication, and a batch of 0 or more than 256 calls.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CompleteCalls(self, request, context):
+        """Completes several calls in one round trip; each item is exactly a
+        CompleteCall, answered on its own, as BeginCalls.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListPendingCalls(self, request, context):
         """Lists calls begun and not completed: what a crash leaves behind. A runtime
         sees only calls of tools it owns or is granted; an operator sees all.
@@ -205,6 +235,16 @@ def add_KernelServiceServicer_to_server(servicer, server):
                     servicer.CompleteCall,
                     request_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.CompleteCallRequest.FromString,
                     response_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.CompleteCallResponse.SerializeToString,
+            ),
+            'BeginCalls': grpc.unary_unary_rpc_method_handler(
+                    servicer.BeginCalls,
+                    request_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.BeginCallsRequest.FromString,
+                    response_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.BeginCallsResponse.SerializeToString,
+            ),
+            'CompleteCalls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteCalls,
+                    request_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.CompleteCallsRequest.FromString,
+                    response_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.CompleteCallsResponse.SerializeToString,
             ),
             'ListPendingCalls': grpc.unary_unary_rpc_method_handler(
                     servicer.ListPendingCalls,
@@ -372,6 +412,60 @@ class KernelService:
             '/keycap.kernel.v1.KernelService/CompleteCall',
             keycap_dot_kernel_dot_v1_dot_kernel__pb2.CompleteCallRequest.SerializeToString,
             keycap_dot_kernel_dot_v1_dot_kernel__pb2.CompleteCallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BeginCalls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keycap.kernel.v1.KernelService/BeginCalls',
+            keycap_dot_kernel_dot_v1_dot_kernel__pb2.BeginCallsRequest.SerializeToString,
+            keycap_dot_kernel_dot_v1_dot_kernel__pb2.BeginCallsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteCalls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keycap.kernel.v1.KernelService/CompleteCalls',
+            keycap_dot_kernel_dot_v1_dot_kernel__pb2.CompleteCallsRequest.SerializeToString,
+            keycap_dot_kernel_dot_v1_dot_kernel__pb2.CompleteCallsResponse.FromString,
             options,
             channel_credentials,
             insecure,

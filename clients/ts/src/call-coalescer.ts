@@ -1,0 +1,110 @@
+/**
+ * Client-side group commit for BeginCall and CompleteCall (docs/decisions/0022): the calls
+ * a client makes while one of its requests of the same kind is in flight go together in
+ * the next one, as a BeginCalls / CompleteCalls batch, each answered on its own exactly as
+ * the unary RPC would have answered it.
+ *
+ * Why: at load the whole call's cost is per message, not per byte — each RPC is HTTP/2
+ * frames, a socket write and a wake-up in the client and in the kernel, and an
+ * authentication (bench/README.md, "Batched begin and complete"). Alone (nothing in flight)
+ * a call is sent at once as the unary RPC, so an unloaded caller waits no longer than
+ * before; under load each waits at most for the request ahead of it.
+ */
+import { Metadata, status } from "@grpc/grpc-js";
+import { Status } from "../gen/google/rpc/status";
+import { KeycapClientError } from "./errors";
+
+/** One item's answer in a batch: the unary response, or the encoded google.rpc.Status of its error. */
+export type BatchAnswer<Res> = { ok: true; value: Res } | { ok: false; status: Uint8Array };
+
+interface Waiting<Item, Res> {
+  item: Item;
+  resolve: (r: Res) => void;
+  reject: (e: unknown) => void;
+}
+
+/** Most calls per batch: the limit the kernel's proto states (repeated.max_items). */
+export const MAX_BATCH_CALLS = 256;
+
+export class CallCoalescer<Item, Res> {
+  private queue: Waiting<Item, Res>[] = [];
+  private inFlight = 0;
+  /** Set once a kernel answered UNIMPLEMENTED to the batch RPC (older than ADR 0022): unary from then on. */
+  private batchUnsupported = false;
+
+  constructor(
+    /** The unary RPC for one item, with the client's retries and default deadline. */
+    private readonly sendOne: (item: Item) => Promise<Res>,
+    /** The batch RPC; answers[i] answers items[i]. */
+    private readonly sendBatch: (items: Item[]) => Promise<BatchAnswer<Res>[]>,
+  ) {}
+
+  /** Sends `item` now, or with the next batch when one is in flight; settles with its own answer. */
+  submit(item: Item): Promise<Res> {
+    if (this.batchUnsupported) return this.sendOne(item);
+    return new Promise<Res>((resolve, reject) => {
+      this.queue.push({ item, resolve, reject });
+      this.pump();
+    });
+  }
+
+  private pump(): void {
+    while (this.inFlight < 1 && this.queue.length > 0) {
+      const batch = this.queue.splice(0, MAX_BATCH_CALLS);
+      this.inFlight++;
+      void this.send(batch).finally(() => {
+        this.inFlight--;
+        this.pump();
+      });
+    }
+  }
+
+  private async send(batch: Waiting<Item, Res>[]): Promise<void> {
+    if (batch.length === 1 || this.batchUnsupported) return this.alone(batch);
+    let answers: BatchAnswer<Res>[];
+    try {
+      answers = await this.sendBatch(batch.map((w) => w.item));
+      if (answers.length !== batch.length)
+        throw new KeycapClientError(status.INTERNAL, "BATCH_ANSWER_MISMATCH", `the kernel answered ${answers.length} results for ${batch.length} calls`, {});
+    } catch (err) {
+      const e = KeycapClientError.from(err);
+      if (e.code === status.UNIMPLEMENTED) {
+        this.batchUnsupported = true;
+        return this.alone(batch);
+      }
+      // Refused as a whole for something in its bytes (an item the decoding refused): each
+      // call alone gets the answer that is its own.
+      if (e.code === status.INVALID_ARGUMENT) return this.alone(batch);
+      for (const w of batch) w.reject(e);
+      return;
+    }
+    const retries: Waiting<Item, Res>[] = [];
+    batch.forEach((w, i) => {
+      const a = answers[i]!;
+      if (a.ok) return w.resolve(a.value);
+      const e = errorOf(a.status);
+      // "Retry" for this call alone (the database was briefly away): the unary RPC retries it
+      // with backoff, as it would have been retried had it been sent alone.
+      if (e.code === status.UNAVAILABLE) retries.push(w);
+      else w.reject(e);
+    });
+    if (retries.length > 0) await this.alone(retries);
+  }
+
+  private async alone(batch: Waiting<Item, Res>[]): Promise<void> {
+    await Promise.all(batch.map((w) => this.sendOne(w.item).then(w.resolve, w.reject)));
+  }
+}
+
+/** A batch item's error as the KeycapClientError the unary RPC would have thrown. */
+export function errorOf(encoded: Uint8Array): KeycapClientError {
+  let st: Status;
+  try {
+    st = Status.decode(encoded);
+  } catch {
+    return new KeycapClientError(status.UNKNOWN, "UNKNOWN", "a batch item's error status did not decode", {});
+  }
+  const metadata = new Metadata();
+  metadata.set("grpc-status-details-bin", Buffer.from(encoded));
+  return KeycapClientError.from({ code: st.code, details: st.message, metadata });
+}
