@@ -303,6 +303,14 @@ export function checkTargets(runs: RunResult[], micro: MicroResult[], soak: Benc
       met: call.vsPeer.throughput >= 0.7,
     });
   }
+  const call16 = at("call", 16);
+  if (call16) {
+    out.push({ target: "whole call p99 ≤ 50 ms at c=16 (issue 11)", measured: `${fmt(call16.latencyMs.p99, 1)} ms`, met: call16.latencyMs.p99 <= 50 });
+  }
+  const kernelCpu = call?.services["kernel"]?.cpuMicrosPerRequest;
+  if (call && kernelCpu !== undefined) {
+    out.push({ target: `kernel CPU ≤ 0.4 ms per whole call at c=${maxC} (issue 11)`, measured: `${fmtInt(kernelCpu)} µs`, met: kernelCpu <= 400 });
+  }
   const k = micro.find((m) => m.name === "key derivation (10 fields)");
   out.push({
     target: "key derivation > 100,000/s on one core (10 fields)",

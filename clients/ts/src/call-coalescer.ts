@@ -6,9 +6,10 @@
  *
  * Why: at load the whole call's cost is per message, not per byte — each RPC is HTTP/2
  * frames, a socket write and a wake-up in the client and in the kernel, and an
- * authentication (bench/README.md, "Batched begin and complete"). Alone (nothing in flight)
- * a call is sent at once as the unary RPC, so an unloaded caller waits no longer than
- * before; under load each waits at most for the request ahead of it.
+ * authentication (bench/README.md). With nothing in flight a call is sent on the next turn
+ * of the event loop, with the calls that turn made (alone: as the unary RPC), so an
+ * unloaded caller waits no longer than before; under load each waits at most for the
+ * request ahead of it.
  */
 import { Metadata, status } from "@grpc/grpc-js";
 import { Status } from "../gen/google/rpc/status";
@@ -29,6 +30,7 @@ export const MAX_BATCH_CALLS = 256;
 export class CallCoalescer<Item, Res> {
   private queue: Waiting<Item, Res>[] = [];
   private inFlight = 0;
+  private scheduled = false;
   /** Set once a kernel answered UNIMPLEMENTED to the batch RPC (older than ADR 0022): unary from then on. */
   private batchUnsupported = false;
 
@@ -44,6 +46,16 @@ export class CallCoalescer<Item, Res> {
     if (this.batchUnsupported) return this.sendOne(item);
     return new Promise<Res>((resolve, reject) => {
       this.queue.push({ item, resolve, reject });
+      this.schedule();
+    });
+  }
+
+  /** Sends on the next turn of the event loop: calls made in the same turn (a Promise.all) go as one request. */
+  private schedule(): void {
+    if (this.scheduled || this.inFlight > 0) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
       this.pump();
     });
   }
