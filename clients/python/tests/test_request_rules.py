@@ -27,8 +27,10 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import Message
 
 from conftest import Stack, send_unchecked
+from keycap_client._gen.keycap.kernel.v1 import kernel_pb2_grpc
 from keycap_client import (
     CLIENT_ERROR_DOMAIN,
     ERROR_DOMAIN,
@@ -163,6 +165,17 @@ CASES = [
 
 REASONS = {c.reason for c in CASES}
 
+# The batch RPCs' rules (ADR 0022): the Python client sends no batches, but the rules are
+# the proto's, so its check answers them as the kernel does for code that builds them.
+BATCH_CASES: list[tuple[str, Message, str, str]] = [
+    ("an empty BeginCalls", kernel_pb2.BeginCallsRequest(), "BATCH_EMPTY", "calls"),
+    ("257 begins", kernel_pb2.BeginCallsRequest(calls=[kernel_pb2.BeginCallRequest()] * 257), "BATCH_TOO_LARGE", "calls"),
+    ("an empty CompleteCalls", kernel_pb2.CompleteCallsRequest(), "BATCH_EMPTY", "calls"),
+    ("257 completes", kernel_pb2.CompleteCallsRequest(calls=[kernel_pb2.CompleteCallRequest()] * 257), "BATCH_TOO_LARGE", "calls"),
+]
+
+BATCH_REASONS = {c[2] for c in BATCH_CASES}
+
 
 def test_the_cases_cover_every_reason_the_protos_name() -> None:
     """Read from the descriptors, so a rule added to proto/ without a case here fails."""
@@ -175,7 +188,7 @@ def test_the_cases_cover_every_reason_the_protos_name() -> None:
             for o in message.oneofs:
                 oneof_options: Any = o.GetOptions()
                 named.update(r.reason for r in oneof_options.Extensions[refusal_pb2.oneof])
-    assert named == REASONS
+    assert named == REASONS | BATCH_REASONS
 
 
 # --- nothing is sent: a tripwire stands where the kernel would be ------------------------
@@ -286,6 +299,21 @@ def test_the_client_refuses_as_the_kernel_does(case: Case, stack: Stack, tool_id
     assert (mine.reason, dict(mine.metadata)) == (kernels.reason, dict(kernels.metadata))
     assert mine.field_violations == kernels.field_violations
     assert len(kernels.field_violations) >= 1
+
+
+@pytest.mark.parametrize(("request_", "reason", "field"), [c[1:] for c in BATCH_CASES], ids=[c[0] for c in BATCH_CASES])
+def test_a_batch_is_refused_as_the_kernel_does(request_: Message, reason: str, field: str, stack: Stack) -> None:
+    mine = request_rules.refusal(request_)
+    assert mine is not None
+    assert (mine.code, mine.reason, dict(mine.metadata)) == (grpc.StatusCode.INVALID_ARGUMENT, reason, {"field": field})
+    with grpc.insecure_channel(stack.kernel) as channel:
+        stub = kernel_pb2_grpc.KernelServiceStub(channel)  # type: ignore[no-untyped-call]
+        send = stub.BeginCalls if isinstance(request_, kernel_pb2.BeginCallsRequest) else stub.CompleteCalls
+        with pytest.raises(grpc.RpcError) as caught:
+            send(request_, timeout=10, metadata=(("authorization", f"Bearer {stack.runtime_token}"),))
+    kernels = KeycapError.from_rpc_error(caught.value)
+    assert (kernels.code, kernels.domain, kernels.reason, dict(kernels.metadata)) == (grpc.StatusCode.INVALID_ARGUMENT, ERROR_DOMAIN, reason, {"field": field})
+    assert mine.field_violations == kernels.field_violations
 
 
 def test_a_refusal_lists_every_failing_rule(stack: Stack, tool_id: str) -> None:
