@@ -7,14 +7,23 @@
  * Why: on the MongoDB-protocol servers this project runs on, a command's fixed cost
  * dominates a small insert. Measured on FerretDB v1.24 / PostgreSQL (2 cores), 64
  * concurrent single-document inserts cost ~830–930 µs of machine CPU per document, the
- * same documents 64 to a command ~160–190 µs (docs/decisions/0020-group-commit.md). Alone
- * (nothing in flight) a document is sent at once, so an unloaded caller waits no longer
- * than before; under load each waits at most for the insert ahead of it.
+ * same documents 64 to a command ~160–190 µs (docs/decisions/0020-group-commit.md). With
+ * nothing in flight the documents of one event-loop turn go on the next turn, together, so
+ * an unloaded caller waits a turn; under load each waits at most for the insert ahead of
+ * it, and never longer than the command deadline.
  *
  * Durability is unchanged: the command carries the caller's write concern, and no
  * document is answered before the command that wrote it has been acknowledged.
  */
-import { MongoServerError, ObjectId, type Collection, type Document, type OptionalUnlessRequiredId, type WriteConcernSettings } from "mongodb";
+import {
+  MongoNetworkTimeoutError,
+  MongoServerError,
+  ObjectId,
+  type Collection,
+  type Document,
+  type OptionalUnlessRequiredId,
+  type WriteConcernSettings,
+} from "mongodb";
 
 export interface InsertBatcherOptions<T> {
   /** Write concern of every command. */
@@ -27,6 +36,11 @@ export interface InsertBatcherOptions<T> {
   sizeOf?: (doc: OptionalUnlessRequiredId<T>) => number;
   /** The error each document of a command the server did not acknowledge is rejected with. */
   unacknowledged: () => Error;
+  /**
+   * Longest wait for a command's answer (checkout, write, reply) before its documents are
+   * rejected with a MongoNetworkTimeoutError, which says retry. Default 10 s.
+   */
+  commandTimeoutMs?: number;
 }
 
 interface Waiting<T extends Document> {
@@ -39,9 +53,11 @@ interface Waiting<T extends Document> {
 export class InsertBatcher<T extends Document> {
   private queue: Waiting<T>[] = [];
   private inFlight = 0;
+  private scheduled = false;
   private readonly maxDocs: number;
   private readonly maxBytes: number;
   private readonly sizeOf: (doc: OptionalUnlessRequiredId<T>) => number;
+  private readonly commandTimeoutMs: number;
 
   constructor(
     private readonly coll: Collection<T>,
@@ -50,6 +66,7 @@ export class InsertBatcher<T extends Document> {
     this.maxDocs = opts.maxDocs ?? 256;
     this.maxBytes = opts.maxBytes ?? 4 * 1024 * 1024;
     this.sizeOf = opts.sizeOf ?? (() => 1024);
+    this.commandTimeoutMs = opts.commandTimeoutMs ?? 10_000;
   }
 
   /**
@@ -60,6 +77,16 @@ export class InsertBatcher<T extends Document> {
   insert(doc: OptionalUnlessRequiredId<T>): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       this.queue.push({ doc, bytes: this.sizeOf(doc), resolve, reject });
+      this.schedule();
+    });
+  }
+
+  /** Sends on the next turn: the documents of one turn (one gRPC batch, one Promise.all) go together. */
+  private schedule(): void {
+    if (this.scheduled || this.inFlight > 0) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
       this.pump();
     });
   }
@@ -88,20 +115,56 @@ export class InsertBatcher<T extends Document> {
     return this.queue.splice(0, n);
   }
 
+  /**
+   * A command unanswered after commandTimeoutMs answers its documents with a
+   * MongoNetworkTimeoutError (retry: they are keyed by _id) and frees the batcher for the
+   * next one. Why: MongoDB driver 7.8–7.9 can write a command to a pooled connection whose
+   * socket the server's death has just destroyed (its "close" not yet emitted) and then
+   * wait for "drain" forever — found as a hang after a SIGKILL (ADR 0020); one such
+   * command would otherwise wedge every later insert. A batch's command also carries the
+   * deadline as its abort signal, so the driver discards that connection; insertOne takes
+   * no signal, so a lone document's stuck operation is abandoned (its pooled connection
+   * is not reused).
+   */
   private async send(batch: Waiting<T>[]): Promise<void> {
-    if (batch.length === 1) return this.sendOne(batch[0]!);
+    const deadline = new AbortController();
+    const timer = setTimeout(
+      () => deadline.abort(new MongoNetworkTimeoutError(`insert into ${this.coll.collectionName} got no answer in ${this.commandTimeoutMs} ms`)),
+      this.commandTimeoutMs,
+    );
+    const expired = new Promise<void>((resolve) =>
+      deadline.signal.addEventListener(
+        "abort",
+        () => {
+          for (const w of batch) w.reject(deadline.signal.reason);
+          resolve();
+        },
+        { once: true },
+      ),
+    );
+    try {
+      await Promise.race([batch.length === 1 ? this.sendOne(batch[0]!) : this.sendMany(batch, deadline.signal), expired]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private async sendMany(batch: Waiting<T>[], signal: AbortSignal): Promise<void> {
     let reply: InsertReply;
     try {
       // The `insert` command itself, not insertMany: insertMany's bulk machinery wraps a
       // driver error (network, pool) in a MongoBulkWriteError that no longer says
       // "unreachable", and callers would answer INTERNAL instead of UNAVAILABLE. The price:
       // a batch's trace span is named "insert $cmd" (a single document's keeps its collection).
-      reply = (await this.coll.db.command({
-        insert: this.coll.collectionName,
-        documents: batch.map((w) => withId(w.doc)),
-        ordered: false,
-        writeConcern: this.opts.writeConcern,
-      })) as InsertReply;
+      reply = (await this.coll.db.command(
+        {
+          insert: this.coll.collectionName,
+          documents: batch.map((w) => withId(w.doc)),
+          ordered: false,
+          writeConcern: this.opts.writeConcern,
+        },
+        { signal },
+      )) as InsertReply;
     } catch (err) {
       for (const w of batch) w.reject(err);
       return;
