@@ -14,6 +14,7 @@
 import { Metadata, status } from "@grpc/grpc-js";
 import { Status } from "../gen/google/rpc/status";
 import { KeycapClientError } from "./errors";
+import { TurnBatches } from "./turn-batches";
 
 /** One item's answer in a batch: the unary response, or the encoded google.rpc.Status of its error. */
 export type BatchAnswer<Res> = { ok: true; value: Res } | { ok: false; status: Uint8Array };
@@ -28,9 +29,10 @@ interface Waiting<Item, Res> {
 export const MAX_BATCH_CALLS = 256;
 
 export class CallCoalescer<Item, Res> {
-  private queue: Waiting<Item, Res>[] = [];
-  private inFlight = 0;
-  private scheduled = false;
+  private readonly batches = new TurnBatches<Waiting<Item, Res>>(
+    (queue) => queue.splice(0, MAX_BATCH_CALLS),
+    (batch) => this.send(batch),
+  );
   /** Set once a kernel answered UNIMPLEMENTED to the batch RPC (older than ADR 0022): unary from then on. */
   private batchUnsupported = false;
 
@@ -45,30 +47,8 @@ export class CallCoalescer<Item, Res> {
   submit(item: Item): Promise<Res> {
     if (this.batchUnsupported) return this.sendOne(item);
     return new Promise<Res>((resolve, reject) => {
-      this.queue.push({ item, resolve, reject });
-      this.schedule();
+      this.batches.push({ item, resolve, reject });
     });
-  }
-
-  /** Sends on the next turn of the event loop: calls made in the same turn (a Promise.all) go as one request. */
-  private schedule(): void {
-    if (this.scheduled || this.inFlight > 0) return;
-    this.scheduled = true;
-    setImmediate(() => {
-      this.scheduled = false;
-      this.pump();
-    });
-  }
-
-  private pump(): void {
-    while (this.inFlight < 1 && this.queue.length > 0) {
-      const batch = this.queue.splice(0, MAX_BATCH_CALLS);
-      this.inFlight++;
-      void this.send(batch).finally(() => {
-        this.inFlight--;
-        this.pump();
-      });
-    }
   }
 
   private async send(batch: Waiting<Item, Res>[]): Promise<void> {

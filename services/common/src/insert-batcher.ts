@@ -15,6 +15,7 @@
  * Durability is unchanged: the command carries the caller's write concern, and no
  * document is answered before the command that wrote it has been acknowledged.
  */
+import { TurnBatches } from "../../../clients/ts/src/turn-batches";
 import {
   MongoNetworkTimeoutError,
   MongoServerError,
@@ -51,9 +52,10 @@ interface Waiting<T extends Document> {
 }
 
 export class InsertBatcher<T extends Document> {
-  private queue: Waiting<T>[] = [];
-  private inFlight = 0;
-  private scheduled = false;
+  private readonly batches = new TurnBatches<Waiting<T>>(
+    (queue) => this.take(queue),
+    (batch) => this.send(batch),
+  );
   private readonly maxDocs: number;
   private readonly maxBytes: number;
   private readonly sizeOf: (doc: OptionalUnlessRequiredId<T>) => number;
@@ -76,43 +78,21 @@ export class InsertBatcher<T extends Document> {
    */
   insert(doc: OptionalUnlessRequiredId<T>): Promise<void> {
     return new Promise<void>((resolve, reject) => {
-      this.queue.push({ doc, bytes: this.sizeOf(doc), resolve, reject });
-      this.schedule();
+      this.batches.push({ doc, bytes: this.sizeOf(doc), resolve, reject });
     });
   }
 
-  /** Sends on the next turn: the documents of one turn (one gRPC batch, one Promise.all) go together. */
-  private schedule(): void {
-    if (this.scheduled || this.inFlight > 0) return;
-    this.scheduled = true;
-    setImmediate(() => {
-      this.scheduled = false;
-      this.pump();
-    });
-  }
-
-  /** Sends what is queued unless a command is out: what arrives meanwhile forms the next one. */
-  private pump(): void {
-    while (this.inFlight < 1 && this.queue.length > 0) {
-      const batch = this.take();
-      this.inFlight++;
-      void this.send(batch).finally(() => {
-        this.inFlight--;
-        this.pump();
-      });
-    }
-  }
-
-  private take(): Waiting<T>[] {
+  /** The next command's documents: at most maxDocs and maxBytes (a larger document goes alone). */
+  private take(queue: Waiting<T>[]): Waiting<T>[] {
     let bytes = 0;
     let n = 0;
-    while (n < this.queue.length && n < this.maxDocs) {
-      const next = this.queue[n]!.bytes;
+    while (n < queue.length && n < this.maxDocs) {
+      const next = queue[n]!.bytes;
       if (n > 0 && bytes + next > this.maxBytes) break;
       bytes += next;
       n++;
     }
-    return this.queue.splice(0, n);
+    return queue.splice(0, n);
   }
 
   /**
