@@ -192,6 +192,8 @@ export function addOperatorCommands(program: Command): void {
         { duplicates: String(s.duplicates) },
         { "payload mismatches": String(s.payloadMismatches) },
         { rejections: String(s.rejections) },
+        // Totals are counted as things are written (DESIGN §13), so they start somewhere.
+        { "counted since": s.countedSince ? s.countedSince.toISOString() : "nothing counted yet" },
       );
       for (const [r, n] of Object.entries(s.rejectionsByReason)) t.push({ [`  reason ${r}`]: String(n) });
       for (const [tool, n] of Object.entries(s.rejectionsByTool)) t.push({ [`  tool ${tool || "(unknown)"}`]: String(n) });

@@ -85,6 +85,8 @@ export interface KeycapConfig {
   mongodbDatabase: string;
   /** How long to wait for MongoDB at start (ms). */
   mongodbTimeoutMs: number;
+  /** Database-side time limit of every operator read (maxTimeMS), so an abandoned one cannot run on (ms). */
+  operatorQueryTimeoutMs: number;
   dataDir: string;
   signingKeyFile: string;
   /** Retired signing keys stay published this long (s). */
@@ -187,6 +189,7 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
     mongodbUri,
     mongodbDatabase,
     mongodbTimeoutMs: int(env, "KEYCAP_MONGODB_TIMEOUT_MS", 5000, 100, 120000),
+    operatorQueryTimeoutMs: int(env, "KEYCAP_OPERATOR_QUERY_TIMEOUT_MS", 5000, 100, 600000),
     dataDir,
     signingKeyFile: path.resolve(str(env, "KEYCAP_SIGNING_KEY_FILE") ?? path.join(dataDir, "signing-keys.json")),
     retiredKeyGraceSeconds: int(env, "KEYCAP_RETIRED_KEY_GRACE_SECONDS", 86400, 0, 30 * 86400),

@@ -3,9 +3,9 @@ import { trace } from "@opentelemetry/api";
 import { Metadata, status, type ServiceError, type sendUnaryData, type ServerUnaryCall } from "@grpc/grpc-js";
 import { Status } from "../../../gen/ts/google/rpc/status";
 import { BadRequest, ErrorInfo, RetryInfo } from "../../../gen/ts/google/rpc/error_details";
-import { ERROR_DOMAIN, KeycapError } from "./errors";
+import { Code, ERROR_DOMAIN, KeycapError } from "./errors";
 import type { Logger } from "./logger";
-import { isDatabaseUnavailable } from "./mongo";
+import { isDatabaseUnavailable, isQueryTimeLimit } from "./mongo";
 
 const ERROR_INFO_TYPE_URL = "type.googleapis.com/google.rpc.ErrorInfo";
 const RETRY_INFO_TYPE_URL = "type.googleapis.com/google.rpc.RetryInfo";
@@ -114,6 +114,14 @@ export async function settleFailure(logger: Logger, method: string, err: unknown
       logger.info({ method, code: status[err.code], reason: err.reason, metadata: err.metadata, peer, refusal: err.message }, "refused");
     }
     return err;
+  }
+  if (isQueryTimeLimit(err)) {
+    logger.warn({ method }, "operator query stopped at its time limit");
+    return new KeycapError(
+      Code.DEADLINE_EXCEEDED,
+      "OPERATOR_QUERY_TIMEOUT",
+      "the query ran past its time limit on the database (KEYCAP_OPERATOR_QUERY_TIMEOUT_MS) and was stopped; narrow it (a tool, a reason, a time range) or raise the limit",
+    );
   }
   if (isDatabaseUnavailable(err)) {
     const cause = err instanceof Error ? err.message.split("\n")[0] : String(err);
