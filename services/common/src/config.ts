@@ -175,6 +175,7 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
   const gatewayListenRaw = str(env, "KEYCAP_GATEWAY_LISTEN");
   const gatewayListen = gatewayListenRaw === undefined ? undefined : parseHostPort("KEYCAP_GATEWAY_LISTEN", gatewayListenRaw);
   const metricsRaw = str(env, "KEYCAP_METRICS_LISTEN");
+  const metricsListen = metricsRaw === undefined ? undefined : parseHostPort("KEYCAP_METRICS_LISTEN", metricsRaw);
   return {
     kernelListen,
     ledgerListen,
@@ -202,7 +203,7 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
     runtimeTokenFile: path.resolve(str(env, "KEYCAP_RUNTIME_TOKEN_FILE") ?? path.join(dataDir, "runtime-token")),
     bootstrapRuntime: bootstrap === "1",
     principalCacheMs: int(env, "KEYCAP_PRINCIPAL_CACHE_MS", 2000, 0, 60000),
-    tls: loadTlsSettings(env, { kernelListen, ledgerListen, adminListen, ledgerAddress, gatewayListen }),
+    tls: loadTlsSettings(env, { kernelListen, ledgerListen, adminListen, ledgerAddress, gatewayListen, metricsListen }),
     issuer: str(env, "KEYCAP_ISSUER") ?? "keycap-kernel",
     audience: str(env, "KEYCAP_AUDIENCE") ?? "keycap-ledger",
     capabilityTtlSeconds,
@@ -215,7 +216,7 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
     shutdownGraceMs: int(env, "KEYCAP_SHUTDOWN_GRACE_MS", 10000, 0, 600000),
     logLevel,
     logFormat,
-    metricsListen: metricsRaw === undefined ? undefined : parseHostPort("KEYCAP_METRICS_LISTEN", metricsRaw),
+    metricsListen,
     metricsToolLabels: int(env, "KEYCAP_METRICS_TOOL_LABELS", 50, 0, 1000),
   };
 }

@@ -161,7 +161,7 @@ class MongoRefusalRecorder:
             }
             if not self._coll.insert_one(doc).acknowledged:
                 raise PyMongoError("rejections insert was not acknowledged")
-            self._counters.add(r.reason, doc["tool_id"], 1)
+            self._counters.add(r.reason, _clip(r.tool_id), 1)
         except Exception:
             _log.exception("could not record a refusal; refusing anyway (reason %s, peer %s)", r.reason, r.peer[:64])
 
