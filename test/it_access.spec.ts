@@ -208,6 +208,32 @@ describe("access: who may mint a capability (issue 10)", function () {
       expect(owner?.owner).to.equal("local-runtime");
     });
 
+    it("shows a runtime only the tools it owns or is granted (ListTools, GetTool); operators see every tool (issue 32)", async function () {
+      await other.registerTool(defineTool({ id: "access.team-b-own", effect: { kind: "unsafe" } }));
+      const ids = async (k: KernelClient): Promise<string[]> => (await k.listTools()).map((t) => t.toolId);
+      expect(await ids(other))
+        .to.include("access.team-b-own")
+        .and.not.include(tool.id);
+      expect(await ids(runtime))
+        .to.include(tool.id)
+        .and.not.include("access.team-b-own");
+      const e = await refusal(other.getTool(tool.id));
+      expect([e.codeName, e.reason]).to.deep.equal(["PERMISSION_DENIED", "TOOL_NOT_GRANTED"]);
+      const operator = new KernelClient(proc.endpoints.kernel!, { token: ADMIN });
+      try {
+        expect(await ids(operator)).to.include.members([tool.id, "access.team-b-own"]);
+        expect((await operator.getTool(tool.id))?.owner).to.equal("local-runtime");
+      } finally {
+        operator.close();
+      }
+      // A grant makes the tool visible to the grantee, and its removal hides it again.
+      await access.addGrant(tool.id, "access-team-b");
+      await eventually(async () => ((await ids(other)).includes(tool.id) ? true : undefined));
+      expect((await other.getTool(tool.id))?.toolId).to.equal(tool.id);
+      await access.removeGrant(tool.id, "access-team-b");
+      await eventually(async () => ((await ids(other)).includes(tool.id) ? undefined : true));
+    });
+
     it("with the grant, begins, writes and completes; the capability's sub and the entry name that principal", async function () {
       await access.addGrant(tool.id, "access-team-b");
       const begun = await eventually(async () => other.beginCall(tool.id, JSON.stringify({ n: 3 })).catch(() => undefined));

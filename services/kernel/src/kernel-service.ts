@@ -85,15 +85,26 @@ export class Kernel {
     return { tool: toolToProto(tool), alreadyRegistered };
   }
 
-  async getTool(req: GetToolRequest): Promise<GetToolResponse> {
+  /** A runtime reads only tools it owns or is granted; operators read any (issue 32). */
+  async getTool(req: GetToolRequest, caller: Caller): Promise<GetToolResponse> {
     checkToolId(req.toolId, "tool_id");
-    return { tool: toolToProto(await this.d.registry.require(req.toolId)) };
+    const tool = await this.d.registry.require(req.toolId);
+    await this.d.access.requireTool(caller, tool, "read", { operatorsToo: true });
+    return { tool: toolToProto(tool) };
   }
 
-  async listTools(req: ListToolsRequest): Promise<ListToolsResponse> {
+  /** Ordered by tool id; a runtime sees only the tools it owns or is granted, operators all. */
+  async listTools(req: ListToolsRequest, caller: Caller): Promise<ListToolsResponse> {
     const limit = pageSize(req.pageSize);
     const cursor = decodePageToken(req.pageToken, { after: "id" });
-    const tools = await this.d.registry.list(cursor ? cursor.after : "", limit + 1);
+    const visible = await this.d.access.visibleTools(caller);
+    const after = cursor ? cursor.after : "";
+    const tools = visible
+      ? await this.d.registry.listOf(
+          visible.filter((id) => id > after),
+          limit + 1,
+        )
+      : await this.d.registry.list(after, limit + 1);
     const page = tools.slice(0, limit);
     const last = page[page.length - 1];
     return {
@@ -342,8 +353,8 @@ export function kernelServiceImpl(kernel: Kernel, edge: KernelEdge): KernelServi
   const handle = <Req, Res>(method: string, fn: (r: Req, c: Caller) => Promise<Res>) => kernelHandler(edge, method, fn);
   return {
     registerTool: handle("RegisterTool", (r: RegisterToolRequest, c) => kernel.registerTool(r, c)),
-    getTool: handle("GetTool", (r: GetToolRequest) => kernel.getTool(r)),
-    listTools: handle("ListTools", (r: ListToolsRequest) => kernel.listTools(r)),
+    getTool: handle("GetTool", (r: GetToolRequest, c) => kernel.getTool(r, c)),
+    listTools: handle("ListTools", (r: ListToolsRequest, c) => kernel.listTools(r, c)),
     beginCall: handle("BeginCall", (r: BeginCallRequest, c) => kernel.beginCall(r, c)),
     completeCall: handle("CompleteCall", (r: CompleteCallRequest, c) => kernel.completeCall(r, c)),
     beginCalls: kernelBatchHandler<BeginCallsRequest, BeginCallsResponse, BeginCallRequest, BeginCallResponse>(

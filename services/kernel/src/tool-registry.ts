@@ -109,6 +109,13 @@ export class ToolRegistry {
     return tool;
   }
 
+  /** The first `limit` of the given tools, ordered by id (a runtime's own and granted ones). */
+  async listOf(toolIds: readonly string[], limit: number): Promise<CompiledTool[]> {
+    const ids = [...toolIds].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)).slice(0, limit);
+    const tools = await Promise.all(ids.map((id) => this.get(id)));
+    return tools.filter((t): t is CompiledTool => t !== undefined);
+  }
+
   /** A page of tools ordered by id, after `afterId`. */
   async list(afterId: string, limit: number): Promise<CompiledTool[]> {
     const docs = await this.tools
