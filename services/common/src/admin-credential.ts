@@ -10,7 +10,7 @@ import { registerSecret } from "./secret-redaction";
 import { join } from "node:path";
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { open } from "node:fs/promises";
-import { parseBearer } from "./capability";
+import { parseBearer } from "./bearer";
 import { ConfigError } from "./config";
 import { SecretFileWriteError, writeSecretFile } from "./secret-file";
 

@@ -1,5 +1,5 @@
 import * as path from "node:path";
-import { MAX_LIFETIME_SECONDS } from "./capability";
+import { MAX_LIFETIME_SECONDS } from "./capability-lifetime";
 import { resolveDataDir } from "./data-dir";
 import { LOG_FORMATS, type LogFormat, type LogLevel } from "./logger";
 import { loadTlsSettings, type TlsSettings } from "./tls-config";

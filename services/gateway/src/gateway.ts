@@ -16,9 +16,16 @@ import { createHash } from "node:crypto";
 import type { IncomingHttpHeaders } from "node:http";
 import { Code, KeycapError } from "../../common/src/errors";
 import type { Logger } from "../../common/src/logger";
-import type { AdmissionContext, Sink, VerifiedCapability } from "../../sink/src/sink";
+import type { AdmissionContext, Sink, VerifiedCapability } from "../../sink/src";
 import type { DestinationLookup } from "./destination-lookup";
-import { checkHeaders, checkMethod, decideRedirect, isRetryableStatus, resolveForwardUrl, type HttpDestinationSpec } from "./domain/http-destination";
+import {
+  checkHeaders,
+  checkMethod,
+  decideRedirect,
+  isRetryableStatus,
+  resolveForwardUrl,
+  type HttpDestinationSpec,
+} from "../../common/src/domain/http-destination";
 import type { ForwardRecord, ForwardStore, StoredResponse } from "./forward-store";
 import { SendFailure, type HttpSender } from "./http-sender";
 

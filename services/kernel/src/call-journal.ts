@@ -1,5 +1,5 @@
 import type { Collection, Db, Filter } from "mongodb";
-import type { CapabilityClaims, EffectName } from "../../common/src/capability";
+import type { CapabilityClaims, EffectName } from "../../capability/src";
 import { Code, KeycapError } from "../../common/src/errors";
 import { isDuplicateKey } from "../../common/src/mongo";
 import { afterKeyset } from "../../common/src/paging";

@@ -28,7 +28,7 @@ import {
   type ResumeCallRequest,
   type ResumeCallResponse,
 } from "../../../gen/ts/keycap/kernel/v1/kernel";
-import type { CapabilityClaims } from "../../common/src/capability";
+import type { CapabilityClaims } from "../../capability/src";
 import { effectKindOf } from "../../common/src/effect-kind";
 import { invalidArgument, KeycapError } from "../../common/src/errors";
 import type { Logger } from "../../common/src/logger";

@@ -13,7 +13,7 @@ import { Binary, type Collection, type Db, type Filter } from "mongodb";
 import { InsertBatcher } from "../../common/src/insert-batcher";
 import { isDuplicateKey } from "../../common/src/mongo";
 import { afterKeyset } from "../../common/src/paging";
-import type { EffectName } from "../../common/src/capability";
+import type { EffectName } from "../../capability/src";
 import type { Logger } from "../../common/src/logger";
 import { StatsCounters } from "../../common/src/stats-counters";
 

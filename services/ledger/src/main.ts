@@ -7,9 +7,9 @@ import { RejectionAudit } from "../../common/src/rejection-audit";
 import { runServices, type RunningService, type ServiceDeps } from "../../common/src/service-runner";
 import { loadAdminCredential } from "../../common/src/admin-credential";
 import { adminServiceImpl, LedgerAdmin } from "./admin-service";
-import { CapabilityVerifier } from "./capability-verifier";
+import { CapabilityVerifier } from "../../capability/src";
 import { EntryStore } from "./entry-store";
-import { openKernelKeys } from "./key-sources/kernel-keys";
+import { openKernelKeys } from "../../capability/src";
 import { Ledger, ledgerServiceImpl } from "./ledger-service";
 
 export const LEDGER_SERVICE_NAME = "keycap.ledger.v1.LedgerService";

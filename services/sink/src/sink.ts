@@ -6,16 +6,16 @@
  * for unsafe and queryable capabilities. Every refusal goes to the hook and, when
  * configured, to keycap's refusal store under `sink:<name>`.
  */
-import { CLOCK_TOLERANCE_SECONDS } from "../../common/src/capability";
+import { CLOCK_TOLERANCE_SECONDS } from "../../capability/src";
 import { Code, KeycapError } from "../../common/src/errors";
 import type { RejectionInput } from "../../common/src/rejection-audit";
 import { sinkService } from "../../common/src/sink-name";
-import { CapabilityRefusal } from "../../ledger/src/capability-refusal";
-import { CapabilityVerifier, type CapabilityVerifierOptions, type VerifiedCapability } from "../../ledger/src/capability-verifier";
-import type { PublicKeySource } from "../../ledger/src/key-sources/public-key-source";
+import { CapabilityRefusal } from "../../capability/src";
+import { CapabilityVerifier, type CapabilityVerifierOptions, type VerifiedCapability } from "../../capability/src";
+import type { PublicKeySource } from "../../capability/src";
 import type { SpentStore } from "./spent-store";
 
-export type { VerifiedCapability } from "../../ledger/src/capability-verifier";
+export type { VerifiedCapability } from "../../capability/src";
 
 /** Where refusals are recorded: keycap's RejectionAudit, opened by {@link openSinkRefusalStore}. */
 export interface RefusalRecorder {

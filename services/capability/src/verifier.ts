@@ -20,9 +20,9 @@ import {
   DEFAULT_ISSUER,
   MAX_LIFETIME_SECONDS,
   findClaimProblem,
-  parseBearer,
   type CapabilityClaims,
-} from "../../common/src/capability";
+} from "./claims";
+import { parseBearer } from "../../common/src/bearer";
 import { KeycapError } from "../../common/src/errors";
 import {
   keysUnavailable,
@@ -31,7 +31,7 @@ import {
   type CapabilityRefusal,
   type UnauthenticatedReason,
   type UnverifiedCapabilityInfo,
-} from "./capability-refusal";
+} from "./refusal";
 import { parseCompactJws } from "./compact-jws";
 import { verifyEd25519 } from "./ed25519";
 import type { PublicKeySource } from "./key-sources/public-key-source";

@@ -4,7 +4,7 @@
  * which redirects are followed, and which answers leave a key retryable. The kernel uses
  * {@link normalizeDestination} at registration; the gateway uses the rest per forward.
  */
-import { Code, KeycapError, invalidArgument } from "../../../common/src/errors";
+import { Code, KeycapError, invalidArgument } from "../errors";
 
 /** A tool's HTTP destination, validated and normalised so that equal destinations compare equal. */
 export interface HttpDestinationSpec {
