@@ -104,7 +104,6 @@ test-go: build
 ## run: start kernel, ledger, ledger-admin and the web console in the foreground (Ctrl-C stops all),
 ## with Prometheus metrics on 127.0.0.1:9464 unless KEYCAP_METRICS_LISTEN says otherwise (empty: off)
 run: build
-	@$(MAKE) --no-print-directory test-db
 	KEYCAP_CONSOLE_LISTEN=$${KEYCAP_CONSOLE_LISTEN:-127.0.0.1:50054} KEYCAP_GATEWAY_LISTEN=$${KEYCAP_GATEWAY_LISTEN:-127.0.0.1:50055} KEYCAP_METRICS_LISTEN="$${KEYCAP_METRICS_LISTEN-127.0.0.1:9464}" $(CLI) serve all
 
 ## torture: the kill-anything torture test, long version (>= 1,000 kills on each embedded backend); report in test/results/

@@ -14,7 +14,7 @@ import type {
   ListRejectionsResponse,
   Rejection,
 } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
-import { invalidArgument, KeycapError } from "../../common/src/errors";
+import { KeycapError } from "../../common/src/errors";
 import { unaryHandler } from "../../common/src/grpc-status";
 import type { Logger } from "../../common/src/logger";
 import { decodePageToken, encodePageToken, pageSize } from "../../common/src/paging";
@@ -25,6 +25,7 @@ import { effectKindOf } from "../../common/src/effect-kind";
 import { entryToProto } from "./ledger-service";
 import type { RejectionAudit, RejectionDoc } from "../../common/src/rejection-audit";
 import type { StatsTotals } from "../../common/src/stats-counters";
+import { Reasons, refuse } from "../../common/src/refuse";
 
 /** What the admin API reads beyond the stores. */
 export interface LedgerAdminOptions {
@@ -61,13 +62,13 @@ export class LedgerAdmin {
 
   async getEntry(req: GetEntryRequest): Promise<GetEntryResponse> {
     const sel = req.selector;
-    if (!sel || sel.value === "") throw invalidArgument("SELECTOR_REQUIRED", "one of entry_id or key is required", { field: "selector" });
+    if (!sel || sel.value === "") throw refuse(Reasons.SELECTOR_REQUIRED, "one of entry_id or key is required", { field: "selector" });
     const ms = this.opts.queryTimeMs;
     const doc =
       sel.$case === "entryId" ? await this.entries.findByEntryId(sel.value, ms) : await this.entries.findByEffectId(idempotentEffectId(sel.value), ms);
     if (!doc) {
       const field = sel.$case === "entryId" ? "entry_id" : "key";
-      throw new KeycapError(status.NOT_FOUND, "ENTRY_NOT_FOUND", `no entry with this ${field}`, { field });
+      throw refuse(Reasons.ENTRY_NOT_FOUND, `no entry with this ${field}`, { field });
     }
     const counts = await this.entries.countsFor([doc._id], ms);
     return { entry: entryToProto(doc, counts.get(doc._id)) };
@@ -76,7 +77,7 @@ export class LedgerAdmin {
   async listRejections(req: ListRejectionsRequest): Promise<ListRejectionsResponse> {
     const limit = pageSize(req.pageSize);
     if (req.since && req.until && req.since.getTime() >= req.until.getTime()) {
-      throw invalidArgument("INVALID_TIME_RANGE", "since must be before until", { field: "since" });
+      throw refuse(Reasons.INVALID_TIME_RANGE, "since must be before until", { field: "since" });
     }
     const cursor = decodePageToken(req.pageToken, { t: "time", id: "id" });
     const docs = await this.audit.list(
