@@ -203,6 +203,8 @@ describe("access: who may mint a capability (issue 10)", function () {
       for (const def of [tool, { ...tool, effect: { kind: "idempotent" as const, key: { fields: ["/n", "/m"] as [string, ...string[]] } } }]) {
         const e = await refusal(other.registerTool(def));
         expect([e.codeName, e.reason]).to.deep.equal(["PERMISSION_DENIED", "TOOL_OWNED_BY_OTHER"]);
+        // The error names the fix, not only the cause (issue 33 item 9).
+        expect(e.message).to.include(`keycap grants add ${tool.id} access-team-b`);
       }
       const owner = (await runtime.listTools()).find((t) => t.toolId === tool.id);
       expect(owner?.owner).to.equal("local-runtime");

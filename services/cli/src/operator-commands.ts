@@ -4,7 +4,8 @@ import * as path from "node:path";
 import { EffectKind, effectKindToJSON } from "../../../gen/ts/keycap/effect/v1/effect";
 import type { Entry } from "../../../gen/ts/keycap/ledger/v1/ledger";
 import type { Rejection } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
-import { KernelClient, Runtime, type RuntimeTool } from "../../../clients/ts/src";
+import { AccessClient, KernelClient, KeycapClientError, Runtime, type RuntimeTool } from "../../../clients/ts/src";
+import type { Tool } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { addAccessCommands } from "./access-commands";
 import {
   adminToken,
@@ -201,6 +202,72 @@ export function addOperatorCommands(program: Command): void {
     });
   });
 
+  const withKernel = async <T>(o: OperatorOptions, fn: (k: KernelClient, a: AccessClient) => Promise<T>): Promise<T> => {
+    const at = kernelAddress(o);
+    const tls = tlsOptions(o);
+    const kernel = new KernelClient(at.address, { token: adminToken(o), ...(tls ? { tls } : {}) });
+    const access = new AccessClient(at.address, adminToken(o), tls ? { tls } : {});
+    try {
+      return await fn(kernel, access);
+    } catch (err) {
+      throw explain(err, "kernel", at);
+    } finally {
+      kernel.close();
+      access.close();
+    }
+  };
+
+  const tools = kernelOperator(
+    program.command("tools").description("registered tools with their effect class and key derivation (as operator: every tool)"),
+  ).action(async (o: OperatorOptions) => {
+    const list = await withKernel(o, (k) => k.listTools());
+    print(o, list.map(toolView), () => {
+      if (list.length === 0) return "no tools registered";
+      const t = newTable(["tool", "class", "key / request id from", "owner", "registered"]);
+      for (const tool of list) {
+        const v = toolView(tool);
+        t.push([v.toolId, v.effectClass, v.keyFields.join(" ") || v.requestIdField, v.owner || "(none)", time(tool.registeredAt)]);
+      }
+      return t.toString();
+    });
+  });
+  kernelOperator(tools.command("show").description("one tool: effect class, derivation, argument schema, owner and grants"))
+    .argument("<toolId>", "the tool id")
+    .action(async (toolId: string, own: OperatorOptions) => {
+      // `tools` takes the same options, so commander may hand them to it: read both.
+      const o: OperatorOptions = { ...(tools.opts() as OperatorOptions), ...own };
+      const found = await withKernel(o, async (k, a) => {
+        const tool = await k.getTool(toolId).catch((err: unknown) => {
+          if (KeycapClientError.from(err).reason === "TOOL_NOT_FOUND") return undefined;
+          throw err;
+        });
+        return tool ? { tool: toolView(tool), grants: (await a.listGrants({ toolId })).map((g) => g.principal) } : undefined;
+      });
+      if (!found) throw new NotFoundError(`no tool ${JSON.stringify(toolId)} is registered (keycap tools lists them)`, "TOOL_NOT_FOUND");
+      const v = { ...found.tool, grants: found.grants };
+      print(o, v, () => {
+        const t = newTable();
+        t.push(
+          { tool: v.toolId },
+          { "effect class": v.effectClass },
+          ...(v.effectClass === "idempotent"
+            ? [
+                { "key fields": v.keyFields.join(" ") },
+                { "derivation version": String(v.derivationVersion) },
+                { "context fields": v.contextFields.join(" ") || "(none)" },
+              ]
+            : v.effectClass === "queryable"
+              ? [{ "request id field": v.requestIdField }]
+              : []),
+          { owner: v.owner || "(none)" },
+          { grants: v.grants.join(" ") || "(none)" },
+          { "argument schema": v.argumentsSchema === undefined ? "(none)" : JSON.stringify(v.argumentsSchema, null, 2) },
+          ...(v.httpDestination ? [{ "HTTP destination": v.httpDestination }] : []),
+        );
+        return t.toString();
+      });
+    });
+
   kernelOperator(program.command("calls").description("calls left for recovery (pending) or for an operator (indeterminate)"))
     .option("--state <state>", "pending | indeterminate", "pending")
     .option("--tool <id>", "only calls of this tool")
@@ -294,4 +361,31 @@ async function loadHandlers(modulePath: string): Promise<RuntimeTool[]> {
   const tools = mod.tools ?? mod.default?.tools;
   if (!Array.isArray(tools)) throw new OperatorError(`--handlers: ${abs} must export tools: RuntimeTool[]`);
   return tools as RuntimeTool[];
+}
+
+/** A tool as an operator reads it: names, not enum numbers (JSON and tables alike). */
+function toolView(t: Tool): {
+  toolId: string;
+  effectClass: string;
+  keyFields: string[];
+  derivationVersion: number;
+  contextFields: string[];
+  requestIdField: string;
+  owner: string;
+  argumentsSchema: unknown;
+  httpDestination: string;
+} {
+  const k = t.effectClass?.kind;
+  const key = k?.$case === "idempotent" ? k.value.key : undefined;
+  return {
+    toolId: t.toolId,
+    effectClass: k?.$case ?? "unspecified",
+    keyFields: key?.fields ?? [],
+    derivationVersion: key?.version ?? 0,
+    contextFields: (key?.contextFields ?? []).map(() => "run_id"),
+    requestIdField: k?.$case === "queryable" ? (k.value.lookup?.requestIdField ?? "") : "",
+    owner: t.owner,
+    argumentsSchema: t.argumentsSchemaJson === "" ? undefined : (JSON.parse(t.argumentsSchemaJson) as unknown),
+    httpDestination: t.httpDestination ? `${t.httpDestination.methods.join(",")} ${t.httpDestination.baseUrl}` : "",
+  };
 }

@@ -59,7 +59,7 @@ export class AccessPolicy {
     if (await this.mayUse(caller, tool)) return;
     throw refuse(
       Reasons.TOOL_OWNED_BY_OTHER,
-      `tool ${tool.definition.toolId} is registered by another principal; ${caller.name} cannot register or redefine it`,
+      `tool ${tool.definition.toolId} is registered by another principal; ${caller.name} cannot register or redefine it. To use it as it is, an operator grants it (keycap grants add ${tool.definition.toolId} ${caller.name}); for another definition, register it under another id`,
       { tool_id: tool.definition.toolId, principal: caller.name },
     );
   }
