@@ -128,21 +128,30 @@ function parseLimit(value: string): number {
   return n;
 }
 
-/** Adds the operator commands (ledger inspection and recovery) to the program. */
+/** Adds the operator commands (ledger inspection, tools, calls and recovery) to the program. */
 export function addOperatorCommands(program: Command): void {
-  const common = (c: Command): Command =>
-    withTlsOptions(c)
-      .option("--admin <host:port>", "ledger admin address (env KEYCAP_ADMIN_ADDRESS, default 127.0.0.1:50053)")
-      .option("--token-file <path>", "admin credential file (default: KEYCAP_ADMIN_TOKEN, else $KEYCAP_DATA_DIR/admin-token)")
-      .option("--json", "print JSON instead of a table");
-  // Kernel commands an operator runs: the admin credential is the built-in operator "admin".
-  const kernelOperator = (c: Command): Command =>
-    withTlsOptions(c)
-      .option("--kernel <host:port>", "kernel address (env KEYCAP_KERNEL_ADDRESS, default 127.0.0.1:50051)")
-      .option("--token-file <path>", "operator credential file (default: KEYCAP_ADMIN_TOKEN, else $KEYCAP_DATA_DIR/admin-token)")
-      .option("--json", "print JSON instead of a table");
+  addLedgerReadCommands(program);
+  addToolCommands(program);
+  addCallCommands(program);
+  addRecoverCommand(program);
+}
 
-  common(program.command("rejections").description("refused kernel, ledger and sink calls, newest first"))
+/** An operator command that reads the ledger admin API. */
+const adminCommand = (c: Command): Command =>
+  withTlsOptions(c)
+    .option("--admin <host:port>", "ledger admin address (env KEYCAP_ADMIN_ADDRESS, default 127.0.0.1:50053)")
+    .option("--token-file <path>", "admin credential file (default: KEYCAP_ADMIN_TOKEN, else $KEYCAP_DATA_DIR/admin-token)")
+    .option("--json", "print JSON instead of a table");
+// Kernel commands an operator runs: the admin credential is the built-in operator "admin".
+const kernelOperator = (c: Command): Command =>
+  withTlsOptions(c)
+    .option("--kernel <host:port>", "kernel address (env KEYCAP_KERNEL_ADDRESS, default 127.0.0.1:50051)")
+    .option("--token-file <path>", "operator credential file (default: KEYCAP_ADMIN_TOKEN, else $KEYCAP_DATA_DIR/admin-token)")
+    .option("--json", "print JSON instead of a table");
+
+/** rejections, entries, entry, stats: the ledger admin API. */
+function addLedgerReadCommands(program: Command): void {
+  adminCommand(program.command("rejections").description("refused kernel, ledger and sink calls, newest first"))
     .option("--service <service>", "kernel | ledger | sink:<name> | all", "all")
     .option("--tool <id>", "only refusals attributed to this tool id")
     .option("--reason <REASON>", "only this reason, e.g. KEY_MISMATCH")
@@ -164,7 +173,7 @@ export function addOperatorCommands(program: Command): void {
       printMoreHint(page.nextPageToken);
     });
 
-  common(program.command("entries").description("ledger entries (effects), newest first"))
+  adminCommand(program.command("entries").description("ledger entries (effects), newest first"))
     .option("--tool <id>", "only entries of this tool")
     .option("--limit <n>", "at most this many (1-1000)", parseLimit, 100)
     .option("--page <cursor>", 'the next page, from the previous run\'s "more results" line')
@@ -174,7 +183,7 @@ export function addOperatorCommands(program: Command): void {
       printMoreHint(page.nextPageToken);
     });
 
-  common(program.command("entry").description("one entry, by idempotency key (or --id entry id)"))
+  adminCommand(program.command("entry").description("one entry, by idempotency key (or --id entry id)"))
     .argument("[key]", "the idempotency key")
     .option("--id <entryId>", "look up by entry id instead")
     .action(async (key: string | undefined, o: OperatorOptions & { id?: string }) => {
@@ -184,7 +193,7 @@ export function addOperatorCommands(program: Command): void {
       print(o, entry, () => entryTable(entry));
     });
 
-  common(program.command("stats").description("counts of entries, duplicates, mismatches and refusals")).action(async (o: OperatorOptions) => {
+  adminCommand(program.command("stats").description("counts of entries, duplicates, mismatches and refusals")).action(async (o: OperatorOptions) => {
     const s = await withAdmin(o, (a) => a.stats());
     print(o, s, () => {
       const t = newTable();
@@ -201,7 +210,10 @@ export function addOperatorCommands(program: Command): void {
       return t.toString();
     });
   });
+}
 
+/** tools, tools show: the registered tools as the kernel holds them. */
+function addToolCommands(program: Command): void {
   const withKernel = async <T>(o: OperatorOptions, fn: (k: KernelClient, a: AccessClient) => Promise<T>): Promise<T> => {
     const at = kernelAddress(o);
     const tls = tlsOptions(o);
@@ -267,7 +279,10 @@ export function addOperatorCommands(program: Command): void {
         return t.toString();
       });
     });
+}
 
+/** calls, complete: calls left for recovery or for an operator. */
+function addCallCommands(program: Command): void {
   kernelOperator(program.command("calls").description("calls left for recovery (pending) or for an operator (indeterminate)"))
     .option("--state <state>", "pending | indeterminate", "pending")
     .option("--tool <id>", "only calls of this tool")
@@ -312,7 +327,10 @@ export function addOperatorCommands(program: Command): void {
         kernel.close();
       }
     });
+}
 
+/** recover: resume every pending call by its class, as a runtime. */
+function addRecoverCommand(program: Command): void {
   withTlsOptions(program.command("recover"))
     .description("resume calls a crash left pending, each by its effect class (as a runtime principal: its credential by the clients' default lookup)")
     .option(
