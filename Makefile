@@ -8,7 +8,7 @@ CLI := node dist/services/cli/src/main.js
 # buf breaking compares the protos with this git ref (override for branches/PRs).
 BREAKING_AGAINST ?= .git\#branch=main
 
-.PHONY: all format install generate generate-ts build lint breaking test test-db test-ts test-ts-pg torture torture-short test-go test-python run bench ferretdb clean
+.PHONY: all format install generate generate-ts build lint breaking test test-db test-ts test-ts-pg torture torture-short test-go test-python run bench bench-volume ferretdb clean
 
 all: build
 
@@ -118,6 +118,11 @@ torture-short: build
 ## (the peer scenario's Redis is Debian's redis-server, installed with apt-get on first use, like PostgreSQL)
 bench: build
 	KEYCAP_EMBEDDED_MONGO=$${KEYCAP_EMBEDDED_MONGO:-ferretdb-pg} node dist/bench/run.js $(if $(QUICK),--quick,)
+
+## bench-volume: operator reads and the whole call on a database preloaded with RECORDS (default 1,000,000)
+## effects, completed calls and refusals (issue 32); FerretDB on PostgreSQL unless KEYCAP_EMBEDDED_MONGO says otherwise
+bench-volume: build
+	KEYCAP_EMBEDDED_MONGO=$${KEYCAP_EMBEDDED_MONGO:-ferretdb-pg} node dist/bench/volume.js --records $${RECORDS:-1000000}
 
 clean:
 	rm -rf dist gen
