@@ -1,0 +1,119 @@
+/**
+ * The MCP server the host talks to. tools/list offers every upstream tool (prefixed with its
+ * upstream's name when there is more than one upstream); tools/call of a governed tool goes
+ * through the call path; resources and prompts pass through to the upstreams unchanged.
+ *
+ * tools/call is answered by the SDK's fallback request handler, which sees the request as the
+ * host sent it: the SDK's own tools/call schema would refuse non-object arguments before the
+ * gateway saw them, and then the refusal would carry no keycap reason and be recorded nowhere.
+ */
+import { Server } from "@modelcontextprotocol/sdk/server/index.js";
+import {
+  ErrorCode,
+  GetPromptRequestSchema,
+  ListPromptsRequestSchema,
+  ListResourcesRequestSchema,
+  ListResourceTemplatesRequestSchema,
+  ListToolsRequestSchema,
+  McpError,
+  ReadResourceRequestSchema,
+  type JSONRPCRequest,
+  type Prompt,
+  type Resource,
+  type ResourceTemplate,
+  type ServerCapabilities,
+  type Tool,
+} from "@modelcontextprotocol/sdk/types.js";
+import type { CallPath } from "./call-path";
+import type { GovernedTool } from "./governed-tools";
+import { GATEWAY_IMPLEMENTATION, type Upstream } from "./upstream";
+
+export interface HostServerOptions {
+  tools: readonly GovernedTool[];
+  calls: CallPath;
+  upstreams: readonly Upstream[];
+  separator: string;
+}
+
+/** A new MCP server for one host connection (stdio: the only one). */
+export function createHostServer(opts: HostServerOptions): Server {
+  const withResources = opts.upstreams.filter((u) => u.capabilities?.resources);
+  const withPrompts = opts.upstreams.filter((u) => u.capabilities?.prompts);
+  const capabilities: ServerCapabilities = {
+    tools: {},
+    ...(withResources.length ? { resources: {} } : {}),
+    ...(withPrompts.length ? { prompts: {} } : {}),
+  };
+  const server = new Server(GATEWAY_IMPLEMENTATION, {
+    capabilities,
+    instructions: "keycap mcp: tool calls are journaled by keycap; an idempotent tool's repeated call gets the stored result (_meta io.keycap/replay).",
+  });
+  const byName = new Map(opts.tools.map((t) => [t.exposedName, t]));
+  const listed: Tool[] = opts.tools.map((t) => ({
+    ...t.definition,
+    name: t.exposedName,
+    _meta: { ...(t.definition._meta ?? {}), "io.keycap/effect-class": t.policy.class, "io.keycap/tool-id": t.toolId },
+  }));
+  server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: listed }));
+  server.fallbackRequestHandler = async (request: JSONRPCRequest) => {
+    if (request.method !== "tools/call") throw new McpError(ErrorCode.MethodNotFound, `Method not found: ${request.method}`);
+    const params = (request.params ?? {}) as { name?: unknown; arguments?: unknown; _meta?: unknown };
+    const tool = typeof params.name === "string" ? byName.get(params.name) : undefined;
+    if (!tool) throw new McpError(ErrorCode.InvalidParams, `Tool ${JSON.stringify(params.name)} not found`);
+    const meta = typeof params._meta === "object" && params._meta !== null ? (params._meta as Record<string, unknown>) : undefined;
+    return opts.calls.call(tool, params.arguments, meta);
+  };
+  if (withResources.length) addResources(server, withResources);
+  if (withPrompts.length) addPrompts(server, withPrompts, opts.upstreams.length > 1 ? opts.separator : undefined);
+  return server;
+}
+
+/** Resources pass through; a read goes to the upstream that listed the URI (else each in turn). */
+function addResources(server: Server, upstreams: readonly Upstream[]): void {
+  const owner = new Map<string, Upstream>();
+  server.setRequestHandler(ListResourcesRequestSchema, async () => {
+    const resources: Resource[] = [];
+    for (const u of upstreams) {
+      for (const r of (await u.client.listResources()).resources) {
+        owner.set(r.uri, u);
+        resources.push(r);
+      }
+    }
+    return { resources };
+  });
+  server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => {
+    const resourceTemplates: ResourceTemplate[] = [];
+    for (const u of upstreams) resourceTemplates.push(...(await u.client.listResourceTemplates()).resourceTemplates);
+    return { resourceTemplates };
+  });
+  server.setRequestHandler(ReadResourceRequestSchema, async (req) => {
+    const first = owner.get(req.params.uri);
+    const order = first ? [first, ...upstreams.filter((u) => u !== first)] : upstreams;
+    let last: unknown;
+    for (const u of order) {
+      try {
+        return await u.client.readResource(req.params);
+      } catch (err) {
+        last = err;
+      }
+    }
+    throw last instanceof McpError ? last : new McpError(ErrorCode.InvalidParams, `Resource ${req.params.uri} not found`);
+  });
+}
+
+/** Prompts pass through, prefixed with the upstream's name when there is more than one upstream. */
+function addPrompts(server: Server, upstreams: readonly Upstream[], separator: string | undefined): void {
+  const exposed = (u: Upstream, name: string): string => (separator === undefined ? name : `${u.name}${separator}${name}`);
+  server.setRequestHandler(ListPromptsRequestSchema, async () => {
+    const prompts: Prompt[] = [];
+    for (const u of upstreams) for (const p of (await u.client.listPrompts()).prompts) prompts.push({ ...p, name: exposed(u, p.name) });
+    return { prompts };
+  });
+  server.setRequestHandler(GetPromptRequestSchema, async (req) => {
+    for (const u of upstreams) {
+      const prefix = exposed(u, "");
+      if (req.params.name.startsWith(prefix)) return u.client.getPrompt({ ...req.params, name: req.params.name.slice(prefix.length) });
+    }
+    throw new McpError(ErrorCode.InvalidParams, `Prompt ${req.params.name} not found`);
+  });
+}
