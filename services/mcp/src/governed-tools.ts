@@ -94,10 +94,11 @@ export function suggestKey(tool: UpstreamTool): string {
   const props = Object.keys(tool.inputSchema.properties ?? {});
   const names = required.length ? required : props;
   const key = names.map((n) => `"/${n.replace(/~/g, "~0").replace(/\//g, "~1")}"`).join(", ");
+  const readOnly = tool.annotations?.readOnlyHint === true ? `, or \`class: read\` if it only reads (it is annotated readOnlyHint)` : "";
   return (
     `Declare it, e.g. \`${tool.name}: { class: idempotent, key: [${key || '"/<argument>"'}] }\` naming the arguments that identify one effect` +
     (props.length ? ` (its arguments: ${props.join(", ")})` : "") +
-    `, or \`class: unsafe\` if retrying it is not safe.`
+    `${readOnly}, or \`class: unsafe\` if retrying it is not safe.`
   );
 }
 
