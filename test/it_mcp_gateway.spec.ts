@@ -13,7 +13,7 @@ import { McpError, type CallToolResult } from "@modelcontextprotocol/sdk/types.j
 import { startLedgerStack, type LedgerStack } from "./support/ledger-harness";
 import { readEvents, type CountingEvent } from "./support/counting-mcp-server";
 import { connectHost, countingPolicy, writePolicy, type McpHost } from "./support/mcp-host";
-import { TEST_RUNTIME_TOKEN } from "./support/processes";
+import { runCli, TEST_RUNTIME_TOKEN } from "./support/processes";
 
 const POLICY_TOOLS = [
   "      create_order: { class: idempotent, key: [/order_id] }",
@@ -118,6 +118,19 @@ describe("MCP gateway (issue 28): one upstream effect per kernel-derived key, th
     expect(events("create_order", order("o-declined")).requests).to.have.length(1);
   });
 
+  it("leaves the key retryable when the upstream gives no answer in time: the retry is sent again under the same key", async function () {
+    const h = await start();
+    const args = { order_id: "o-timeout", amount: 4, hang: true };
+    const timedOut = await call(h, "create_order", args).catch((err: unknown) => err);
+    expect(timedOut).to.be.instanceOf(McpError);
+    expect((timedOut as McpError).data).to.deep.include({ reason: "UPSTREAM_UNAVAILABLE", tool_id: "mcp:counter/create_order" });
+    const retried = await call(h, "create_order", args);
+    expect(retried._meta?.["io.keycap/replay"]).to.equal(false);
+    const { requests, effects } = events("create_order", order("o-timeout"));
+    expect([requests.length, effects.length]).to.deep.equal([2, 1]);
+    expect(requests[1]!.meta["io.keycap/idempotency-key"]).to.equal(requests[0]!.meta["io.keycap/idempotency-key"]);
+  });
+
   it("gives a reconnecting host's retry the stored result, sending nothing upstream", async function () {
     const h = await start();
     const first = await call(h, "create_order", { order_id: "o-reconnect", amount: 7 });
@@ -168,6 +181,31 @@ describe("MCP gateway (issue 28): one upstream effect per kernel-derived key, th
     const again = await call(h2, "send_message", args);
     expect(again.isError).to.equal(true);
     expect(events("send_message").requests).to.have.length(1);
+  });
+
+  it("leaves an Unsafe call that got no answer indeterminate, and sends an identical one again only once an operator has settled it (keycap recover, then keycap complete)", async function () {
+    const h = await start();
+    const args = { to: "oncall@example.com", text: "rollback started", hang: true };
+    const count = (): number => events("send_message", (e) => e.args["to"] === "oncall@example.com").requests.length;
+    // Sent, and unanswered past the gateway's timeout: whether it took effect is unknown.
+    const timedOut = await call(h, "send_message", args).catch((err: unknown) => err);
+    expect((timedOut as McpError).data).to.deep.include({ reason: "UPSTREAM_UNAVAILABLE" });
+    const blocked = await call(h, "send_message", args);
+    expect(blocked.isError).to.equal(true);
+    expect(count()).to.equal(1);
+    const lostCall = blocked._meta?.["io.keycap/indeterminate-call-id"];
+    expect(lostCall).to.be.a("string");
+    const cliEnv = { ...env, KEYCAP_ADMIN_TOKEN: s.adminToken };
+    const recovered = await runCli(["recover", "--tool", "mcp:counter/send_message", "--kernel", s.kernel.endpoints.kernel!, "--json"], cliEnv);
+    expect(recovered.stdout).to.include(String(lostCall));
+    expect((await call(h, "send_message", args)).isError).to.equal(true);
+    expect(count()).to.equal(1);
+    const settled = await runCli(["complete", String(lostCall), "--outcome", "succeeded", "--kernel", s.kernel.endpoints.kernel!], cliEnv);
+    expect(settled.code, settled.stderr).to.equal(0);
+    // The same arguments: a new call now, sent (the upstream holds its answer past the gateway's timeout).
+    const sent = await call(h, "send_message", args).catch((err: unknown) => err);
+    expect((sent as McpError).data).to.deep.include({ reason: "UPSTREAM_UNAVAILABLE" });
+    expect(count()).to.equal(2);
   });
 
   it("sends each Unsafe call that is not a retry of a lost one", async function () {
