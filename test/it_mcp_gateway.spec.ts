@@ -215,6 +215,29 @@ describe("MCP gateway (issue 28): one upstream effect per kernel-derived key, th
     expect(events("send_message", (e) => e.args["to"] === "a@example.com").effects).to.have.length(2);
   });
 
+  it("scopes a tool's key by run when the policy says run_scope: the run id from _meta io.keycap/run-id, else KEYCAP_MCP_RUN_ID; with neither the call is refused RUN_ID_REQUIRED", async function () {
+    const scoped = writePolicy(
+      dir,
+      "runs.yaml",
+      countingPolicy(stateFile, "      create_order: { class: idempotent, key: [/order_id], run_scope: true }", "runs"),
+    );
+    const h = (host = await connectHost(scoped, env));
+    const args = { order_id: "o-runs", amount: 1 };
+    const refused = await call(h, "create_order", args).catch((err: unknown) => err);
+    expect((refused as McpError).data).to.deep.include({ reason: "RUN_ID_REQUIRED", tool_id: "mcp:runs/create_order" });
+    const a = await call(h, "create_order", args, { "io.keycap/run-id": "run-a" });
+    const a2 = await call(h, "create_order", args, { "io.keycap/run-id": "run-a" });
+    const b = await call(h, "create_order", args, { "io.keycap/run-id": "run-b" });
+    expect([a._meta?.["io.keycap/replay"], a2._meta?.["io.keycap/replay"], b._meta?.["io.keycap/replay"]]).to.deep.equal([false, true, false]);
+    expect(b._meta?.["io.keycap/idempotency-key"]).to.not.equal(a._meta?.["io.keycap/idempotency-key"]);
+    await h.close();
+    const h2 = (host = await connectHost(scoped, { ...env, KEYCAP_MCP_RUN_ID: "run-a" }));
+    const byDefault = await call(h2, "create_order", args);
+    expect(byDefault._meta?.["io.keycap/replay"]).to.equal(true);
+    expect(byDefault.content).to.deep.equal(a.content);
+    expect(events("create_order", order("o-runs")).effects).to.have.length(2);
+  });
+
   it("refuses at call time, with keycap's reason in the MCP error and recorded against the tool id: a missing key field, arguments that are not an object", async function () {
     const h = await start();
     const refusal = async (args: unknown): Promise<{ reason: string; tool_id: string }> => {

@@ -75,11 +75,11 @@ export function writePolicy(dir: string, name: string, yaml: string): string {
 }
 
 /** A policy for the counting upstream, `tools` being its YAML lines under `tools:` (indented 6). */
-export function countingPolicy(stateFile: string, tools: string): string {
+export function countingPolicy(stateFile: string, tools: string, upstream = "counter"): string {
   return [
     "version: 1",
     "upstreams:",
-    "  counter:",
+    `  ${upstream}:`,
     `    command: ${JSON.stringify(process.execPath)}`,
     `    args: [${JSON.stringify(COUNTING_SERVER)}]`,
     `    env: { COUNTING_STATE_FILE: ${JSON.stringify(stateFile)} }`,
