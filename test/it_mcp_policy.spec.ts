@@ -10,7 +10,8 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { KernelClient } from "../clients/ts/src";
 import { startLedgerStack, type LedgerStack } from "./support/ledger-harness";
-import { connectHost, countingPolicy, writePolicy } from "./support/mcp-host";
+import { parsePolicy } from "../services/mcp/src";
+import { connectHost, COUNTING_SERVER, countingPolicy, writePolicy } from "./support/mcp-host";
 import { runCli, TEST_RUNTIME_TOKEN } from "./support/processes";
 
 describe("MCP gateway policy (issue 28): start-time refusals name what to fix", function () {
@@ -76,6 +77,31 @@ describe("MCP gateway policy (issue 28): start-time refusals name what to fix", 
     });
     after(async function () {
       await s?.stop();
+    });
+
+    it("keycap mcp init writes a starting policy from the upstream's tools/list that the gateway starts with: readOnlyHint tools read, the rest unsafe, an idempotent entry suggested as a comment", async function () {
+      const init = await runCli(["mcp", "init", "--name", "inited", "--", process.execPath, COUNTING_SERVER, stateFile], { KEYCAP_DATA_DIR: dir });
+      expect(init.code, init.stderr).to.equal(0);
+      const policy = parsePolicy(init.stdout);
+      expect(Object.fromEntries([...policy.upstreams[0]!.tools].map(([name, t]) => [name, t.class]))).to.deep.equal({
+        create_order: "unsafe",
+        send_message: "unsafe",
+        get_status: "read",
+      });
+      expect(init.stdout).to.include('# "create_order": { class: idempotent, key: ["/order_id", "/amount"] }');
+      expect(init.stdout).to.include("#   annotations: destructiveHint: false, idempotentHint: true");
+      const env = { ...s.env, KEYCAP_KERNEL_ADDRESS: s.kernel.endpoints.kernel!, KEYCAP_RUNTIME_TOKEN: TEST_RUNTIME_TOKEN };
+      const host = await connectHost(writePolicy(dir, "inited.yaml", init.stdout), env);
+      try {
+        const { tools } = await host.client.listTools();
+        expect(tools.map((t) => [t.name, t._meta?.["io.keycap/effect-class"]])).to.deep.equal([
+          ["create_order", "unsafe"],
+          ["send_message", "unsafe"],
+          ["get_status", "read"],
+        ]);
+      } finally {
+        await host.close();
+      }
     });
 
     it("registers each governed tool with the kernel as mcp:<upstream>/<tool>, and refuses to start when the policy changes a registered definition", async function () {

@@ -12,7 +12,7 @@
  * Arguments that steer it: `hang: true` performs the effect and never answers (the gateway is
  * killed waiting); `delay_ms` holds the answer; `decline: true` answers `isError: true`.
  *
- * Usage: COUNTING_STATE_FILE=/tmp/x.jsonl node dist/test/support/counting-mcp-server.js
+ * Usage: COUNTING_STATE_FILE=/tmp/x.jsonl node dist/test/support/counting-mcp-server.js (or the file as its argument)
  */
 import * as fs from "node:fs";
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
@@ -72,8 +72,8 @@ const TOOLS: Tool[] = [
 ];
 
 function main(): void {
-  const file = process.env["COUNTING_STATE_FILE"];
-  if (!file) throw new Error("COUNTING_STATE_FILE is required");
+  const file = process.env["COUNTING_STATE_FILE"] ?? process.argv[2];
+  if (!file) throw new Error("COUNTING_STATE_FILE (or the first argument) is required");
   const stored = new Map<string, CallToolResult>();
   for (const e of readEvents(file)) if (e.event === "effect" && e.key && e.answer) stored.set(e.key, e.answer);
   const log = (e: CountingEvent): void => fs.appendFileSync(file, JSON.stringify(e) + "\n");

@@ -90,16 +90,21 @@ export function governTools(policy: Policy, listed: ReadonlyMap<string, readonly
 
 /** What to write in the policy for a tool that needs a derivation: its required arguments, which usually identify the effect. */
 export function suggestKey(tool: UpstreamTool): string {
-  const required = tool.inputSchema.required ?? [];
   const props = Object.keys(tool.inputSchema.properties ?? {});
-  const names = required.length ? required : props;
-  const key = names.map((n) => `"/${n.replace(/~/g, "~0").replace(/\//g, "~1")}"`).join(", ");
+  const key = suggestedKey(tool).join(", ");
   const readOnly = tool.annotations?.readOnlyHint === true ? `, or \`class: read\` if it only reads (it is annotated readOnlyHint)` : "";
   return (
     `Declare it, e.g. \`${tool.name}: { class: idempotent, key: [${key || '"/<argument>"'}] }\` naming the arguments that identify one effect` +
     (props.length ? ` (its arguments: ${props.join(", ")})` : "") +
     `${readOnly}, or \`class: unsafe\` if retrying it is not safe.`
   );
+}
+
+/** Pointers (JSON-quoted) to the tool's required arguments, else all its arguments. */
+export function suggestedKey(tool: UpstreamTool): string[] {
+  const required = tool.inputSchema.required ?? [];
+  const names = required.length ? required : Object.keys(tool.inputSchema.properties ?? {});
+  return names.map((n) => JSON.stringify(`/${n.replace(/~/g, "~0").replace(/\//g, "~1")}`));
 }
 
 function pointerProblems(path: string, policy: ToolPolicy, tool: UpstreamTool): string[] {
