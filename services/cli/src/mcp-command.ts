@@ -19,10 +19,11 @@ export function addMcpCommand(program: Command): void {
     .description("run the MCP gateway: an MCP server on stdio in front of the upstream MCP servers the policy names (docs/mcp.md)")
     // Not requiredOption: commander would then ask `mcp init` for it too.
     .option("--policy <file>", "the policy file (YAML or JSON; schema: services/mcp/src/policy.schema.json)")
-    .action(async (o: { policy?: string }) => {
+    .option("--http <host:port>", "serve MCP's Streamable HTTP at http://<host:port>/mcp (loopback only; env KEYCAP_MCP_LISTEN) instead of stdio")
+    .action(async (o: { policy?: string; http?: string }) => {
       if (o.policy === undefined) return mcp.error("--policy <file> is required (or `keycap mcp init` to write one)");
       try {
-        await runMcpGateway(o.policy);
+        await runMcpGateway(o.policy, o.http !== undefined ? { http: o.http } : {});
       } catch (err) {
         if (!(err instanceof PolicyError || err instanceof PolicyMismatchError || err instanceof RegistrationError)) throw err;
         process.stderr.write(`keycap mcp: ${err.message}\n`);

@@ -1,5 +1,5 @@
 /** `keycap mcp`: the MCP gateway (DESIGN §11). */
-export { runMcpGateway } from "./main";
+export { runMcpGateway, type ServeOptions } from "./main";
 export { loadPolicy, parsePolicy, PolicyError, POLICY_SCHEMA, type Policy, type ToolPolicy, type UpstreamPolicy } from "./policy";
 export { governTools, kernelToolId, PolicyMismatchError, type GovernedTool, type UpstreamTool } from "./governed-tools";
 export { RegistrationError } from "./kernel-registration";

@@ -8,7 +8,8 @@
 import * as path from "node:path";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { KernelClient, tlsFromEnv } from "../../../clients/ts/src";
-import { formatHostPort, loadConfig } from "../../common/src/config";
+import type { Server } from "@modelcontextprotocol/sdk/server/index.js";
+import { formatHostPort, loadConfig, parseHostPort } from "../../common/src/config";
 import { startMongoServer, type MongoServerHandle } from "../../common/src/embedded-mongo";
 import type { Logger } from "../../common/src/logger";
 import { connectMongo, type MongoConnection } from "../../common/src/mongo";
@@ -16,6 +17,7 @@ import { startSharedMongoServer } from "../../common/src/shared-mongo";
 import { CallPath } from "./call-path";
 import { governTools, type UpstreamTool } from "./governed-tools";
 import { createHostServer } from "./host-server";
+import { assertLoopback, listenStreamableHttp, MCP_PATH } from "./http-listener";
 import { registerGovernedTools } from "./kernel-registration";
 import { loadMcpOptions } from "./mcp-options";
 import { loadPolicy } from "./policy";
@@ -25,10 +27,22 @@ import { Upstream } from "./upstream";
 
 type Env = Readonly<Record<string, string | undefined>>;
 
-/** Runs the gateway until the host goes away. Start failures throw (PolicyError, PolicyMismatchError, RegistrationError, ConfigError). */
-export async function runMcpGateway(policyFile: string, env: Env = process.env): Promise<void> {
+/** How the host reaches the gateway. */
+export interface ServeOptions {
+  /** Serve Streamable HTTP on this loopback host:port (overrides KEYCAP_MCP_LISTEN) instead of stdio. */
+  http?: string;
+}
+
+/**
+ * Runs the gateway until the host goes away (stdio) or a signal (SIGTERM, SIGINT). Start failures
+ * throw (PolicyError, PolicyMismatchError, RegistrationError, ConfigError).
+ */
+export async function runMcpGateway(policyFile: string, serve: ServeOptions = {}, env: Env = process.env): Promise<void> {
   const config = loadConfig(env);
   const options = loadMcpOptions(env);
+  const listen = serve.http !== undefined ? parseHostPort("--http", serve.http) : options.listen;
+  const listenSetting = serve.http !== undefined ? "--http" : "KEYCAP_MCP_LISTEN";
+  if (listen) assertLoopback(listen, listenSetting);
   const logger = createStderrLogger("mcp", config.logLevel);
   const policy = loadPolicy(path.resolve(policyFile));
   const upstreams: Upstream[] = [];
@@ -62,23 +76,32 @@ export async function runMcpGateway(policyFile: string, env: Env = process.env):
       waitMs: options.waitMs,
       ...(runId !== undefined ? { defaultRunId: runId } : {}),
     });
-    const server = createHostServer({ tools, calls, upstreams, separator: policy.toolNameSeparator });
-    const transport = new StdioServerTransport();
-    const closed = new Promise<void>((resolve) => {
-      server.onclose = resolve;
-      process.stdin.once("end", resolve);
+    const newServer = (): Server => createHostServer({ tools, calls, upstreams, separator: policy.toolNameSeparator });
+    const ready = {
+      kernel: kernelAddress,
+      upstreams: upstreams.map((u) => u.name),
+      tools: tools.map((t) => `${t.exposedName}=${t.policy.class}${t.defaulted ? " (not in the policy)" : ""}`),
+    };
+    const signalled = new Promise<void>((resolve) => {
       process.once("SIGTERM", resolve);
       process.once("SIGINT", resolve);
     });
-    await server.connect(transport);
-    logger.info(
-      {
-        kernel: kernelAddress,
-        upstreams: upstreams.map((u) => u.name),
-        tools: tools.map((t) => `${t.exposedName}=${t.policy.class}${t.defaulted ? " (not in the policy)" : ""}`),
-      },
-      "ready",
-    );
+    if (listen) {
+      const listener = await listenStreamableHttp(listen, listenSetting, newServer, logger);
+      logger.info({ ...ready, http: `http://${listener.address}${MCP_PATH}` }, "ready");
+      await signalled;
+      logger.info({}, "mcp: stopping");
+      await listener.close();
+      return;
+    }
+    const server = newServer();
+    const closed = new Promise<void>((resolve) => {
+      server.onclose = resolve;
+      process.stdin.once("end", resolve);
+      void signalled.then(resolve);
+    });
+    await server.connect(new StdioServerTransport());
+    logger.info(ready, "ready");
     await closed;
     logger.info({}, "mcp: the host went away; stopping");
     await server.close().catch(() => undefined);
@@ -100,7 +123,7 @@ if (require.main === module) {
     process.stderr.write("usage: node dist/services/mcp/src/main.js POLICY_FILE\n");
     process.exit(2);
   }
-  runMcpGateway(file).then(
+  runMcpGateway(file, {}).then(
     () => process.exit(0),
     (err: unknown) => {
       process.stderr.write(`keycap mcp: ${err instanceof Error ? err.message : String(err)}\n`);

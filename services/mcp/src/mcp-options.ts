@@ -3,7 +3,7 @@
  * directory and the runtime credential are the same settings every keycap process reads).
  * Each is validated at start; a bad value stops the start with one line naming it.
  */
-import { ConfigError } from "../../common/src/config";
+import { ConfigError, parseHostPort, type HostPort } from "../../common/src/config";
 
 export interface McpOptions {
   /** KEYCAP_MCP_TIMEOUT_MS: how long an upstream tools/call may take before it counts as unanswered. Default 60000. */
@@ -12,6 +12,8 @@ export interface McpOptions {
   waitMs: number;
   /** KEYCAP_MCP_RUN_ID: run id of calls whose `_meta` names none; overrides the policy's `run_id`. */
   runId: string | undefined;
+  /** KEYCAP_MCP_LISTEN: serve Streamable HTTP here (loopback only) instead of stdio. Default: unset, stdio. */
+  listen: HostPort | undefined;
 }
 
 type Env = Readonly<Record<string, string | undefined>>;
@@ -23,6 +25,7 @@ export function loadMcpOptions(env: Env = process.env): McpOptions {
     timeoutMs: millis(env, "KEYCAP_MCP_TIMEOUT_MS", 60_000, 100, 3_600_000),
     waitMs: millis(env, "KEYCAP_MCP_WAIT_MS", 30_000, 0, 3_600_000),
     runId,
+    listen: env["KEYCAP_MCP_LISTEN"]?.trim() ? parseHostPort("KEYCAP_MCP_LISTEN", env["KEYCAP_MCP_LISTEN"].trim()) : undefined,
   };
 }
 
