@@ -15,7 +15,7 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { startLedgerStack, type LedgerStack } from "./support/ledger-harness";
 import { readEvents } from "./support/counting-mcp-server";
-import { countingPolicy, writePolicy } from "./support/mcp-host";
+import { connectHost, countingPolicy, writePolicy } from "./support/mcp-host";
 import { CLI_ENTRY, runCli, TEST_RUNTIME_TOKEN } from "./support/processes";
 
 describe("MCP gateway over Streamable HTTP (issue 28)", function () {
@@ -85,6 +85,34 @@ describe("MCP gateway over Streamable HTTP (issue 28)", function () {
     }
     expect(gateway?.exitCode, "stdout stays empty over HTTP too").to.equal(null);
     expect(stdout).to.equal("");
+  });
+
+  it("fronts an upstream given by URL: a stdio gateway in front of this one sends each key once", async function () {
+    const remote = writePolicy(
+      dir,
+      "remote.yaml",
+      [
+        "version: 1",
+        "upstreams:",
+        "  remote:",
+        `    url: ${JSON.stringify(url.href)}`,
+        "    tools:",
+        "      create_order: { class: idempotent, key: [/order_id] }",
+        "",
+      ].join("\n"),
+    );
+    const h = await connectHost(remote, env);
+    try {
+      const args = { order_id: "o-chained", amount: 3 };
+      const first = (await h.client.callTool({ name: "create_order", arguments: args })) as CallToolResult;
+      const again = (await h.client.callTool({ name: "create_order", arguments: args })) as CallToolResult;
+      expect(again.content).to.deep.equal(first.content);
+      expect(again._meta?.["io.keycap/replay"]).to.equal(true);
+      const requests = readEvents(stateFile).filter((e) => e.event === "request" && e.args["order_id"] === "o-chained");
+      expect(requests).to.have.length(1);
+    } finally {
+      await h.close();
+    }
   });
 
   it("refuses to listen off loopback, before starting anything", async function () {

@@ -53,6 +53,18 @@ describe("MCP gateway policy (issue 28): start-time refusals name what to fix", 
     expect(err).to.match(/upstreams\.counter\.tools\.other\.key\.0: .*JSON Pointer/);
   });
 
+  it("refuses an upstream with both a command and a url, or with neither", async function () {
+    const file = writePolicy(
+      dir,
+      "transports.yaml",
+      ["version: 1", "upstreams:", "  both: { command: node, url: 'http://127.0.0.1:1/mcp' }", "  neither: { args: [x] }", ""].join("\n"),
+    );
+    const r = await runCli(["mcp", "--policy", file], { KEYCAP_DATA_DIR: dir });
+    expect(r.code, r.stderr).to.equal(2);
+    expect(r.stderr).to.include("upstreams.both: give either command (with args, env, cwd) or url, not both");
+    expect(r.stderr).to.include("upstreams.neither: give either command (with args, env, cwd) or url");
+  });
+
   it("refuses to start when a tool annotated idempotentHint has no key derivation, saying which arguments to declare", async function () {
     const err = await refusedStart("      send_message: { class: unsafe }");
     expect(err).to.include(

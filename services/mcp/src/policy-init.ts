@@ -11,7 +11,7 @@ import { Upstream } from "./upstream";
 
 /** Starts the upstream, lists its tools and returns the policy text (YAML). */
 export async function initPolicy(name: string, command: string, args: readonly string[], logger: Logger): Promise<string> {
-  const upstream = await Upstream.connect({ name, command, args: [...args], env: {}, tools: new Map() }, logger);
+  const upstream = await Upstream.connect({ name, transport: { kind: "stdio", command, args: [...args], env: {} }, tools: new Map() }, logger);
   try {
     return policyText(name, command, args, await upstream.listTools());
   } finally {

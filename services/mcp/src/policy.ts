@@ -15,13 +15,13 @@ export type ToolPolicy =
   | { class: "unsafe" }
   | { class: "read" };
 
-/** One upstream MCP server, started with stdio as its transport. */
+/** How the gateway reaches an upstream: a command it starts (stdio), or a Streamable HTTP URL. */
+export type UpstreamTransport = { kind: "stdio"; command: string; args: string[]; env: Record<string, string>; cwd?: string } | { kind: "http"; url: string };
+
+/** One upstream MCP server. */
 export interface UpstreamPolicy {
   name: string;
-  command: string;
-  args: string[];
-  env: Record<string, string>;
-  cwd?: string;
+  transport: UpstreamTransport;
   /** Tools the policy names, by the upstream's tool name. */
   tools: Map<string, ToolPolicy>;
 }
@@ -57,7 +57,7 @@ interface RawPolicy {
   version: 1;
   run_id?: string;
   tool_name_separator?: string;
-  upstreams: Record<string, { command: string; args?: string[]; env?: Record<string, string>; cwd?: string; tools?: Record<string, RawTool> }>;
+  upstreams: Record<string, { command?: string; url?: string; args?: string[]; env?: Record<string, string>; cwd?: string; tools?: Record<string, RawTool> }>;
 }
 
 const ajv = new Ajv({ allErrors: true });
@@ -88,15 +88,15 @@ export function parsePolicy(text: string, file = "policy"): Policy {
   if (!validate(doc))
     throw new PolicyError(
       file,
-      (validate.errors ?? []).map(describeSchemaError).filter((p) => p !== ""),
+      (validate.errors ?? []).map(describeSchemaError).filter((p, i, all) => p !== "" && all.indexOf(p) === i),
     );
   return {
     upstreams: Object.entries(doc.upstreams).map(([name, u]) => ({
       name,
-      command: u.command,
-      args: u.args ?? [],
-      env: u.env ?? {},
-      ...(u.cwd !== undefined ? { cwd: u.cwd } : {}),
+      transport:
+        u.url !== undefined
+          ? { kind: "http" as const, url: u.url }
+          : { kind: "stdio" as const, command: u.command ?? "", args: u.args ?? [], env: u.env ?? {}, ...(u.cwd !== undefined ? { cwd: u.cwd } : {}) },
       tools: new Map(Object.entries(u.tools ?? {}).map(([tool, t]) => [tool, toolPolicy(t)])),
     })),
     ...(doc.run_id !== undefined ? { runId: doc.run_id } : {}),
@@ -127,9 +127,11 @@ function describeSchemaError(e: ErrorObject): string {
     .slice(1)
     .map((s) => s.replace(/~1/g, "/").replace(/~0/g, "~"));
   const where = segments.length ? segments.join(".") : "(top level)";
+  const isUpstream = segments.length === 2 && segments[0] === "upstreams";
   const params = e.params as Record<string, unknown>;
   switch (e.keyword) {
     case "required":
+      if (isUpstream && e.schemaPath.includes("oneOf")) return `${where}: give either command (with args, env, cwd) or url`;
       return `${where}: ${String(params["missingProperty"])} is required`;
     case "additionalProperties":
       return `${where}: unknown field ${String(params["additionalProperty"])}`;
@@ -140,8 +142,11 @@ function describeSchemaError(e: ErrorObject): string {
     case "pattern":
       return `${where}: ${e.message ?? "does not match the pattern"}${e.instancePath.includes("/key") || e.instancePath.endsWith("/request_id") ? ' (an RFC 6901 JSON Pointer such as "/path")' : ""}`;
     case "not":
-      return `${where}: has a field its class does not take (key, key_version and run_scope belong to idempotent; request_id and lookup_tool to queryable)`;
+      return isUpstream
+        ? `${where}: give either command (with args, env, cwd) or url, not both`
+        : `${where}: has a field its class does not take (key, key_version and run_scope belong to idempotent; request_id and lookup_tool to queryable)`;
     case "if":
+    case "oneOf":
       return "";
     default:
       return `${where}: ${e.message ?? e.keyword}`;

@@ -1,9 +1,10 @@
 /**
- * One upstream MCP server, as the gateway's MCP client sees it: started as a child process
- * with stdio as its transport (the official SDK's `Client` + `StdioClientTransport`).
+ * One upstream MCP server, as the gateway's MCP client sees it (the official SDK's `Client`):
+ * started as a child process with stdio as its transport, or reached at a Streamable HTTP URL.
  */
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { getDefaultEnvironment, StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import type { CallToolResult, ServerCapabilities, Tool } from "@modelcontextprotocol/sdk/types.js";
 import type { Logger } from "../../common/src/logger";
 import type { UpstreamTool } from "./governed-tools";
@@ -16,30 +17,33 @@ export class Upstream {
   private constructor(
     readonly name: string,
     readonly client: Client,
-    private readonly transport: StdioClientTransport,
   ) {}
 
-  /** Starts the upstream server and completes MCP's initialize handshake with it. */
+  /** Starts (stdio) or reaches (Streamable HTTP) the upstream server and completes MCP's initialize handshake with it. */
   static async connect(policy: UpstreamPolicy, logger: Logger): Promise<Upstream> {
-    const transport = new StdioClientTransport({
-      command: policy.command,
-      args: policy.args,
-      env: { ...getDefaultEnvironment(), ...policy.env },
-      ...(policy.cwd !== undefined ? { cwd: policy.cwd } : {}),
-      // The upstream's own log lines go to the gateway's stderr; stdout is the protocol.
-      stderr: "inherit",
-    });
+    const t = policy.transport;
+    const transport =
+      t.kind === "http"
+        ? new StreamableHTTPClientTransport(new URL(t.url))
+        : new StdioClientTransport({
+            command: t.command,
+            args: t.args,
+            env: { ...getDefaultEnvironment(), ...t.env },
+            ...(t.cwd !== undefined ? { cwd: t.cwd } : {}),
+            // The upstream's own log lines go to the gateway's stderr; stdout is the protocol.
+            stderr: "inherit",
+          });
     const client = new Client(GATEWAY_IMPLEMENTATION, { capabilities: {} });
+    const what = t.kind === "http" ? t.url : [t.command, ...t.args].join(" ");
     try {
       await client.connect(transport);
     } catch (err) {
       await transport.close().catch(() => undefined);
-      throw new Error(
-        `upstream ${policy.name} (${[policy.command, ...policy.args].join(" ")}) did not start as an MCP server: ${err instanceof Error ? err.message : String(err)}`,
-      );
+      throw new Error(`upstream ${policy.name} (${what}) did not answer as an MCP server: ${err instanceof Error ? err.message : String(err)}`);
     }
-    logger.info({ upstream: policy.name, server: client.getServerVersion(), upstreamPid: transport.pid }, "mcp: upstream connected");
-    return new Upstream(policy.name, client, transport);
+    const where = transport instanceof StdioClientTransport ? { upstreamPid: transport.pid } : { url: what };
+    logger.info({ upstream: policy.name, server: client.getServerVersion(), ...where }, "mcp: upstream connected");
+    return new Upstream(policy.name, client);
   }
 
   get capabilities(): ServerCapabilities | undefined {
