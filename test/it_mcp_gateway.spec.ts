@@ -9,7 +9,7 @@ import { expect } from "chai";
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
-import { McpError, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { LoggingMessageNotificationSchema, McpError, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { startLedgerStack, type LedgerStack } from "./support/ledger-harness";
 import { readEvents, type CountingEvent } from "./support/counting-mcp-server";
 import { connectHost, countingPolicy, writePolicy, type McpHost } from "./support/mcp-host";
@@ -236,6 +236,20 @@ describe("MCP gateway (issue 28): one upstream effect per kernel-derived key, th
     expect(byDefault._meta?.["io.keycap/replay"]).to.equal(true);
     expect(byDefault.content).to.deep.equal(a.content);
     expect(events("create_order", order("o-runs")).effects).to.have.length(2);
+  });
+
+  it("relays the upstream's progress notifications to the host that sent the call, and the upstream's log messages to the host", async function () {
+    const h = await start();
+    const logs: unknown[] = [];
+    h.client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => void logs.push(n.params.data));
+    const progress: number[] = [];
+    const result = (await h.client.callTool({ name: "create_order", arguments: { order_id: "o-progress", amount: 2, progress_steps: 3 } }, undefined, {
+      onprogress: (p) => void progress.push(p.progress),
+    })) as CallToolResult;
+    expect(result.isError).to.not.equal(true);
+    expect(progress).to.deep.equal([1, 2, 3]);
+    await until("the upstream's log message", () => logs.length > 0);
+    expect(logs).to.deep.equal(["order o-progress: 3 steps done"]);
   });
 
   it("refuses at call time, with keycap's reason in the MCP error and recorded against the tool id: a missing key field, arguments that are not an object", async function () {

@@ -10,7 +10,9 @@
  * `send_message` has no such protection: every request is an effect.
  *
  * Arguments that steer it: `hang: true` performs the effect and never answers (the gateway is
- * killed waiting); `delay_ms` holds the answer; `decline: true` answers `isError: true`.
+ * killed waiting); `delay_ms` holds the answer; `decline: true` answers `isError: true`;
+ * `progress_steps: n` sends n progress notifications (when the request has a progress token)
+ * and one log message before answering.
  *
  * Usage: COUNTING_STATE_FILE=/tmp/x.jsonl node dist/test/support/counting-mcp-server.js (or the file as its argument)
  */
@@ -53,6 +55,7 @@ const TOOLS: Tool[] = [
         hang: { type: "boolean" },
         delay_ms: { type: "number" },
         decline: { type: "boolean" },
+        progress_steps: { type: "number" },
       },
       required: ["order_id", "amount"],
     },
@@ -78,9 +81,9 @@ function main(): void {
   for (const e of readEvents(file)) if (e.event === "effect" && e.key && e.answer) stored.set(e.key, e.answer);
   const log = (e: CountingEvent): void => fs.appendFileSync(file, JSON.stringify(e) + "\n");
 
-  const server = new Server({ name: "counting-upstream", version: "1.0.0" }, { capabilities: { tools: {} } });
+  const server = new Server({ name: "counting-upstream", version: "1.0.0" }, { capabilities: { tools: {}, logging: {} } });
   server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: TOOLS }));
-  server.setRequestHandler(CallToolRequestSchema, async (req) => {
+  server.setRequestHandler(CallToolRequestSchema, async (req, extra) => {
     const args = req.params.arguments ?? {};
     const meta = (req.params._meta ?? {}) as Record<string, unknown>;
     const key = typeof meta["io.keycap/idempotency-key"] === "string" ? meta["io.keycap/idempotency-key"] : null;
@@ -102,6 +105,15 @@ function main(): void {
     log({ event: "effect", tool, key, args, meta, answer });
     if (tool === "create_order" && key !== null) stored.set(key, answer);
     if (args["hang"] === true) return new Promise<never>(() => undefined);
+    const steps = typeof args["progress_steps"] === "number" ? args["progress_steps"] : 0;
+    const progressToken = req.params._meta?.progressToken;
+    for (let i = 1; i <= steps && progressToken !== undefined; i++) {
+      await extra.sendNotification({ method: "notifications/progress", params: { progressToken, progress: i, total: steps } });
+      // Work between steps: the SDK client runs notification handlers a tick after it reads them,
+      // so a notification read in the same chunk as the response would be dropped as late.
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    if (steps > 0) await server.sendLoggingMessage({ level: "info", logger: "orders", data: `order ${String(args["order_id"])}: ${steps} steps done` });
     const delay = typeof args["delay_ms"] === "number" ? args["delay_ms"] : 0;
     if (delay > 0) await new Promise((r) => setTimeout(r, delay));
     return answer;

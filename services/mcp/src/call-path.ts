@@ -21,7 +21,7 @@ import { fromKernelError, keycapMcpError } from "./call-errors";
 import type { GovernedTool } from "./governed-tools";
 import { META_CALL_ID, META_CAPABILITY, META_IDEMPOTENCY_KEY, META_RECORDED_AT, META_REPLAY, META_REQUEST_ID, META_RUN_ID } from "./meta-keys";
 import type { Holder, ResultStore, SlotRecord } from "./result-store";
-import type { Upstream } from "./upstream";
+import type { Relay, Upstream } from "./upstream";
 
 export interface CallPathOptions {
   kernel: KernelClient;
@@ -47,6 +47,8 @@ interface Begun {
   call: Call;
   capability: string;
   args: Record<string, unknown>;
+  /** The host's progress callback: the call that sends relays the upstream's progress; waiters get none. */
+  onProgress?: Relay["onProgress"];
 }
 
 export class CallPath {
@@ -58,15 +60,22 @@ export class CallPath {
   constructor(private readonly opts: CallPathOptions) {}
 
   /** Answers one tools/call of a governed tool. Throws McpError for refusals (with keycap's reason). */
-  async call(tool: GovernedTool, args: unknown, meta: Record<string, unknown> | undefined): Promise<CallToolResult> {
-    if (tool.policy.class === "read") return this.passThrough(tool, args);
+  async call(tool: GovernedTool, args: unknown, meta: Record<string, unknown> | undefined, relay: Relay = {}): Promise<CallToolResult> {
+    // A read call is the host's to cancel; a governed call runs to its result, which is stored for the key.
+    if (tool.policy.class === "read") return this.passThrough(tool, args, relay);
     const runId = typeof meta?.[META_RUN_ID] === "string" ? meta[META_RUN_ID] : (this.opts.defaultRunId ?? "");
     let begun: Begun;
     try {
       // The arguments as received: the kernel refuses what is not an object, a missing key field, … (and records it).
       const res = await this.opts.kernel.beginCall(tool.toolId, args === undefined ? "{}" : JSON.stringify(args), { runId });
       if (!res.call) throw new Error("the kernel answered BeginCall without a call");
-      begun = { tool, call: res.call, capability: res.capability, args: args as Record<string, unknown> };
+      begun = {
+        tool,
+        call: res.call,
+        capability: res.capability,
+        args: args as Record<string, unknown>,
+        ...(relay.onProgress ? { onProgress: relay.onProgress } : {}),
+      };
     } catch (err) {
       throw fromKernelError(err, tool.toolId);
     }
@@ -81,12 +90,12 @@ export class CallPath {
   }
 
   /** A `read` tool: sent as is, not journaled. */
-  private async passThrough(tool: GovernedTool, args: unknown): Promise<CallToolResult> {
+  private async passThrough(tool: GovernedTool, args: unknown, relay: Relay): Promise<CallToolResult> {
     if (args !== undefined && !isObject(args)) {
       throw keycapMcpError(ErrorCode.InvalidParams, Reasons.ARGUMENTS_NOT_OBJECT, "tools/call arguments must be a JSON object", tool.toolId);
     }
     try {
-      return await this.upstream(tool).callTool(tool.name, args ?? {}, {}, this.opts.timeoutMs);
+      return await this.upstream(tool).callTool(tool.name, args ?? {}, {}, this.opts.timeoutMs, relay);
     } catch (err) {
       throw upstreamError(err, tool.toolId, "");
     }
@@ -210,7 +219,7 @@ export class CallPath {
     };
     let result: CallToolResult;
     try {
-      result = await this.upstream(tool).callTool(tool.name, b.args ?? {}, meta, this.opts.timeoutMs);
+      result = await this.upstream(tool).callTool(tool.name, b.args ?? {}, meta, this.opts.timeoutMs, b.onProgress ? { onProgress: b.onProgress } : {});
     } catch (err) {
       await this.failed(b, slot, attempt, err);
       throw upstreamError(err, tool.toolId, tool.policy.class === "idempotent" ? "; retry with the same arguments (the key stays retryable)" : "");

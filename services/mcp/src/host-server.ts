@@ -3,6 +3,9 @@
  * upstream's name when there is more than one upstream); tools/call of a governed tool goes
  * through the call path; resources and prompts pass through to the upstreams unchanged.
  *
+ * Log messages of the upstreams go to every connected host; a host's logging/setLevel goes to
+ * every upstream that logs.
+ *
  * tools/call is answered by the SDK's fallback request handler, which sees the request as the
  * host sent it: the SDK's own tools/call schema would refuse non-object arguments before the
  * gateway saw them, and then the refusal would carry no keycap reason and be recorded nowhere.
@@ -15,9 +18,12 @@ import {
   ListResourcesRequestSchema,
   ListResourceTemplatesRequestSchema,
   ListToolsRequestSchema,
+  LoggingMessageNotificationSchema,
   McpError,
   ReadResourceRequestSchema,
+  SetLevelRequestSchema,
   type JSONRPCRequest,
+  type Progress,
   type Prompt,
   type Resource,
   type ResourceTemplate,
@@ -33,14 +39,32 @@ export interface HostServerOptions {
   calls: CallPath;
   upstreams: readonly Upstream[];
   separator: string;
+  /** Every host connection's server while it is connected (the upstreams' log messages go to each). */
+  connected: Set<Server>;
+}
+
+/**
+ * Relays each upstream's log messages (`notifications/message`) to every connected host, the
+ * upstream's name as the logger when the message names none.
+ */
+export function relayLogging(upstreams: readonly Upstream[], connected: ReadonlySet<Server>): void {
+  for (const u of upstreams) {
+    if (!u.capabilities?.logging) continue;
+    u.client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => {
+      const params = { ...n.params, logger: n.params.logger ?? u.name };
+      for (const server of connected) void server.sendLoggingMessage(params).catch(() => undefined);
+    });
+  }
 }
 
 /** A new MCP server for one host connection (stdio: the only one). */
 export function createHostServer(opts: HostServerOptions): Server {
   const withResources = opts.upstreams.filter((u) => u.capabilities?.resources);
   const withPrompts = opts.upstreams.filter((u) => u.capabilities?.prompts);
+  const withLogging = opts.upstreams.filter((u) => u.capabilities?.logging);
   const capabilities: ServerCapabilities = {
     tools: {},
+    ...(withLogging.length ? { logging: {} } : {}),
     ...(withResources.length ? { resources: {} } : {}),
     ...(withPrompts.length ? { prompts: {} } : {}),
   };
@@ -55,14 +79,27 @@ export function createHostServer(opts: HostServerOptions): Server {
     _meta: { ...(t.definition._meta ?? {}), "io.keycap/effect-class": t.policy.class, "io.keycap/tool-id": t.toolId },
   }));
   server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: listed }));
-  server.fallbackRequestHandler = async (request: JSONRPCRequest) => {
+  server.fallbackRequestHandler = async (request: JSONRPCRequest, extra) => {
     if (request.method !== "tools/call") throw new McpError(ErrorCode.MethodNotFound, `Method not found: ${request.method}`);
     const params = (request.params ?? {}) as { name?: unknown; arguments?: unknown; _meta?: unknown };
     const tool = typeof params.name === "string" ? byName.get(params.name) : undefined;
     if (!tool) throw new McpError(ErrorCode.InvalidParams, `Tool ${JSON.stringify(params.name)} not found`);
     const meta = typeof params._meta === "object" && params._meta !== null ? (params._meta as Record<string, unknown>) : undefined;
-    return opts.calls.call(tool, params.arguments, meta);
+    const token = meta?.["progressToken"];
+    const onProgress =
+      typeof token === "string" || typeof token === "number"
+        ? (p: Progress) => void extra.sendNotification({ method: "notifications/progress", params: { ...p, progressToken: token } }).catch(() => undefined)
+        : undefined;
+    return opts.calls.call(tool, params.arguments, meta, { signal: extra.signal, ...(onProgress ? { onProgress } : {}) });
   };
+  if (withLogging.length) {
+    server.setRequestHandler(SetLevelRequestSchema, async (req) => {
+      await Promise.all(withLogging.map((u) => u.client.setLoggingLevel(req.params.level)));
+      return {};
+    });
+  }
+  opts.connected.add(server);
+  server.onclose = () => void opts.connected.delete(server);
   if (withResources.length) addResources(server, withResources);
   if (withPrompts.length) addPrompts(server, withPrompts, opts.upstreams.length > 1 ? opts.separator : undefined);
   return server;

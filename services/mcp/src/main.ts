@@ -16,7 +16,7 @@ import { connectMongo, type MongoConnection } from "../../common/src/mongo";
 import { startSharedMongoServer } from "../../common/src/shared-mongo";
 import { CallPath } from "./call-path";
 import { governTools, type UpstreamTool } from "./governed-tools";
-import { createHostServer } from "./host-server";
+import { createHostServer, relayLogging } from "./host-server";
 import { assertLoopback, listenStreamableHttp, MCP_PATH } from "./http-listener";
 import { registerGovernedTools } from "./kernel-registration";
 import { loadMcpOptions } from "./mcp-options";
@@ -76,7 +76,9 @@ export async function runMcpGateway(policyFile: string, serve: ServeOptions = {}
       waitMs: options.waitMs,
       ...(runId !== undefined ? { defaultRunId: runId } : {}),
     });
-    const newServer = (): Server => createHostServer({ tools, calls, upstreams, separator: policy.toolNameSeparator });
+    const connected = new Set<Server>();
+    relayLogging(upstreams, connected);
+    const newServer = (): Server => createHostServer({ tools, calls, upstreams, separator: policy.toolNameSeparator, connected });
     const ready = {
       kernel: kernelAddress,
       upstreams: upstreams.map((u) => u.name),
@@ -96,7 +98,6 @@ export async function runMcpGateway(policyFile: string, serve: ServeOptions = {}
     }
     const server = newServer();
     const closed = new Promise<void>((resolve) => {
-      server.onclose = resolve;
       process.stdin.once("end", resolve);
       void signalled.then(resolve);
     });

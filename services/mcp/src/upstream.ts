@@ -5,13 +5,19 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { getDefaultEnvironment, StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import type { CallToolResult, ServerCapabilities, Tool } from "@modelcontextprotocol/sdk/types.js";
+import type { CallToolResult, Progress, ServerCapabilities, Tool } from "@modelcontextprotocol/sdk/types.js";
 import type { Logger } from "../../common/src/logger";
 import type { UpstreamTool } from "./governed-tools";
 import type { UpstreamPolicy } from "./policy";
 
 /** The gateway's name and version toward upstreams (and toward the host). */
 export const GATEWAY_IMPLEMENTATION = { name: "keycap-mcp", version: "0.1.0" };
+
+/** What of a host's request reaches the upstream besides the call: its progress notifications back, its cancellation forward. */
+export interface Relay {
+  onProgress?: (progress: Progress) => void;
+  signal?: AbortSignal;
+}
 
 export class Upstream {
   private constructor(
@@ -64,8 +70,12 @@ export class Upstream {
   }
 
   /** Sends one tools/call. Throws when no result came back (transport failure, timeout, a JSON-RPC error). */
-  async callTool(name: string, args: Record<string, unknown>, meta: Record<string, unknown>, timeoutMs: number): Promise<CallToolResult> {
-    const result = await this.client.callTool({ name, arguments: args, _meta: meta }, undefined, { timeout: timeoutMs });
+  async callTool(name: string, args: Record<string, unknown>, meta: Record<string, unknown>, timeoutMs: number, relay: Relay = {}): Promise<CallToolResult> {
+    const result = await this.client.callTool({ name, arguments: args, _meta: meta }, undefined, {
+      timeout: timeoutMs,
+      ...(relay.onProgress ? { onprogress: relay.onProgress } : {}),
+      ...(relay.signal ? { signal: relay.signal } : {}),
+    });
     // A CallToolResult (not the pre-2024-11 `toolResult` shape, which no current server sends).
     if (!Array.isArray(result["content"])) throw new Error(`upstream ${this.name} answered tools/call ${name} without content`);
     return result as CallToolResult;
