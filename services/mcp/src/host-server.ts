@@ -4,7 +4,9 @@
  * through the call path; resources and prompts pass through to the upstreams unchanged.
  *
  * Log messages of the upstreams go to every connected host; a host's logging/setLevel goes to
- * every upstream that logs.
+ * every upstream that logs; resource subscriptions go to the upstream and its updates to the
+ * hosts that subscribed. An unknown tool is answered as the SDK's McpServer answers it (a tool
+ * error).
  *
  * tools/call is answered by the SDK's fallback request handler, which sees the request as the
  * host sent it: the SDK's own tools/call schema would refuse non-object arguments before the
@@ -21,7 +23,10 @@ import {
   LoggingMessageNotificationSchema,
   McpError,
   ReadResourceRequestSchema,
+  ResourceUpdatedNotificationSchema,
   SetLevelRequestSchema,
+  SubscribeRequestSchema,
+  UnsubscribeRequestSchema,
   type JSONRPCRequest,
   type Progress,
   type Prompt,
@@ -39,21 +44,54 @@ export interface HostServerOptions {
   calls: CallPath;
   upstreams: readonly Upstream[];
   separator: string;
-  /** Every host connection's server while it is connected (the upstreams' log messages go to each). */
-  connected: Set<Server>;
+  /** The host connections while they are connected (the upstreams' notifications go to them). */
+  hosts: ConnectedHosts;
+}
+
+/** The host connections' servers while connected, and the resources each subscribed to. */
+export class ConnectedHosts {
+  readonly servers = new Set<Server>();
+  private readonly subscribed = new Map<Server, Set<string>>();
+
+  add(server: Server): void {
+    this.servers.add(server);
+    this.subscribed.set(server, new Set());
+  }
+
+  remove(server: Server): void {
+    this.servers.delete(server);
+    this.subscribed.delete(server);
+  }
+
+  subscribe(server: Server, uri: string, on: boolean): void {
+    const uris = this.subscribed.get(server);
+    if (on) uris?.add(uri);
+    else uris?.delete(uri);
+  }
+
+  subscribers(uri: string): Server[] {
+    return [...this.subscribed].filter(([, uris]) => uris.has(uri)).map(([server]) => server);
+  }
 }
 
 /**
- * Relays each upstream's log messages (`notifications/message`) to every connected host, the
- * upstream's name as the logger when the message names none.
+ * Relays the upstreams' notifications to the hosts: log messages (`notifications/message`) to
+ * every connected host, the upstream's name as the logger when the message names none; a
+ * resource's `notifications/resources/updated` to the hosts that subscribed to it.
  */
-export function relayLogging(upstreams: readonly Upstream[], connected: ReadonlySet<Server>): void {
+export function relayNotifications(upstreams: readonly Upstream[], hosts: ConnectedHosts): void {
   for (const u of upstreams) {
-    if (!u.capabilities?.logging) continue;
-    u.client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => {
-      const params = { ...n.params, logger: n.params.logger ?? u.name };
-      for (const server of connected) void server.sendLoggingMessage(params).catch(() => undefined);
-    });
+    if (u.capabilities?.logging) {
+      u.client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => {
+        const params = { ...n.params, logger: n.params.logger ?? u.name };
+        for (const server of hosts.servers) void server.sendLoggingMessage(params).catch(() => undefined);
+      });
+    }
+    if (u.capabilities?.resources?.subscribe) {
+      u.client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => {
+        for (const server of hosts.subscribers(n.params.uri)) void server.sendResourceUpdated(n.params).catch(() => undefined);
+      });
+    }
   }
 }
 
@@ -65,7 +103,7 @@ export function createHostServer(opts: HostServerOptions): Server {
   const capabilities: ServerCapabilities = {
     tools: {},
     ...(withLogging.length ? { logging: {} } : {}),
-    ...(withResources.length ? { resources: {} } : {}),
+    ...(withResources.length ? { resources: withResources.some((u) => u.capabilities?.resources?.subscribe) ? { subscribe: true } : {} } : {}),
     ...(withPrompts.length ? { prompts: {} } : {}),
   };
   const server = new Server(GATEWAY_IMPLEMENTATION, {
@@ -83,7 +121,8 @@ export function createHostServer(opts: HostServerOptions): Server {
     if (request.method !== "tools/call") throw new McpError(ErrorCode.MethodNotFound, `Method not found: ${request.method}`);
     const params = (request.params ?? {}) as { name?: unknown; arguments?: unknown; _meta?: unknown };
     const tool = typeof params.name === "string" ? byName.get(params.name) : undefined;
-    if (!tool) throw new McpError(ErrorCode.InvalidParams, `Tool ${JSON.stringify(params.name)} not found`);
+    // As the SDK's McpServer answers it: a tool error, not a JSON-RPC error.
+    if (!tool) return { content: [{ type: "text", text: `MCP error -32602: Tool ${String(params.name)} not found` }], isError: true };
     const meta = typeof params._meta === "object" && params._meta !== null ? (params._meta as Record<string, unknown>) : undefined;
     const token = meta?.["progressToken"];
     const onProgress =
@@ -98,16 +137,35 @@ export function createHostServer(opts: HostServerOptions): Server {
       return {};
     });
   }
-  opts.connected.add(server);
-  server.onclose = () => void opts.connected.delete(server);
-  if (withResources.length) addResources(server, withResources);
+  opts.hosts.add(server);
+  server.onclose = () => opts.hosts.remove(server);
+  if (withResources.length) addResources(server, withResources, opts.hosts);
   if (withPrompts.length) addPrompts(server, withPrompts, opts.upstreams.length > 1 ? opts.separator : undefined);
   return server;
 }
 
 /** Resources pass through; a read goes to the upstream that listed the URI (else each in turn). */
-function addResources(server: Server, upstreams: readonly Upstream[]): void {
+function addResources(server: Server, upstreams: readonly Upstream[], hosts: ConnectedHosts): void {
   const owner = new Map<string, Upstream>();
+  const subscribable = upstreams.filter((u) => u.capabilities?.resources?.subscribe);
+  if (subscribable.length) {
+    /** A subscription goes to the upstream that listed the URI, else to every upstream that takes subscriptions. */
+    const targets = (uri: string): readonly Upstream[] => {
+      const o = owner.get(uri);
+      return o && subscribable.includes(o) ? [o] : subscribable;
+    };
+    server.setRequestHandler(SubscribeRequestSchema, async (req) => {
+      await Promise.all(targets(req.params.uri).map((u) => u.client.subscribeResource(req.params)));
+      hosts.subscribe(server, req.params.uri, true);
+      return {};
+    });
+    server.setRequestHandler(UnsubscribeRequestSchema, async (req) => {
+      hosts.subscribe(server, req.params.uri, false);
+      // The upstream subscription stays while another host holds one.
+      if (hosts.subscribers(req.params.uri).length === 0) await Promise.all(targets(req.params.uri).map((u) => u.client.unsubscribeResource(req.params)));
+      return {};
+    });
+  }
   server.setRequestHandler(ListResourcesRequestSchema, async () => {
     const resources: Resource[] = [];
     for (const u of upstreams) {

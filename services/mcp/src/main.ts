@@ -16,7 +16,7 @@ import { connectMongo, type MongoConnection } from "../../common/src/mongo";
 import { startSharedMongoServer } from "../../common/src/shared-mongo";
 import { CallPath } from "./call-path";
 import { governTools, type UpstreamTool } from "./governed-tools";
-import { createHostServer, relayLogging } from "./host-server";
+import { ConnectedHosts, createHostServer, relayNotifications } from "./host-server";
 import { assertLoopback, listenStreamableHttp, MCP_PATH } from "./http-listener";
 import { registerGovernedTools } from "./kernel-registration";
 import { loadMcpOptions } from "./mcp-options";
@@ -76,9 +76,9 @@ export async function runMcpGateway(policyFile: string, serve: ServeOptions = {}
       waitMs: options.waitMs,
       ...(runId !== undefined ? { defaultRunId: runId } : {}),
     });
-    const connected = new Set<Server>();
-    relayLogging(upstreams, connected);
-    const newServer = (): Server => createHostServer({ tools, calls, upstreams, separator: policy.toolNameSeparator, connected });
+    const hosts = new ConnectedHosts();
+    relayNotifications(upstreams, hosts);
+    const newServer = (): Server => createHostServer({ tools, calls, upstreams, separator: policy.toolNameSeparator, hosts });
     const ready = {
       kernel: kernelAddress,
       upstreams: upstreams.map((u) => u.name),
