@@ -27,6 +27,7 @@ describe("MCP gateway over Streamable HTTP (issue 28)", function () {
   let env: Record<string, string>;
   let gateway: ChildProcess | undefined;
   let url: URL;
+  let metricsAddress = "";
   let output = "";
   let stdout = "";
 
@@ -36,7 +37,10 @@ describe("MCP gateway over Streamable HTTP (issue 28)", function () {
     stateFile = path.join(dir, "effects.jsonl");
     policyFile = writePolicy(dir, "policy.yaml", countingPolicy(stateFile, "      create_order: { class: idempotent, key: [/order_id] }", "web"));
     env = { PATH: process.env["PATH"] ?? "", ...s.env, KEYCAP_KERNEL_ADDRESS: s.kernel.endpoints.kernel!, KEYCAP_RUNTIME_TOKEN: TEST_RUNTIME_TOKEN };
-    const child = spawn(process.execPath, [CLI_ENTRY, "mcp", "--policy", policyFile, "--http", "127.0.0.1:0"], { env, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [CLI_ENTRY, "mcp", "--policy", policyFile, "--http", "127.0.0.1:0"], {
+      env: { ...env, KEYCAP_METRICS_LISTEN: "127.0.0.1:0" },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     gateway = child;
     child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
     url = await new Promise<URL>((resolve, reject) => {
@@ -44,8 +48,11 @@ describe("MCP gateway over Streamable HTTP (issue 28)", function () {
       readline.createInterface({ input: child.stderr }).on("line", (line) => {
         output += line + "\n";
         try {
-          const rec = JSON.parse(line) as { msg?: string; http?: string };
-          if (rec.msg === "ready" && rec.http) resolve(new URL(rec.http));
+          const rec = JSON.parse(line) as { msg?: string; http?: string; metrics?: string };
+          if (rec.msg === "ready" && rec.http) {
+            metricsAddress = rec.metrics ?? "";
+            resolve(new URL(rec.http));
+          }
         } catch {
           // the upstream's own lines
         }
@@ -69,7 +76,7 @@ describe("MCP gateway over Streamable HTTP (issue 28)", function () {
     return client;
   }
 
-  it("serves MCP on loopback at /mcp, and two hosts' 40 identical calls are one upstream effect with one result", async function () {
+  it("serves MCP on loopback at /mcp, and two hosts' 40 identical calls are one upstream effect with one result, counted in its metrics as 1 sent and 39 replayed", async function () {
     expect(url.hostname).to.equal("127.0.0.1");
     expect(url.pathname).to.equal("/mcp");
     const [a, b] = await Promise.all([host(), host()]);
@@ -84,6 +91,9 @@ describe("MCP gateway over Streamable HTTP (issue 28)", function () {
       await Promise.all([a.close(), b.close()]);
     }
     expect(gateway?.exitCode, "stdout stays empty over HTTP too").to.equal(null);
+    const scraped = await (await fetch(`http://${metricsAddress}/metrics`)).text();
+    expect(scraped).to.include('keycap_mcp_calls_total{tool="mcp:web/create_order",outcome="sent"} 1\n');
+    expect(scraped).to.include('keycap_mcp_calls_total{tool="mcp:web/create_order",outcome="replayed"} 39\n');
     expect(stdout).to.equal("");
   });
 

@@ -19,7 +19,8 @@ import { Reasons, type KernelClient } from "../../../clients/ts/src";
 import type { Logger } from "../../common/src/logger";
 import { fromKernelError, keycapMcpError } from "./call-errors";
 import type { GovernedTool } from "./governed-tools";
-import { META_CALL_ID, META_CAPABILITY, META_IDEMPOTENCY_KEY, META_RECORDED_AT, META_REPLAY, META_REQUEST_ID, META_RUN_ID } from "./meta-keys";
+import type { CallOutcome, CallRecorder } from "./mcp-metrics";
+import { META_CALL_ID, META_CAPABILITY, META_IDEMPOTENCY_KEY, META_NOT_SENT, META_RECORDED_AT, META_REPLAY, META_REQUEST_ID, META_RUN_ID } from "./meta-keys";
 import type { Holder, ResultStore, SlotRecord } from "./result-store";
 import type { Relay, Upstream } from "./upstream";
 
@@ -36,6 +37,8 @@ export interface CallPathOptions {
   defaultRunId?: string;
   /** How often a call waiting on another process's attempt reads the slot again (ms). Default 100. */
   pollMs?: number;
+  /** Where each call's outcome is counted (KEYCAP_METRICS_LISTEN). */
+  recorder?: CallRecorder;
 }
 
 const LEASE_MARGIN_MS = 2_000;
@@ -61,6 +64,21 @@ export class CallPath {
 
   /** Answers one tools/call of a governed tool. Throws McpError for refusals (with keycap's reason). */
   async call(tool: GovernedTool, args: unknown, meta: Record<string, unknown> | undefined, relay: Relay = {}): Promise<CallToolResult> {
+    const started = performance.now();
+    const record = (outcome: CallOutcome): void => this.opts.recorder?.record(tool.toolId, outcome, (performance.now() - started) / 1000);
+    try {
+      const result = await this.answer(tool, args, meta, relay);
+      const m = result._meta ?? {};
+      record(tool.policy.class === "read" ? "passed_through" : m[META_NOT_SENT] === true ? "not_sent" : m[META_REPLAY] === true ? "replayed" : "sent");
+      return result;
+    } catch (err) {
+      const reason = err instanceof McpError ? (err.data as { reason?: unknown } | undefined)?.reason : undefined;
+      record(reason === Reasons.UPSTREAM_UNAVAILABLE || reason === Reasons.IN_PROGRESS || reason === undefined ? "unavailable" : "refused");
+      throw err;
+    }
+  }
+
+  private async answer(tool: GovernedTool, args: unknown, meta: Record<string, unknown> | undefined, relay: Relay): Promise<CallToolResult> {
     // A read call is the host's to cancel; a governed call runs to its result, which is stored for the key.
     if (tool.policy.class === "read") return this.passThrough(tool, args, relay);
     const runId = typeof meta?.[META_RUN_ID] === "string" ? meta[META_RUN_ID] : (this.opts.defaultRunId ?? "");
@@ -352,8 +370,9 @@ function withMeta(result: CallToolResult, meta: Record<string, unknown>): CallTo
   return { ...result, _meta: { ...(result._meta ?? {}), ...meta } };
 }
 
+/** The gateway's own tool error: nothing was sent upstream. */
 function toolError(text: string, meta: Record<string, unknown>): CallToolResult {
-  return { content: [{ type: "text", text }], isError: true, _meta: meta };
+  return { content: [{ type: "text", text }], isError: true, _meta: { ...meta, [META_NOT_SENT]: true } };
 }
 
 function upstreamError(err: unknown, toolId: string, advice: string): McpError {

@@ -12,6 +12,8 @@ import type { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { formatHostPort, loadConfig, parseHostPort } from "../../common/src/config";
 import { startMongoServer, type MongoServerHandle } from "../../common/src/embedded-mongo";
 import type { Logger } from "../../common/src/logger";
+import { Metrics } from "../../common/src/metrics";
+import { startMetricsServer } from "../../common/src/metrics-server";
 import { connectMongo, type MongoConnection } from "../../common/src/mongo";
 import { startSharedMongoServer } from "../../common/src/shared-mongo";
 import { CallPath } from "./call-path";
@@ -19,6 +21,7 @@ import { governTools, type UpstreamTool } from "./governed-tools";
 import { ConnectedHosts, createHostServer, relayNotifications } from "./host-server";
 import { assertLoopback, listenStreamableHttp, MCP_PATH } from "./http-listener";
 import { registerGovernedTools } from "./kernel-registration";
+import { mcpCallRecorder, NO_RECORDER } from "./mcp-metrics";
 import { loadMcpOptions } from "./mcp-options";
 import { loadPolicy } from "./policy";
 import { ResultStore } from "./result-store";
@@ -46,6 +49,10 @@ export async function runMcpGateway(policyFile: string, serve: ServeOptions = {}
   const logger = createStderrLogger("mcp", config.logLevel);
   const policy = loadPolicy(path.resolve(policyFile));
   const upstreams: Upstream[] = [];
+  // First, as every keycap process does: a metrics address that cannot be bound stops the start.
+  const metrics = config.metricsListen ? new Metrics({ toolLabels: config.metricsToolLabels }) : undefined;
+  const metricsServer = metrics && config.metricsListen ? await startMetricsServer(config.metricsListen, metrics, logger) : undefined;
+  const recorder = metrics ? mcpCallRecorder(metrics) : NO_RECORDER;
   let kernel: KernelClient | undefined;
   let mongoServer: MongoServerHandle | undefined;
   let mongo: MongoConnection | undefined;
@@ -54,6 +61,7 @@ export async function runMcpGateway(policyFile: string, serve: ServeOptions = {}
     kernel?.close();
     await mongo?.close().catch(() => undefined);
     await mongoServer?.stop().catch(() => undefined);
+    await metricsServer?.close();
   };
   try {
     for (const u of policy.upstreams) upstreams.push(await Upstream.connect(u, logger));
@@ -64,10 +72,11 @@ export async function runMcpGateway(policyFile: string, serve: ServeOptions = {}
     kernel = new KernelClient(kernelAddress, { tls: tlsFromEnv(env) });
     await registerGovernedTools(kernel, tools);
     mongoServer = await openMongo(config.mongodbUri, config.dataDir, logger);
-    mongo = await connectMongo(mongoServer.uri, config.mongodbDatabase, config.mongodbTimeoutMs);
+    mongo = await connectMongo(mongoServer.uri, config.mongodbDatabase, config.mongodbTimeoutMs, metrics ? { onCommand: metrics.mongoObserver("mcp") } : {});
     const store = await ResultStore.open(mongo.db);
     const runId = options.runId ?? policy.runId;
     const calls = new CallPath({
+      recorder,
       kernel,
       store,
       upstreams: new Map(upstreams.map((u) => [u.name, u])),
@@ -90,7 +99,10 @@ export async function runMcpGateway(policyFile: string, serve: ServeOptions = {}
     });
     if (listen) {
       const listener = await listenStreamableHttp(listen, listenSetting, newServer, logger);
-      logger.info({ ...ready, http: `http://${listener.address}${MCP_PATH}` }, "ready");
+      logger.info(
+        { ...ready, http: `http://${listener.address}${MCP_PATH}`, ...(metricsServer ? { metrics: formatHostPort(metricsServer.address) } : {}) },
+        "ready",
+      );
       await signalled;
       logger.info({}, "mcp: stopping");
       await listener.close();
@@ -102,7 +114,7 @@ export async function runMcpGateway(policyFile: string, serve: ServeOptions = {}
       void signalled.then(resolve);
     });
     await server.connect(new StdioServerTransport());
-    logger.info(ready, "ready");
+    logger.info({ ...ready, ...(metricsServer ? { metrics: formatHostPort(metricsServer.address) } : {}) }, "ready");
     await closed;
     logger.info({}, "mcp: the host went away; stopping");
     await server.close().catch(() => undefined);

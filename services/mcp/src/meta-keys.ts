@@ -17,3 +17,5 @@ export const META_CALL_ID = "io.keycap/call-id";
 export const META_REPLAY = "io.keycap/replay";
 /** Result to the host: when the result was stored. */
 export const META_RECORDED_AT = "io.keycap/recorded-at";
+/** Result to the host: true on the gateway's own tool error, when nothing was sent upstream. */
+export const META_NOT_SENT = "io.keycap/not-sent";
