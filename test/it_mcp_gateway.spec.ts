@@ -131,6 +131,19 @@ describe("MCP gateway (issue 28): one upstream effect per kernel-derived key, th
     expect(requests[1]!.meta["io.keycap/idempotency-key"]).to.equal(requests[0]!.meta["io.keycap/idempotency-key"]);
   });
 
+  it("starts an upstream that exited again on the next call: the call it lost leaves the key retryable, and the retry is sent under the same key", async function () {
+    const h = await start();
+    const args = { order_id: "o-upstream-died", amount: 8, crash_once: true };
+    const lost = await call(h, "create_order", args).catch((err: unknown) => err);
+    expect((lost as McpError).data).to.deep.include({ reason: "UPSTREAM_UNAVAILABLE" });
+    const retried = await call(h, "create_order", args);
+    expect(retried.isError).to.not.equal(true);
+    const { requests, effects } = events("create_order", order("o-upstream-died"));
+    expect([requests.length, effects.length]).to.deep.equal([2, 1]);
+    expect(requests[1]!.meta["io.keycap/idempotency-key"]).to.equal(requests[0]!.meta["io.keycap/idempotency-key"]);
+    expect(h.stderr()).to.include("the upstream connection ended");
+  });
+
   it("gives a reconnecting host's retry the stored result, sending nothing upstream", async function () {
     const h = await start();
     const first = await call(h, "create_order", { order_id: "o-reconnect", amount: 7 });

@@ -11,6 +11,7 @@
  *
  * Arguments that steer it: `hang: true` performs the effect and never answers (the gateway is
  * killed waiting); `delay_ms` holds the answer; `decline: true` answers `isError: true`;
+ * `crash_once: true` exits the process on an order's first request, before any effect;
  * `progress_steps: n` sends n progress notifications (when the request has a progress token)
  * and one log message before answering.
  *
@@ -56,6 +57,7 @@ const TOOLS: Tool[] = [
         delay_ms: { type: "number" },
         decline: { type: "boolean" },
         progress_steps: { type: "number" },
+        crash_once: { type: "boolean" },
       },
       required: ["order_id", "amount"],
     },
@@ -92,6 +94,10 @@ function main(): void {
     if (tool === "get_status") {
       const effects = readEvents(file).filter((e) => e.event === "effect").length;
       return { content: [{ type: "text", text: `effects so far: ${effects}` }] };
+    }
+    if (args["crash_once"] === true && readEvents(file).filter((e) => e.event === "request" && e.args["order_id"] === args["order_id"]).length === 1) {
+      // The first request of this order: the server dies before any effect (the gateway loses its connection).
+      process.exit(3);
     }
     const replay = tool === "create_order" && key !== null ? stored.get(key) : undefined;
     if (replay) return replay;

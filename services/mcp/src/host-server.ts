@@ -82,15 +82,19 @@ export class ConnectedHosts {
 export function relayNotifications(upstreams: readonly Upstream[], hosts: ConnectedHosts): void {
   for (const u of upstreams) {
     if (u.capabilities?.logging) {
-      u.client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => {
-        const params = { ...n.params, logger: n.params.logger ?? u.name };
-        for (const server of hosts.servers) void server.sendLoggingMessage(params).catch(() => undefined);
-      });
+      u.onEachConnect((client) =>
+        client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => {
+          const params = { ...n.params, logger: n.params.logger ?? u.name };
+          for (const server of hosts.servers) void server.sendLoggingMessage(params).catch(() => undefined);
+        }),
+      );
     }
     if (u.capabilities?.resources?.subscribe) {
-      u.client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => {
-        for (const server of hosts.subscribers(n.params.uri)) void server.sendResourceUpdated(n.params).catch(() => undefined);
-      });
+      u.onEachConnect((client) =>
+        client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => {
+          for (const server of hosts.subscribers(n.params.uri)) void server.sendResourceUpdated(n.params).catch(() => undefined);
+        }),
+      );
     }
   }
 }
@@ -133,7 +137,7 @@ export function createHostServer(opts: HostServerOptions): Server {
   };
   if (withLogging.length) {
     server.setRequestHandler(SetLevelRequestSchema, async (req) => {
-      await Promise.all(withLogging.map((u) => u.client.setLoggingLevel(req.params.level)));
+      await Promise.all(withLogging.map(async (u) => (await u.connected()).setLoggingLevel(req.params.level)));
       return {};
     });
   }
@@ -155,21 +159,22 @@ function addResources(server: Server, upstreams: readonly Upstream[], hosts: Con
       return o && subscribable.includes(o) ? [o] : subscribable;
     };
     server.setRequestHandler(SubscribeRequestSchema, async (req) => {
-      await Promise.all(targets(req.params.uri).map((u) => u.client.subscribeResource(req.params)));
+      await Promise.all(targets(req.params.uri).map(async (u) => (await u.connected()).subscribeResource(req.params)));
       hosts.subscribe(server, req.params.uri, true);
       return {};
     });
     server.setRequestHandler(UnsubscribeRequestSchema, async (req) => {
       hosts.subscribe(server, req.params.uri, false);
       // The upstream subscription stays while another host holds one.
-      if (hosts.subscribers(req.params.uri).length === 0) await Promise.all(targets(req.params.uri).map((u) => u.client.unsubscribeResource(req.params)));
+      if (hosts.subscribers(req.params.uri).length === 0)
+        await Promise.all(targets(req.params.uri).map(async (u) => (await u.connected()).unsubscribeResource(req.params)));
       return {};
     });
   }
   server.setRequestHandler(ListResourcesRequestSchema, async () => {
     const resources: Resource[] = [];
     for (const u of upstreams) {
-      for (const r of (await u.client.listResources()).resources) {
+      for (const r of (await (await u.connected()).listResources()).resources) {
         owner.set(r.uri, u);
         resources.push(r);
       }
@@ -178,7 +183,7 @@ function addResources(server: Server, upstreams: readonly Upstream[], hosts: Con
   });
   server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => {
     const resourceTemplates: ResourceTemplate[] = [];
-    for (const u of upstreams) resourceTemplates.push(...(await u.client.listResourceTemplates()).resourceTemplates);
+    for (const u of upstreams) resourceTemplates.push(...(await (await u.connected()).listResourceTemplates()).resourceTemplates);
     return { resourceTemplates };
   });
   server.setRequestHandler(ReadResourceRequestSchema, async (req) => {
@@ -187,7 +192,7 @@ function addResources(server: Server, upstreams: readonly Upstream[], hosts: Con
     let last: unknown;
     for (const u of order) {
       try {
-        return await u.client.readResource(req.params);
+        return await (await u.connected()).readResource(req.params);
       } catch (err) {
         last = err;
       }
@@ -201,13 +206,13 @@ function addPrompts(server: Server, upstreams: readonly Upstream[], separator: s
   const exposed = (u: Upstream, name: string): string => (separator === undefined ? name : `${u.name}${separator}${name}`);
   server.setRequestHandler(ListPromptsRequestSchema, async () => {
     const prompts: Prompt[] = [];
-    for (const u of upstreams) for (const p of (await u.client.listPrompts()).prompts) prompts.push({ ...p, name: exposed(u, p.name) });
+    for (const u of upstreams) for (const p of (await (await u.connected()).listPrompts()).prompts) prompts.push({ ...p, name: exposed(u, p.name) });
     return { prompts };
   });
   server.setRequestHandler(GetPromptRequestSchema, async (req) => {
     for (const u of upstreams) {
       const prefix = exposed(u, "");
-      if (req.params.name.startsWith(prefix)) return u.client.getPrompt({ ...req.params, name: req.params.name.slice(prefix.length) });
+      if (req.params.name.startsWith(prefix)) return (await u.connected()).getPrompt({ ...req.params, name: req.params.name.slice(prefix.length) });
     }
     throw new McpError(ErrorCode.InvalidParams, `Prompt ${req.params.name} not found`);
   });
