@@ -11,6 +11,7 @@ import * as path from "node:path";
 import type { Command } from "commander";
 import { initPolicy, PolicyError, PolicyMismatchError, RegistrationError, runMcpGateway } from "../../mcp/src";
 import { createStderrLogger } from "../../mcp/src/stderr-logger";
+import { stopTracing } from "../../common/src/tracing";
 import { EXIT } from "./exit-status";
 
 export function addMcpCommand(program: Command): void {
@@ -29,7 +30,8 @@ export function addMcpCommand(program: Command): void {
         process.stderr.write(`keycap mcp: ${err.message}\n`);
         process.exitCode = EXIT.USAGE;
       }
-      // Upstream children and channels are closed; do not wait on a timer of a library.
+      // Spans still batched go out first; then do not wait on a timer of a library.
+      await stopTracing();
       setTimeout(() => process.exit(process.exitCode ?? EXIT.OK), 1000).unref();
     });
   mcp

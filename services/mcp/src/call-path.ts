@@ -18,6 +18,7 @@ import type { Call } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { Reasons, type KernelClient } from "../../../clients/ts/src";
 import type { Logger } from "../../common/src/logger";
 import { fromKernelError, keycapMcpError } from "./call-errors";
+import { traceCall, traceMeta } from "./call-tracing";
 import type { GovernedTool } from "./governed-tools";
 import type { CallOutcome, CallRecorder } from "./mcp-metrics";
 import { META_CALL_ID, META_CAPABILITY, META_IDEMPOTENCY_KEY, META_NOT_SENT, META_RECORDED_AT, META_REPLAY, META_REQUEST_ID, META_RUN_ID } from "./meta-keys";
@@ -65,17 +66,23 @@ export class CallPath {
   /** Answers one tools/call of a governed tool. Throws McpError for refusals (with keycap's reason). */
   async call(tool: GovernedTool, args: unknown, meta: Record<string, unknown> | undefined, relay: Relay = {}): Promise<CallToolResult> {
     const started = performance.now();
-    const record = (outcome: CallOutcome): void => this.opts.recorder?.record(tool.toolId, outcome, (performance.now() - started) / 1000);
-    try {
-      const result = await this.answer(tool, args, meta, relay);
-      const m = result._meta ?? {};
-      record(tool.policy.class === "read" ? "passed_through" : m[META_NOT_SENT] === true ? "not_sent" : m[META_REPLAY] === true ? "replayed" : "sent");
-      return result;
-    } catch (err) {
-      const reason = err instanceof McpError ? (err.data as { reason?: unknown } | undefined)?.reason : undefined;
-      record(reason === Reasons.UPSTREAM_UNAVAILABLE || reason === Reasons.IN_PROGRESS || reason === undefined ? "unavailable" : "refused");
-      throw err;
-    }
+    return traceCall(tool.toolId, tool.name, meta, async (span) => {
+      const record = (outcome: CallOutcome): void => {
+        span.setAttribute("keycap.outcome", outcome);
+        this.opts.recorder?.record(tool.toolId, outcome, (performance.now() - started) / 1000);
+      };
+      try {
+        const result = await this.answer(tool, args, meta, relay);
+        const m = result._meta ?? {};
+        record(tool.policy.class === "read" ? "passed_through" : m[META_NOT_SENT] === true ? "not_sent" : m[META_REPLAY] === true ? "replayed" : "sent");
+        return result;
+      } catch (err) {
+        const reason = err instanceof McpError ? (err.data as { reason?: unknown } | undefined)?.reason : undefined;
+        if (typeof reason === "string") span.setAttribute("keycap.reason", reason);
+        record(reason === Reasons.UPSTREAM_UNAVAILABLE || reason === Reasons.IN_PROGRESS || reason === undefined ? "unavailable" : "refused");
+        throw err;
+      }
+    });
   }
 
   private async answer(tool: GovernedTool, args: unknown, meta: Record<string, unknown> | undefined, relay: Relay): Promise<CallToolResult> {
@@ -113,7 +120,7 @@ export class CallPath {
       throw keycapMcpError(ErrorCode.InvalidParams, Reasons.ARGUMENTS_NOT_OBJECT, "tools/call arguments must be a JSON object", tool.toolId);
     }
     try {
-      return await this.upstream(tool).callTool(tool.name, args ?? {}, {}, this.opts.timeoutMs, relay);
+      return await this.upstream(tool).callTool(tool.name, args ?? {}, traceMeta(), this.opts.timeoutMs, relay);
     } catch (err) {
       throw upstreamError(err, tool.toolId, "");
     }
@@ -230,6 +237,7 @@ export class CallPath {
     const { store } = this.opts;
     const { call, tool } = b;
     const meta: Record<string, unknown> = {
+      ...traceMeta(),
       [META_CAPABILITY]: b.capability,
       [META_CALL_ID]: call.callId,
       ...(call.key ? { [META_IDEMPOTENCY_KEY]: call.key } : {}),
