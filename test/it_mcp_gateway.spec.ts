@@ -6,6 +6,7 @@
  * call-time refusals are MCP errors with keycap's reason, recorded against the tool id.
  */
 import { expect } from "chai";
+import { MongoClient } from "mongodb";
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -249,6 +250,29 @@ describe("MCP gateway (issue 28): one upstream effect per kernel-derived key, th
     expect(byDefault._meta?.["io.keycap/replay"]).to.equal(true);
     expect(byDefault.content).to.deep.equal(a.content);
     expect(events("create_order", order("o-runs")).effects).to.have.length(2);
+  });
+
+  it("replays a stored result for KEYCAP_MCP_RESULT_TTL_SECONDS; after that the same key is sent again (retention)", async function () {
+    const h = (host = await connectHost(policyFile, { ...env, KEYCAP_MCP_RESULT_TTL_SECONDS: "1" }));
+    const args = { order_id: "o-expiring", amount: 6 };
+    const first = await call(h, "create_order", args);
+    const kept = await call(h, "create_order", args);
+    expect([first._meta?.["io.keycap/replay"], kept._meta?.["io.keycap/replay"]]).to.deep.equal([false, true]);
+    const mongo = await MongoClient.connect(env["MONGODB_URI"]!);
+    try {
+      const slots = mongo.db(env["KEYCAP_MONGODB_DATABASE"]).collection<{ _id: string }>("mcp_results");
+      const slot = `key:${String(first._meta?.["io.keycap/idempotency-key"])}`;
+      expect(await slots.findOne({ _id: slot })).to.not.equal(null);
+      for (let i = 0; await slots.findOne({ _id: slot }); i++) {
+        if (i > 100) throw new Error("the stored result did not expire");
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    } finally {
+      await mongo.close();
+    }
+    const after = await call(h, "create_order", args);
+    expect(after._meta?.["io.keycap/replay"]).to.equal(false);
+    expect(events("create_order", order("o-expiring")).requests).to.have.length(2);
   });
 
   it("relays the upstream's progress notifications to the host that sent the call, and the upstream's log messages to the host", async function () {

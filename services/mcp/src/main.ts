@@ -24,6 +24,7 @@ import { registerGovernedTools } from "./kernel-registration";
 import { mcpCallRecorder, NO_RECORDER } from "./mcp-metrics";
 import { loadMcpOptions } from "./mcp-options";
 import { loadPolicy } from "./policy";
+import { startRetention } from "./result-retention";
 import { ResultStore } from "./result-store";
 import { createStderrLogger } from "./stderr-logger";
 import { Upstream } from "./upstream";
@@ -56,7 +57,9 @@ export async function runMcpGateway(policyFile: string, serve: ServeOptions = {}
   let kernel: KernelClient | undefined;
   let mongoServer: MongoServerHandle | undefined;
   let mongo: MongoConnection | undefined;
+  let stopRetention = (): void => undefined;
   const release = async (): Promise<void> => {
+    stopRetention();
     await Promise.all(upstreams.map((u) => u.close()));
     kernel?.close();
     await mongo?.close().catch(() => undefined);
@@ -74,6 +77,7 @@ export async function runMcpGateway(policyFile: string, serve: ServeOptions = {}
     mongoServer = await openMongo(config.mongodbUri, config.dataDir, logger);
     mongo = await connectMongo(mongoServer.uri, config.mongodbDatabase, config.mongodbTimeoutMs, metrics ? { onCommand: metrics.mongoObserver("mcp") } : {});
     const store = await ResultStore.open(mongo.db);
+    stopRetention = startRetention(store, options.resultTtlSeconds, logger);
     const runId = options.runId ?? policy.runId;
     const calls = new CallPath({
       recorder,

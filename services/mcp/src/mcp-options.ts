@@ -12,6 +12,8 @@ export interface McpOptions {
   waitMs: number;
   /** KEYCAP_MCP_RUN_ID: run id of calls whose `_meta` names none; overrides the policy's `run_id`. */
   runId: string | undefined;
+  /** KEYCAP_MCP_RESULT_TTL_SECONDS: how long a stored result is replayed; after it, the same key is a new call (and effect). Default 604800 (7 days); 0 keeps results forever. */
+  resultTtlSeconds: number;
   /** KEYCAP_MCP_LISTEN: serve Streamable HTTP here (loopback only) instead of stdio. Default: unset, stdio. */
   listen: HostPort | undefined;
 }
@@ -25,14 +27,19 @@ export function loadMcpOptions(env: Env = process.env): McpOptions {
     timeoutMs: millis(env, "KEYCAP_MCP_TIMEOUT_MS", 60_000, 100, 3_600_000),
     waitMs: millis(env, "KEYCAP_MCP_WAIT_MS", 30_000, 0, 3_600_000),
     runId,
+    resultTtlSeconds: whole(env, "KEYCAP_MCP_RESULT_TTL_SECONDS", 604_800, 0, 10 * 365 * 86_400),
     listen: env["KEYCAP_MCP_LISTEN"]?.trim() ? parseHostPort("KEYCAP_MCP_LISTEN", env["KEYCAP_MCP_LISTEN"].trim()) : undefined,
   };
 }
 
 function millis(env: Env, name: string, def: number, min: number, max: number): number {
+  return whole(env, name, def, min, max, "milliseconds");
+}
+
+function whole(env: Env, name: string, def: number, min: number, max: number, unit = "seconds"): number {
   const raw = env[name]?.trim();
   if (raw === undefined || raw === "") return def;
   const n = Number(raw);
-  if (!/^\d+$/.test(raw) || n < min || n > max) throw new ConfigError(name, `expected whole milliseconds from ${min} to ${max}, got ${JSON.stringify(raw)}`);
+  if (!/^\d+$/.test(raw) || n < min || n > max) throw new ConfigError(name, `expected whole ${unit} from ${min} to ${max}, got ${JSON.stringify(raw)}`);
   return n;
 }

@@ -64,8 +64,18 @@ export class ResultStore {
   static async open(db: Db): Promise<ResultStore> {
     const docs = db.collection<SlotDoc>("mcp_results");
     await docs.createIndex({ tool_id: 1, created_at: -1 });
-    await docs.createIndex({ state: 1 });
+    await docs.createIndex({ state: 1, recorded_at: 1 });
     return new ResultStore(docs);
+  }
+
+  /**
+   * Deletes stored results recorded before `before` (retention, DESIGN §13): the next call with
+   * such a key is sent again, as a new effect. Slots in flight, retryable or indeterminate are
+   * never deleted. Returns how many were deleted.
+   */
+  async expire(before: Date): Promise<number> {
+    const res = await this.docs.deleteMany({ state: "done", recorded_at: { $lt: before } }, { writeConcern: { w: "majority" } });
+    return res.deletedCount;
   }
 
   async get(slot: string): Promise<SlotRecord | undefined> {
