@@ -150,9 +150,14 @@ describe("MCP gateway (issue 28): one upstream effect per kernel-derived key, th
     const first = await call(h, "create_order", { order_id: "o-reconnect", amount: 7 });
     await h.close();
     const h2 = await start();
-    const again = await call(h2, "create_order", { order_id: "o-reconnect", amount: 7, note: "not a key field" });
+    const again = await call(h2, "create_order", { order_id: "o-reconnect", amount: 7 });
     expect(again.content).to.deep.equal(first.content);
     expect(again._meta?.["io.keycap/replay"]).to.equal(true);
+    expect(again._meta?.["io.keycap/arguments-mismatch"]).to.equal(undefined);
+    // Same key, other arguments: still the stored result (dedupe is by key only), flagged.
+    const other = await call(h2, "create_order", { order_id: "o-reconnect", amount: 7, note: "not a key field" });
+    expect(other.content).to.deep.equal(first.content);
+    expect(other._meta?.["io.keycap/arguments-mismatch"]).to.equal(true);
     expect(events("create_order", order("o-reconnect")).requests).to.have.length(1);
   });
 

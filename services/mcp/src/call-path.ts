@@ -21,7 +21,17 @@ import { fromKernelError, keycapMcpError } from "./call-errors";
 import { traceCall, traceMeta } from "./call-tracing";
 import type { GovernedTool } from "./governed-tools";
 import type { CallOutcome, CallRecorder } from "./mcp-metrics";
-import { META_CALL_ID, META_CAPABILITY, META_IDEMPOTENCY_KEY, META_NOT_SENT, META_RECORDED_AT, META_REPLAY, META_REQUEST_ID, META_RUN_ID } from "./meta-keys";
+import {
+  META_CALL_ID,
+  META_CAPABILITY,
+  META_IDEMPOTENCY_KEY,
+  META_ARGUMENTS_MISMATCH,
+  META_NOT_SENT,
+  META_RECORDED_AT,
+  META_REPLAY,
+  META_REQUEST_ID,
+  META_RUN_ID,
+} from "./meta-keys";
 import type { Holder, ResultStore, SlotRecord } from "./result-store";
 import type { Relay, Upstream } from "./upstream";
 
@@ -43,6 +53,8 @@ export interface CallPathOptions {
 }
 
 const LEASE_MARGIN_MS = 2_000;
+/** Reasons of an answer that says "try again", not "no" (the kernel's gRPC code names when it sent no reason). */
+const RETRYABLE_REASONS: ReadonlySet<string> = new Set([Reasons.UPSTREAM_UNAVAILABLE, Reasons.IN_PROGRESS, "UNAVAILABLE", "DEADLINE_EXCEEDED"]);
 const MAX_ROUNDS = 8;
 
 /** A begun call: the kernel's record and the capability for its one attempt. */
@@ -79,7 +91,7 @@ export class CallPath {
       } catch (err) {
         const reason = err instanceof McpError ? (err.data as { reason?: unknown } | undefined)?.reason : undefined;
         if (typeof reason === "string") span.setAttribute("keycap.reason", reason);
-        record(reason === Reasons.UPSTREAM_UNAVAILABLE || reason === Reasons.IN_PROGRESS || reason === undefined ? "unavailable" : "refused");
+        record(typeof reason !== "string" || RETRYABLE_REASONS.has(reason) ? "unavailable" : "refused");
         throw err;
       }
     });
@@ -134,7 +146,7 @@ export class CallPath {
       // The insert decides who sends: tried first, so a new key costs one round trip.
       const seen = round === 0 ? undefined : await store.get(slot);
       if (!seen) {
-        if (await store.claimNew(slot, b.tool.toolId, b.call.callId, this.leaseUntil(), this.holder)) return this.send(b, slot, 1);
+        if (await store.claimNew(slot, b.tool.toolId, b.call.callId, this.leaseUntil(), this.holder, argumentsSha256(b.args))) return this.send(b, slot, 1);
         continue;
       }
       if (seen.state === "done") return this.replay(b, seen);
@@ -185,7 +197,7 @@ export class CallPath {
     const { store } = this.opts;
     const slot = `unsafe:${fingerprint(b.tool.toolId, runId, b.args)}`;
     for (let round = 0; round < MAX_ROUNDS; round++) {
-      if (await store.claimNew(slot, b.tool.toolId, b.call.callId, this.leaseUntil(), this.holder)) return this.send(b, slot, 1);
+      if (await store.claimNew(slot, b.tool.toolId, b.call.callId, this.leaseUntil(), this.holder, argumentsSha256(b.args))) return this.send(b, slot, 1);
       const seen = await store.get(slot);
       if (!seen) continue;
       if (seen.state === "sending" && !this.isLost(seen)) {
@@ -217,7 +229,7 @@ export class CallPath {
   private async indeterminate(b: Begun, seen: SlotRecord): Promise<CallToolResult> {
     await this.complete(b.call.callId, "failed", `not sent: call ${seen.callId} is indeterminate`);
     return toolError(
-      `keycap: not sent. An earlier identical call of this tool (call ${seen.callId}) was in flight when the gateway stopped, so whether it took effect is unknown; it is never sent again automatically. An operator must settle it: \`keycap recover\` marks it indeterminate, and \`keycap complete ${seen.callId} --outcome succeeded|failed\` settles it once you know what happened.`,
+      `keycap: not sent. An earlier identical call of this tool (call ${seen.callId}) was sent and its outcome is unknown (the gateway stopped with it in flight, or the upstream did not answer in time); it is never sent again automatically. An operator must settle it: \`keycap recover\` marks it indeterminate, and \`keycap complete ${seen.callId} --outcome succeeded|failed\` settles it once you know what happened.`,
       { [META_CALL_ID]: b.call.callId, "io.keycap/indeterminate-call-id": seen.callId },
     );
   }
@@ -290,6 +302,8 @@ export class CallPath {
     await this.complete(b.call.callId, result.isError === true ? "failed" : "succeeded", `replayed the stored result of call ${seen.callId}`);
     return withMeta(result, {
       [META_REPLAY]: true,
+      // Dedupe is by key only (DESIGN §4): other arguments under the same key get the stored result, flagged.
+      ...(seen.argumentsSha256 !== undefined && seen.argumentsSha256 !== argumentsSha256(b.args) ? { [META_ARGUMENTS_MISMATCH]: true } : {}),
       [META_CALL_ID]: b.call.callId,
       ...(b.call.key ? { [META_IDEMPOTENCY_KEY]: b.call.key } : {}),
       ...(seen.recordedAt ? { [META_RECORDED_AT]: seen.recordedAt.toISOString() } : {}),
@@ -361,6 +375,13 @@ function isRunning(pid: number): boolean {
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+/** SHA-256 (base64url) of the canonical arguments (RFC 8785). */
+function argumentsSha256(args: Record<string, unknown> | undefined): string {
+  return createHash("sha256")
+    .update(canonicalize(args ?? {}) ?? "")
+    .digest("base64url");
 }
 
 /** SHA-256 of tool, run and canonical arguments (RFC 8785): identical Unsafe calls share it. */

@@ -19,3 +19,5 @@ export const META_REPLAY = "io.keycap/replay";
 export const META_RECORDED_AT = "io.keycap/recorded-at";
 /** Result to the host: true on the gateway's own tool error, when nothing was sent upstream. */
 export const META_NOT_SENT = "io.keycap/not-sent";
+/** Result to the host: true on a replay whose call had other arguments than the stored one's (same key; dedupe is by key only). */
+export const META_ARGUMENTS_MISMATCH = "io.keycap/arguments-mismatch";

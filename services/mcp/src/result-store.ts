@@ -34,6 +34,8 @@ interface SlotDoc {
   attempts: number;
   lease_until: Date;
   holder?: Holder;
+  /** SHA-256 of the canonical arguments of the call that claimed the slot: a replay to other arguments is flagged. */
+  arguments_sha256?: string;
   created_at: Date;
   updated_at: Date;
   /** The stored CallToolResult as JSON text: MCP content nests arrays, which FerretDB does not store. */
@@ -52,6 +54,7 @@ export interface SlotRecord {
   attempts: number;
   leaseUntil: Date;
   holder?: Holder;
+  argumentsSha256?: string;
   resultJson?: string;
   recordedAt?: Date;
   lastError?: string;
@@ -84,11 +87,22 @@ export class ResultStore {
   }
 
   /** Inserts the slot as `sending` (attempt 1) with a lease; false when it exists. */
-  async claimNew(slot: string, toolId: string, callId: string, leaseUntil: Date, holder: Holder): Promise<boolean> {
+  async claimNew(slot: string, toolId: string, callId: string, leaseUntil: Date, holder: Holder, argumentsSha256: string): Promise<boolean> {
     const now = new Date();
     try {
       await this.docs.insertOne(
-        { _id: slot, tool_id: toolId, call_id: callId, state: "sending", attempts: 1, lease_until: leaseUntil, holder, created_at: now, updated_at: now },
+        {
+          _id: slot,
+          tool_id: toolId,
+          call_id: callId,
+          state: "sending",
+          attempts: 1,
+          lease_until: leaseUntil,
+          holder,
+          arguments_sha256: argumentsSha256,
+          created_at: now,
+          updated_at: now,
+        },
         { writeConcern: { w: "majority" } },
       );
       return true;
@@ -155,6 +169,7 @@ function recordOf(doc: SlotDoc): SlotRecord {
     attempts: doc.attempts,
     leaseUntil: doc.lease_until,
     ...(doc.holder ? { holder: doc.holder } : {}),
+    ...(doc.arguments_sha256 !== undefined ? { argumentsSha256: doc.arguments_sha256 } : {}),
     ...(doc.result_json !== undefined ? { resultJson: doc.result_json } : {}),
     ...(doc.recorded_at ? { recordedAt: doc.recorded_at } : {}),
     ...(doc.last_error !== undefined ? { lastError: doc.last_error } : {}),
