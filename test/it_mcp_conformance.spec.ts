@@ -11,6 +11,8 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import * as readline from "node:readline";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { startLedgerStack, type LedgerStack } from "./support/ledger-harness";
 import { writePolicy } from "./support/mcp-host";
 import { freePort } from "./support/ports";
@@ -71,6 +73,28 @@ describe("MCP conformance suite through the gateway (issue 28)", function () {
     return { passed, failed, report };
   }
 
+  /** Prompts, resources and a prompt argument's completions read directly and through the gateway are the same. */
+  async function samePassThrough(directUrl: string, gatewayUrl: string): Promise<void> {
+    const [direct, through] = [new Client({ name: "direct", version: "1" }), new Client({ name: "through", version: "1" })];
+    await direct.connect(new StreamableHTTPClientTransport(new URL(directUrl)));
+    await through.connect(new StreamableHTTPClientTransport(new URL(gatewayUrl)));
+    try {
+      expect(await through.listPrompts()).to.deep.equal(await direct.listPrompts());
+      // Pages as they are: the same first page, and the same cursor to the next.
+      const [page, directPage] = [await through.listResources(), await direct.listResources()];
+      expect(page).to.deep.equal(directPage);
+      if (directPage.nextCursor !== undefined) {
+        expect(await through.listResources({ cursor: directPage.nextCursor })).to.deep.equal(await direct.listResources({ cursor: directPage.nextCursor }));
+      }
+      const prompt = (await direct.listPrompts()).prompts.find((p) => (p.arguments ?? []).length > 0);
+      expect(prompt, "server-everything has a prompt with arguments").to.not.equal(undefined);
+      const params = { ref: { type: "ref/prompt" as const, name: prompt!.name }, argument: { name: prompt!.arguments![0]!.name, value: "" } };
+      expect(await through.complete(params)).to.deep.equal(await direct.complete(params));
+    } finally {
+      await Promise.all([direct.close(), through.close()]);
+    }
+  }
+
   /** Starts a child and resolves with the first stderr/stdout line that `ready` accepts. */
   function startChild(args: string[], env: Record<string, string>, ready: (line: string) => string | undefined): Promise<string> {
     const child = spawn(process.execPath, args, {
@@ -91,7 +115,7 @@ describe("MCP conformance suite through the gateway (issue 28)", function () {
     });
   }
 
-  it("passes through the gateway every server scenario server-everything passes directly", async function () {
+  it("passes through the gateway every server scenario server-everything passes directly, and its prompts, resources and completions unchanged", async function () {
     const port = await freePort();
     await startChild([EVERYTHING, "streamableHttp"], { PORT: String(port) }, (l) => (l.includes("listening on port") ? l : undefined));
     const direct = conformance(`http://127.0.0.1:${port}/mcp`, "direct");
@@ -121,6 +145,7 @@ describe("MCP conformance suite through the gateway (issue 28)", function () {
       }
     });
     const through = conformance(url, "gateway");
+    await samePassThrough(`http://127.0.0.1:${port}/mcp`, url);
     const lost = [...direct.passed].filter((sc) => !through.passed.has(sc) && !(sc in BASELINE)).sort();
     expect(lost, `scenarios that pass directly but not through the gateway:\n${through.report}`).to.deep.equal([]);
     const stale = Object.keys(BASELINE).filter((sc) => through.passed.has(sc) || !direct.passed.has(sc));

@@ -14,6 +14,7 @@
  */
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import {
+  CompleteRequestSchema,
   ErrorCode,
   GetPromptRequestSchema,
   ListPromptsRequestSchema,
@@ -107,6 +108,7 @@ export function createHostServer(opts: HostServerOptions): Server {
   const capabilities: ServerCapabilities = {
     tools: {},
     ...(withLogging.length ? { logging: {} } : {}),
+    ...(opts.upstreams.some((u) => u.capabilities?.completions) ? { completions: {} } : {}),
     ...(withResources.length ? { resources: withResources.some((u) => u.capabilities?.resources?.subscribe) ? { subscribe: true } : {} } : {}),
     ...(withPrompts.length ? { prompts: {} } : {}),
   };
@@ -144,6 +146,8 @@ export function createHostServer(opts: HostServerOptions): Server {
   opts.hosts.add(server);
   server.onclose = () => opts.hosts.remove(server);
   if (withResources.length) addResources(server, withResources, opts.hosts);
+  const withCompletions = opts.upstreams.filter((u) => u.capabilities?.completions);
+  if (withCompletions.length) addCompletions(server, withCompletions, opts.upstreams.length > 1 ? opts.separator : undefined);
   if (withPrompts.length) addPrompts(server, withPrompts, opts.upstreams.length > 1 ? opts.separator : undefined);
   return server;
 }
@@ -171,19 +175,33 @@ function addResources(server: Server, upstreams: readonly Upstream[], hosts: Con
       return {};
     });
   }
-  server.setRequestHandler(ListResourcesRequestSchema, async () => {
+  const [only] = upstreams.length === 1 ? upstreams : [];
+  server.setRequestHandler(ListResourcesRequestSchema, async (req) => {
+    // One upstream: its pages as they are (cursor and all). Several: every page of each, merged.
+    if (only) return (await only.connected()).listResources(req.params);
     const resources: Resource[] = [];
     for (const u of upstreams) {
-      for (const r of (await (await u.connected()).listResources()).resources) {
+      for (const r of await allPages(async (cursor) => {
+        const page = await (await u.connected()).listResources(cursor !== undefined ? { cursor } : {});
+        return { items: page.resources, next: page.nextCursor };
+      })) {
         owner.set(r.uri, u);
         resources.push(r);
       }
     }
     return { resources };
   });
-  server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => {
+  server.setRequestHandler(ListResourceTemplatesRequestSchema, async (req) => {
+    if (only) return (await only.connected()).listResourceTemplates(req.params);
     const resourceTemplates: ResourceTemplate[] = [];
-    for (const u of upstreams) resourceTemplates.push(...(await (await u.connected()).listResourceTemplates()).resourceTemplates);
+    for (const u of upstreams) {
+      resourceTemplates.push(
+        ...(await allPages(async (cursor) => {
+          const page = await (await u.connected()).listResourceTemplates(cursor !== undefined ? { cursor } : {});
+          return { items: page.resourceTemplates, next: page.nextCursor };
+        })),
+      );
+    }
     return { resourceTemplates };
   });
   server.setRequestHandler(ReadResourceRequestSchema, async (req) => {
@@ -204,9 +222,17 @@ function addResources(server: Server, upstreams: readonly Upstream[], hosts: Con
 /** Prompts pass through, prefixed with the upstream's name when there is more than one upstream. */
 function addPrompts(server: Server, upstreams: readonly Upstream[], separator: string | undefined): void {
   const exposed = (u: Upstream, name: string): string => (separator === undefined ? name : `${u.name}${separator}${name}`);
-  server.setRequestHandler(ListPromptsRequestSchema, async () => {
+  server.setRequestHandler(ListPromptsRequestSchema, async (req) => {
+    const [only] = upstreams.length === 1 && separator === undefined ? upstreams : [];
+    if (only) return (await only.connected()).listPrompts(req.params);
     const prompts: Prompt[] = [];
-    for (const u of upstreams) for (const p of (await (await u.connected()).listPrompts()).prompts) prompts.push({ ...p, name: exposed(u, p.name) });
+    for (const u of upstreams) {
+      const all = await allPages(async (cursor) => {
+        const page = await (await u.connected()).listPrompts(cursor !== undefined ? { cursor } : {});
+        return { items: page.prompts, next: page.nextCursor };
+      });
+      for (const p of all) prompts.push({ ...p, name: exposed(u, p.name) });
+    }
     return { prompts };
   });
   server.setRequestHandler(GetPromptRequestSchema, async (req) => {
@@ -216,4 +242,43 @@ function addPrompts(server: Server, upstreams: readonly Upstream[], separator: s
     }
     throw new McpError(ErrorCode.InvalidParams, `Prompt ${req.params.name} not found`);
   });
+}
+
+/**
+ * completion/complete goes to the upstream the reference belongs to: a prompt's by its
+ * (prefixed) name; a resource template's to each upstream that completes, until one answers.
+ */
+function addCompletions(server: Server, upstreams: readonly Upstream[], separator: string | undefined): void {
+  server.setRequestHandler(CompleteRequestSchema, async (req) => {
+    const ref = req.params.ref;
+    if (ref.type === "ref/prompt") {
+      for (const u of upstreams) {
+        const prefix = separator === undefined ? "" : `${u.name}${separator}`;
+        if (ref.name.startsWith(prefix)) return (await u.connected()).complete({ ...req.params, ref: { ...ref, name: ref.name.slice(prefix.length) } });
+      }
+      throw new McpError(ErrorCode.InvalidParams, `Prompt ${ref.name} not found`);
+    }
+    let last: unknown;
+    for (const u of upstreams) {
+      try {
+        return await (await u.connected()).complete(req.params);
+      } catch (err) {
+        last = err;
+      }
+    }
+    throw last instanceof McpError ? last : new McpError(ErrorCode.InvalidParams, "no upstream completes this reference");
+  });
+}
+
+/** Every item of a paged list (at most 100 pages: an upstream that never ends its list is cut there). */
+async function allPages<T>(page: (cursor: string | undefined) => Promise<{ items: T[]; next: string | undefined }>): Promise<T[]> {
+  const items: T[] = [];
+  let cursor: string | undefined;
+  for (let i = 0; i < 100; i++) {
+    const p = await page(cursor);
+    items.push(...p.items);
+    if (p.next === undefined) break;
+    cursor = p.next;
+  }
+  return items;
 }
