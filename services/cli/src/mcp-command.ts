@@ -9,8 +9,7 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import type { Command } from "commander";
-import { initPolicy, PolicyError, PolicyMismatchError, RegistrationError, runMcpGateway } from "../../mcp/src";
-import { createStderrLogger } from "../../mcp/src/stderr-logger";
+import { createStderrLogger, initPolicy, PolicyError, PolicyMismatchError, RegistrationError, runMcpGateway } from "../../mcp/src";
 import { stopTracing } from "../../common/src/tracing";
 import { EXIT } from "./exit-status";
 

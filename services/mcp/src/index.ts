@@ -5,3 +5,4 @@ export { governTools, kernelToolId, PolicyMismatchError, type GovernedTool, type
 export { RegistrationError } from "./kernel-registration";
 export { initPolicy, policyText } from "./policy-init";
 export { META_CALL_ID, META_CAPABILITY, META_IDEMPOTENCY_KEY, META_RECORDED_AT, META_REPLAY, META_REQUEST_ID, META_RUN_ID } from "./meta-keys";
+export { createStderrLogger } from "./stderr-logger";
