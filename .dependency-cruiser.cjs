@@ -48,6 +48,39 @@ module.exports = {
       from: { path: "^services/ledger/" },
       to: { path: "^services/kernel/src/(capability-minter|signing-keys)\\.ts$", reachable: true },
     },
+    {
+      name: "services-meet-at-entry-points",
+      comment:
+        "A service uses another only through its entry point (src/index.ts, or src/main.ts where it only starts): the capability module, the sink, the kernel. services/common is the shared floor every service stands on. The capability's claims (claims.ts) are a second, transport-free entry, so domain code can name them without reaching gRPC.",
+      severity: "error",
+      from: { path: "^services/([^/]+)/" },
+      to: {
+        path: "^services/[^/]+/src/",
+        pathNot: ["^services/$1/", "^services/common/", "^services/[^/]+/src/(index|main)\\.ts$", "^services/capability/src/claims\\.ts$"],
+      },
+    },
+    {
+      name: "services-use-the-client-package-entry",
+      comment: "Service code uses the TypeScript client as its users do: through clients/ts/src/index.ts, never a file the package does not export.",
+      severity: "error",
+      from: { path: "^services/" },
+      to: { path: "^clients/ts/src/", pathNot: "^clients/ts/src/index\\.ts$" },
+    },
+    {
+      name: "common-is-the-ground-floor",
+      comment:
+        "services/common is what every service stands on; it depends on no service (the capability module included), so the floors stay entry points -> services -> capability -> common.",
+      severity: "error",
+      from: { path: "^services/common/" },
+      to: { path: "^services/(?!common/)" },
+    },
+    {
+      name: "capability-stands-on-common-only",
+      comment: "The capability module (claims, verifier, key sources, refusal) is used by the ledger, sinks and gateways; it depends on no service but common.",
+      severity: "error",
+      from: { path: "^services/capability/" },
+      to: { path: "^services/(?!(capability|common)/)" },
+    },
   ],
   options: {
     doNotFollow: { path: "node_modules" },

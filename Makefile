@@ -8,7 +8,7 @@ CLI := node dist/services/cli/src/main.js
 # buf breaking compares the protos with this git ref (override for branches/PRs).
 BREAKING_AGAINST ?= .git\#branch=main
 
-.PHONY: all format install generate generate-ts build lint breaking test test-ts test-ts-pg torture torture-short test-go test-python run bench ferretdb clean
+.PHONY: all format install generate generate-ts build lint breaking test test-db test-ts test-ts-pg torture torture-short test-go test-python run bench ferretdb clean
 
 all: build
 
@@ -68,6 +68,11 @@ breaking: $(NPM_STAMP)
 ferretdb: build
 	node -e 'require("./dist/services/common/src/embedded-mongo").ensureFerretdb(require("./dist/services/common/src/logger").createLogger("make","info")).then(p=>console.log(p))'
 
+## test-db: build/install the embedded MongoDB-protocol server the next step will use (FerretDB;
+## PostgreSQL for KEYCAP_EMBEDDED_MONGO=ferretdb-pg) as a step of its own, before anything timed
+test-db: build
+	@node -e 'require("./dist/services/common/src/embedded-mongo").prepareEmbeddedMongo(require("./dist/services/common/src/logger").createLogger("make","info","pretty")).then(p=>console.log("make: database ready: "+p),e=>{console.error("make: "+e.message);process.exit(1)})'
+
 ## test: set up and run every test against a real MongoDB-protocol server
 ## (the TypeScript suite on both embedded backends: FerretDB on SQLite and on PostgreSQL)
 test: build lint
@@ -77,10 +82,12 @@ test: build lint
 	$(MAKE) --no-print-directory test-python
 
 test-ts: build
+	$(MAKE) --no-print-directory test-db
 	npx mocha
 
 ## test-ts-pg: the TypeScript suite on FerretDB backed by PostgreSQL (installed from Debian's packages on first use)
 test-ts-pg: build
+	KEYCAP_EMBEDDED_MONGO=ferretdb-pg $(MAKE) --no-print-directory test-db
 	KEYCAP_EMBEDDED_MONGO=ferretdb-pg npx mocha
 
 ## test-python: Python client (stubs drift check, e2e against real services with pytest)

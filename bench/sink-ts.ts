@@ -13,7 +13,7 @@ import * as http from "node:http";
 import type { AddressInfo } from "node:net";
 import * as path from "node:path";
 import { projectRoot } from "../services/common/src/repo-paths";
-import { RemoteJwksSource } from "../services/ledger/src/key-sources/remote-jwks-source";
+import { RemoteJwksSource } from "../services/capability/src";
 import { capabilityOf, protectHttp, Sink } from "../services/sink/src";
 
 interface VectorKey {

@@ -203,9 +203,37 @@ describe("access: who may mint a capability (issue 10)", function () {
       for (const def of [tool, { ...tool, effect: { kind: "idempotent" as const, key: { fields: ["/n", "/m"] as [string, ...string[]] } } }]) {
         const e = await refusal(other.registerTool(def));
         expect([e.codeName, e.reason]).to.deep.equal(["PERMISSION_DENIED", "TOOL_OWNED_BY_OTHER"]);
+        // The error names the fix, not only the cause (issue 33 item 9).
+        expect(e.message).to.include(`keycap grants add ${tool.id} access-team-b`);
       }
       const owner = (await runtime.listTools()).find((t) => t.toolId === tool.id);
       expect(owner?.owner).to.equal("local-runtime");
+    });
+
+    it("shows a runtime only the tools it owns or is granted (ListTools, GetTool); operators see every tool (issue 32)", async function () {
+      await other.registerTool(defineTool({ id: "access.team-b-own", effect: { kind: "unsafe" } }));
+      const ids = async (k: KernelClient): Promise<string[]> => (await k.listTools()).map((t) => t.toolId);
+      expect(await ids(other))
+        .to.include("access.team-b-own")
+        .and.not.include(tool.id);
+      expect(await ids(runtime))
+        .to.include(tool.id)
+        .and.not.include("access.team-b-own");
+      const e = await refusal(other.getTool(tool.id));
+      expect([e.codeName, e.reason]).to.deep.equal(["PERMISSION_DENIED", "TOOL_NOT_GRANTED"]);
+      const operator = new KernelClient(proc.endpoints.kernel!, { token: ADMIN });
+      try {
+        expect(await ids(operator)).to.include.members([tool.id, "access.team-b-own"]);
+        expect((await operator.getTool(tool.id))?.owner).to.equal("local-runtime");
+      } finally {
+        operator.close();
+      }
+      // A grant makes the tool visible to the grantee, and its removal hides it again.
+      await access.addGrant(tool.id, "access-team-b");
+      await eventually(async () => ((await ids(other)).includes(tool.id) ? true : undefined));
+      expect((await other.getTool(tool.id))?.toolId).to.equal(tool.id);
+      await access.removeGrant(tool.id, "access-team-b");
+      await eventually(async () => ((await ids(other)).includes(tool.id) ? undefined : true));
     });
 
     it("with the grant, begins, writes and completes; the capability's sub and the entry name that principal", async function () {

@@ -41,6 +41,29 @@ describe("keycap CLI: operators read the ledger through the admin API", function
 
   const cliEnv = (): Record<string, string> => ({ KEYCAP_ADMIN_TOKEN: TOKEN, KEYCAP_ADMIN_ADDRESS: proc.endpoints.admin! });
 
+  it("lists the registered tools and shows one with its derivation and owner (issue 33 item 2)", async function () {
+    const env = { ...cliEnv(), KEYCAP_KERNEL_ADDRESS: proc.endpoints.kernel! };
+    const list = await runCli(["tools"], env);
+    expect(list.code, list.stderr).to.equal(0);
+    expect(list.stdout).to.include("cli.charge").and.include("idempotent").and.include("/order_id").and.include("local-runtime");
+    const shown = await runCli(["tools", "show", "cli.charge", "--json"], env);
+    expect(shown.code, shown.stderr).to.equal(0);
+    expect(JSON.parse(shown.stdout)).to.deep.include({
+      toolId: "cli.charge",
+      effectClass: "idempotent",
+      keyFields: ["/order_id"],
+      derivationVersion: 1,
+      contextFields: [],
+      owner: "local-runtime",
+      grants: [],
+    });
+    const table = await runCli(["tools", "show", "cli.charge"], env);
+    expect(table.stdout).to.match(/key fields\s*│?\s*\/order_id/);
+    const missing = await runCli(["tools", "show", "cli.nope"], env);
+    expect(missing.code).to.equal(3);
+    expect(missing.stderr).to.include("keycap tools lists them");
+  });
+
   it("prints the rejections for a tool as a table", async function () {
     const r = await runCli(["rejections", "--tool", "cli.charge"], cliEnv());
     expect(r.code, r.stderr).to.equal(0);

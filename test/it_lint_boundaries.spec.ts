@@ -45,6 +45,11 @@ describe("lint: import boundaries (issue 14)", function () {
     ["client-is-not-the-server", "clients/ts/src/index.ts", 'import "../../../services/common/src/errors";\n'],
     ["client-package-is-self-contained", "clients/ts/src/rpc.ts", 'import "../../../gen/ts/keycap/effect/v1/effect";\n'],
     ["ledger-cannot-mint", "services/ledger/src/main.ts", 'import "../../kernel/src/capability-minter";\n'],
+    ["services-meet-at-entry-points", "services/gateway/src/gateway.ts", 'import "../../sink/src/spent-store";\n'],
+    ["services-meet-at-entry-points", "services/ledger/src/ledger-service.ts", 'import "../../capability/src/verifier";\n'],
+    ["services-use-the-client-package-entry", "services/common/src/insert-batcher.ts", 'import "../../../clients/ts/src/turn-batches";\n'],
+    ["common-is-the-ground-floor", "services/common/src/config.ts", 'import "../../capability/src";\n'],
+    ["capability-stands-on-common-only", "services/capability/src/verifier.ts", 'import "../../ledger/src/main";\n'],
   ];
   for (const [rule, file, line] of plants) {
     it(`fails with ${rule} when ${file} gets ${line.trim()}`, function () {

@@ -10,6 +10,11 @@ import { defineTool, KernelClient, LedgerClient } from "../clients/ts/src";
 import { refusal } from "./support/refusal";
 import { runCli, serviceEnv, startService, type ServiceProcess } from "./support/processes";
 import { scrape, sumOf, valueOf, type Sample } from "./support/prometheus";
+import { createTestPki } from "./support/tls-certs";
+import * as fs from "node:fs";
+import * as https from "node:https";
+import * as os from "node:os";
+import * as path from "node:path";
 
 const charge = defineTool({ id: "metrics.charge", effect: { kind: "idempotent", key: { fields: ["/order"] } } });
 
@@ -50,7 +55,8 @@ describe("Prometheus metrics (issue 13)", function () {
 
   it("announces the metrics address with the endpoints, and serves nothing but GET /metrics there", async function () {
     expect(metrics).to.match(/^127\.0\.0\.1:\d+$/);
-    expect(svc.output()).to.include(`metrics http://${metrics}/metrics`);
+    // The banner is on stderr, a pipe of its own: it may be read a moment after the ready line.
+    await until("the banner", async () => svc.output().includes(`metrics http://${metrics}/metrics`));
     expect((await fetch(`http://${metrics}/other`)).status).to.equal(404);
   });
 
@@ -136,5 +142,45 @@ describe("Prometheus metrics (issue 13)", function () {
     expect(sumOf(s, "keycap_refusals_total", { reason: "ALGORITHM_NOT_ALLOWED" })).to.equal(10_020);
     // The whole exposition grew by a handful of series, not by thousands.
     expect(s.length - before).to.be.lessThan(60);
+  });
+});
+
+describe("the metrics listener follows the loopback-or-TLS rule (issue 32)", function () {
+  this.timeout(120_000);
+
+  it("refuses plaintext off loopback at start, naming KEYCAP_METRICS_LISTEN", async function () {
+    const r = await runCli(["serve", "ledger"], serviceEnv({ KEYCAP_METRICS_LISTEN: "0.0.0.0:0" }));
+    expect(r.code).to.equal(2);
+    expect(r.stderr.trim().split("\n")).to.have.length(1);
+    expect(r.stderr).to.contain("KEYCAP_METRICS_LISTEN").and.contain("KEYCAP_ALLOW_PLAINTEXT");
+  });
+
+  it("serves /metrics over HTTPS off loopback with the listener certificate", async function () {
+    const pki = createTestPki(fs.mkdtempSync(path.join(os.tmpdir(), "keycap-metrics-pki-")));
+    const svc = await startService(
+      "ledger",
+      serviceEnv({
+        KEYCAP_METRICS_LISTEN: "0.0.0.0:0",
+        KEYCAP_METRICS_TLS_CERT_FILE: pki.server.cert,
+        KEYCAP_METRICS_TLS_KEY_FILE: pki.server.key,
+      }),
+    );
+    try {
+      const port = svc.endpoints.metrics!.split(":").pop()!;
+      const body = await new Promise<string>((resolve, reject) => {
+        https
+          .get({ host: "127.0.0.1", port, path: "/metrics", ca: fs.readFileSync(pki.ca.cert) }, (res) => {
+            let text = "";
+            res.on("data", (d: Buffer) => (text += d.toString()));
+            res.on("end", () => resolve(`${res.statusCode} ${text}`));
+          })
+          .on("error", reject);
+      });
+      expect(body).to.match(/^200 /);
+      expect(body).to.include("keycap_rpcs_total");
+      await until("the banner", async () => svc.output().includes(`https://${svc.endpoints.metrics}/metrics`));
+    } finally {
+      await svc.stop();
+    }
   });
 });

@@ -58,3 +58,19 @@ describe("graceful shutdown: SIGTERM lets in-flight calls finish, then exits 0",
     expect(proc.output()).to.not.contain("second signal");
   });
 });
+
+describe("SIGTERM with nobody reading stdout (issue 32, item 4)", function () {
+  this.timeout(60_000);
+  for (const which of ["ledger", "all"] as const) {
+    it(`keycap serve ${which} still exits 0 within its grace when the reader of its stdout has gone`, async () => {
+      // sonic-boom's synchronous flush retried a write that failed with EPIPE every 100 ms,
+      // for ever: the ledger kept running 40 s and more after SIGTERM.
+      const proc = await startService(which, serviceEnv({ KEYCAP_SHUTDOWN_GRACE_MS: "1000" }));
+      proc.child.stdout!.destroy();
+      await new Promise((r) => setTimeout(r, 200));
+      const started = Date.now();
+      expect(await proc.stop("SIGTERM", 15_000)).to.equal(0);
+      expect(Date.now() - started).to.be.below(10_000);
+    });
+  }
+});

@@ -5,9 +5,9 @@
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
-import { CAPABILITY_REFUSAL_REASONS, type CapabilityRefusalReason } from "../../services/ledger/src/capability-refusal";
-import { CapabilityVerifier } from "../../services/ledger/src/capability-verifier";
-import { RemoteJwksSource } from "../../services/ledger/src/key-sources";
+import { CAPABILITY_REFUSAL_REASONS, type CapabilityRefusalReason } from "../../services/capability/src";
+import { CapabilityVerifier } from "../../services/capability/src";
+import { RemoteJwksSource } from "../../services/capability/src";
 
 // Tests run from the repository root (mocha's convention here); __dirname would point
 // into the compiled output.

@@ -27,7 +27,7 @@ import {
   type ListEntriesResponse,
   type ListRejectionsResponse,
 } from "../../gen/ts/keycap/ledger/v1/ledger_admin";
-import { CAPABILITY_TYP, type CapabilityClaims } from "../../services/common/src/capability";
+import { CAPABILITY_TYP, type CapabilityClaims } from "../../services/capability/src";
 import { readErrorInfo } from "../../clients/ts/src/status-details";
 import { CapabilityMinter, type CapabilityMinterOptions } from "../../services/kernel/src/capability-minter";
 import { loadOrCreateSigningKeys, type SigningKeys } from "../../services/kernel/src/signing-keys";

@@ -5,12 +5,12 @@ import { join } from "node:path";
 import { status } from "@grpc/grpc-js";
 import { expect } from "chai";
 import { calculateJwkThumbprint, createLocalJWKSet, jwtVerify, SignJWT } from "jose";
-import { CAPABILITY_TYP, DEFAULT_AUDIENCE, DEFAULT_ISSUER, parseBearer, type CapabilityClaims } from "../../services/common/src/capability";
+import { CAPABILITY_TYP, DEFAULT_AUDIENCE, DEFAULT_ISSUER, parseBearer, type CapabilityClaims } from "../../services/capability/src";
 import { CapabilityMinter } from "../../services/kernel/src/capability-minter";
 import { SigningKeyFileError, loadOrCreateSigningKeys, rotateSigningKeys, type SigningKeys } from "../../services/kernel/src/signing-keys";
-import { CapabilityRefusal, type CapabilityRefusalReason } from "../../services/ledger/src/capability-refusal";
-import { CapabilityVerifier } from "../../services/ledger/src/capability-verifier";
-import { FileJwksSource, JwksError, RemoteJwksSource, type PublicKeySource } from "../../services/ledger/src/key-sources";
+import { CapabilityRefusal, type CapabilityRefusalReason } from "../../services/capability/src";
+import { CapabilityVerifier } from "../../services/capability/src";
+import { FileJwksSource, JwksError, RemoteJwksSource, type PublicKeySource } from "../../services/capability/src";
 
 // A fixed, controllable clock shared by kernel and ledger objects in a test.
 const T0 = Date.UTC(2030, 0, 1);

@@ -1,7 +1,7 @@
 import * as fs from "node:fs";
 import { status } from "@grpc/grpc-js";
 import { expect } from "chai";
-import { CAPABILITY_REFUSAL_REASONS, CapabilityRefusal } from "../../services/ledger/src/capability-refusal";
+import { CAPABILITY_REFUSAL_REASONS, CapabilityRefusal } from "../../services/capability/src";
 import {
   CAPABILITY_VECTORS_FILE,
   authorizationOf,

@@ -8,9 +8,9 @@
  */
 import { expect } from "chai";
 import { createLocalJWKSet, errors as joseErrors, jwtVerify, type JSONWebKeySet, type JWTPayload } from "jose";
-import { REQUIRED_CLAIMS } from "../../services/common/src/capability";
-import { CapabilityRefusal, type CapabilityRefusalReason } from "../../services/ledger/src/capability-refusal";
-import type { VerifiedCapability } from "../../services/ledger/src/capability-verifier";
+import { REQUIRED_CLAIMS } from "../../services/capability/src";
+import { CapabilityRefusal, type CapabilityRefusalReason } from "../../services/capability/src";
+import type { VerifiedCapability } from "../../services/capability/src";
 import { authorizationOf, ledgerVerifierFor, loadCapabilityVectors, type CapabilityVector, type CapabilityVectorFile } from "../support/capability-vectors";
 
 /**

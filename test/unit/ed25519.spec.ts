@@ -7,7 +7,7 @@
 import { expect } from "chai";
 import { createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes, sign, verify } from "node:crypto";
 import { signEd25519 } from "../../services/kernel/src/ed25519-sign";
-import { verifyEd25519 } from "../../services/ledger/src/ed25519";
+import { verifyEd25519 } from "../../services/capability/src";
 
 /** RFC 8032 §7.1, TEST 1 and TEST 3: secret seed, public key, message, signature (hex). */
 const RFC8032 = [

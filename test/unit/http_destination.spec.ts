@@ -12,7 +12,7 @@ import {
   normalizeDestination,
   resolveForwardUrl,
   type HttpDestinationSpec,
-} from "../../services/gateway/src/domain/http-destination";
+} from "../../services/common/src/domain/http-destination";
 
 const dest: HttpDestinationSpec = normalizeDestination({
   baseUrl: "https://api.example.com/v1",

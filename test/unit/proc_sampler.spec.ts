@@ -9,11 +9,13 @@ import { expect } from "chai";
 import { cpuSecondsOf, ProcSampler } from "../../bench/proc-sampler";
 
 /**
- * A parent that sleeps while its child and grandchild spin for `seconds` and exit; it
- * prints "done" once its child has exited, then idles until killed.
+ * A parent that sleeps while its child and grandchild each spin until they have used
+ * `seconds` of CPU (not of wall time: a loaded machine gives less CPU per second, and the
+ * test must not depend on load) and exit; it prints "done" once its child has exited, then
+ * idles until killed.
  */
 function idleParentOfBusyTree(seconds: number): ChildProcess {
-  const spin = `const end = Date.now() + ${seconds * 1000}; while (Date.now() < end) {}`;
+  const spin = `const cpu = () => { const u = process.cpuUsage(); return (u.user + u.system) / 1e6; }; while (cpu() < ${seconds}) {}`;
   const child = `require("node:child_process").spawn(process.execPath, ["-e", ${JSON.stringify(spin)}], { stdio: "ignore" }).on("exit", () => process.exit(0)); ${spin}`;
   const parent = `require("node:child_process").spawn(process.execPath, ["-e", ${JSON.stringify(child)}], { stdio: "ignore" }).on("exit", () => { process.stdout.write("done"); setInterval(() => {}, 1000); })`;
   return spawn(process.execPath, ["-e", parent], { stdio: ["ignore", "pipe", "ignore"] });
@@ -24,7 +26,7 @@ describe("bench proc sampler: a process tree's CPU", function () {
   if (process.platform !== "linux") return;
 
   it("counts the CPU of descendants (including ones that exited) for a tree-sampled name, only the pid's own otherwise", async function () {
-    const parent = idleParentOfBusyTree(1.5);
+    const parent = idleParentOfBusyTree(0.8);
     const pid = parent.pid!;
     const sampler = new ProcSampler({ tree: pid, alone: pid }, 50, new Set(["tree"]));
     sampler.start();
@@ -32,7 +34,8 @@ describe("bench proc sampler: a process tree's CPU", function () {
     // Both spinners have exited and been reaped: their CPU is in their parents' cutime/cstime.
     const used = sampler.stop();
     parent.kill("SIGKILL");
-    expect(used["tree"]!.cpuSeconds, "descendants' CPU (child + grandchild spun ~1.5 s each)").to.be.greaterThan(1.5);
+    // Each spinner used at least 0.8 s of CPU; /proc counts in 10 ms ticks.
+    expect(used["tree"]!.cpuSeconds, "descendants' CPU (child + grandchild used 0.8 s each)").to.be.greaterThan(1.55);
     expect(used["alone"]!.cpuSeconds ?? 0, "the idle parent alone").to.be.lessThan(0.6);
     expect(cpuSecondsOf(process.pid)).to.be.a("number");
   });

@@ -22,7 +22,7 @@ function namesInCode(): Set<string> {
     const text = fs.readFileSync(file, "utf8");
     for (const m of text.matchAll(/\b(?:KEYCAP|MONGODB|MONGOMS)_[A-Z0-9_]*[A-Z0-9]\b/g)) names.add(m[0]);
     for (const m of text.matchAll(/KEYCAP_\$\{prefix\}_([A-Z0-9_]+)/g))
-      for (const l of ["KERNEL", "LEDGER", "ADMIN", "GATEWAY"]) names.add(`KEYCAP_${l}_${m[1]}`);
+      for (const l of ["KERNEL", "LEDGER", "ADMIN", "GATEWAY", "METRICS"]) names.add(`KEYCAP_${l}_${m[1]}`);
   }
   return names;
 }

@@ -5,8 +5,8 @@
  * the same file in their own suites.
  */
 import { expect } from "chai";
-import { RemoteJwksSource } from "../../services/ledger/src/key-sources/remote-jwks-source";
-import { CapabilityRefusal } from "../../services/ledger/src/capability-refusal";
+import { RemoteJwksSource } from "../../services/capability/src";
+import { CapabilityRefusal } from "../../services/capability/src";
 import { InMemorySpentStore, Sink, type SinkRefusalEvent } from "../../services/sink/src";
 import { authorizationOf, loadCapabilityVectors, type CapabilityVector } from "../support/capability-vectors";
 

@@ -22,7 +22,7 @@ import {
   type CapabilityVerdict,
   type VectorJwks,
 } from "../support/capability-vectors";
-import type { CapabilityRefusalReason } from "../../services/ledger/src/capability-refusal";
+import type { CapabilityRefusalReason } from "../../services/capability/src";
 
 const TYP = "keycap-capability+jwt";
 const ISSUER = "keycap-kernel";

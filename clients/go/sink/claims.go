@@ -135,7 +135,7 @@ func arrayIncludes(v any, s string) bool {
 
 var requiredClaims = []string{"iss", "aud", "sub", "tool_id", "effect", "call_id", "attempt", "jti", "iat", "exp"}
 
-// findClaimProblem is the contract's shape check (common/src/capability.ts),
+// findClaimProblem is the contract's shape check (services/capability/src/claims.ts),
 // the one the kernel's minter also applies.
 func findClaimProblem(p map[string]any) (kind, claim, detail string) {
 	for _, c := range requiredClaims {

@@ -31,6 +31,7 @@ import (
 	"github.com/keycap/keycap/clients/go/internal/e2estack"
 	"github.com/keycap/keycap/clients/go/keycap"
 	"github.com/keycap/keycap/clients/go/sink"
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"google.golang.org/grpc"
@@ -597,6 +598,25 @@ func TestUnverifiedRefusalsPastTheLimitAreSummarised(t *testing.T) {
 	}
 	if individual != 2 || summarised != 3 {
 		t.Fatalf("%d individual records and %d summarised, want 2 and 3", individual, summarised)
+	}
+	// The recorder counted them as it wrote them (ADR 0025): GetStats sums these, not the records.
+	var counters struct {
+		ID       string           `bson:"_id"`
+		Counts   map[string]int64 `bson:"counts"`
+		ByReason []struct {
+			K string `bson:"k"`
+			N int64  `bson:"n"`
+		} `bson:"by_reason"`
+	}
+	if err := db.Collection(sink.StatsCollection).FindOne(ctx, bson.D{{Key: "service", Value: "sink:" + name}}).Decode(&counters); err != nil {
+		t.Fatalf("no counters of sink:%s: %v", name, err)
+	}
+	byReason := map[string]int64{}
+	for _, c := range counters.ByReason {
+		byReason[c.K] = c.N
+	}
+	if counters.Counts["rejections"] != 5 || byReason[sink.ReasonCapabilityMalformed] != 2 || byReason[sink.ReasonRateLimitedRefusals] != 3 {
+		t.Fatalf("counters %+v, want 5 refusals: 2 CAPABILITY_MALFORMED and 3 RATE_LIMITED_REFUSALS", counters)
 	}
 }
 

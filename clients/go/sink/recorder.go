@@ -80,10 +80,11 @@ type MongoRecorderOptions struct {
 // cannot flood it: their records are rate limited per peer IP (a token bucket),
 // the rest counted into one upserted summary per peer and minute.
 type MongoRecorder struct {
-	coll    *mongo.Collection
-	service string
-	opts    MongoRecorderOptions
-	limiter *peerLimiter
+	coll     *mongo.Collection
+	service  string
+	opts     MongoRecorderOptions
+	limiter  *peerLimiter
+	counters *statsCounters
 
 	mu      sync.Mutex
 	pending map[string]*pendingSummary
@@ -136,7 +137,7 @@ func OpenMongoRecorder(ctx context.Context, db *mongo.Database, sinkName string,
 		}
 	}
 	r := &MongoRecorder{
-		coll: coll, service: service, opts: opts,
+		coll: coll, service: service, opts: opts, counters: newStatsCounters(db, service),
 		limiter: &peerLimiter{perMinute: float64(opts.UnverifiedPerMinute), buckets: map[string]bucket{}},
 		pending: map[string]*pendingSummary{}, stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
@@ -183,7 +184,9 @@ func (r *MongoRecorder) Record(ctx context.Context, in RefusalRecord) {
 	defer cancel()
 	if _, err := r.coll.InsertOne(wctx, doc); err != nil {
 		r.opts.Logger.Error("could not record a refusal; refusing anyway", "err", err, "reason", in.Reason, "service", r.service, "peer", in.Peer)
+		return
 	}
+	r.counters.add(in.Reason, clip(in.ToolID, maxRecordField), 1)
 }
 
 func (r *MongoRecorder) accumulate(unavailable bool, ip, reason string, t time.Time) {
@@ -234,7 +237,16 @@ func (r *MongoRecorder) Flush(ctx context.Context) {
 	for _, p := range batch {
 		if err := r.upsertSummary(ctx, p); err != nil {
 			r.opts.Logger.Error("could not record a summary of refusals", "err", err, "peer", p.ip, "count", p.count)
+			continue
 		}
+		reason := ReasonRateLimitedRefusals
+		if p.unavailable {
+			reason = ReasonUnavailableRefusals
+		}
+		r.counters.add(reason, "", p.count)
+	}
+	if err := r.counters.flush(ctx); err != nil {
+		r.opts.Logger.Warn("stats counters not written; will retry", "err", err, "service", r.service)
 	}
 }
 

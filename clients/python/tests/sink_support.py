@@ -116,6 +116,21 @@ def serve_asgi(app: Any) -> Iterator[str]:
         thread.join(timeout=10)
 
 
+def cli_stats(stack: Stack) -> dict[str, Any]:
+    """What the operator sees: `keycap stats --json` (totals from every writer's counters)."""
+    out = subprocess.run(
+        ["node", str(CLI), "stats", "--json", "--admin", stack.admin],
+        cwd=REPO_ROOT,
+        env={**os.environ, "KEYCAP_ADMIN_TOKEN": stack.admin_token},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    stats: dict[str, Any] = json.loads(out.stdout)
+    return stats
+
+
 def cli_rejections(stack: Stack, service: str) -> list[dict[str, Any]]:
     """What the operator sees: `keycap rejections --service <service> --json`."""
     out = subprocess.run(

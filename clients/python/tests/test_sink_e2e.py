@@ -36,6 +36,7 @@ from keycap_client.sink import (
 from sink_support import (
     alg_none,
     cli_rejections,
+    cli_stats,
     hs256,
     http_request,
     serve_asgi,
@@ -202,6 +203,11 @@ def test_http_sink_refuses_a_tool_it_does_not_serve_an_expired_capability_and_un
     assert by_reason["TOOL_NOT_ACCEPTED"]["toolId"] == charge and by_reason["TOOL_NOT_ACCEPTED"]["toolIdVerified"] is True
     assert by_reason["EXPIRED"]["toolIdVerified"] is True and by_reason["EXPIRED"]["code"] == "UNAUTHENTICATED"
     assert "EFFECT_CLASS_MISMATCH" in by_reason
+    # The recorder counted them too (ADR 0025): the totals GetStats reads, by tool.
+    by_tool = cli_stats(stack)["rejectionsByTool"]
+    assert (by_tool.get(charge), by_tool.get(notify)) == (2, 1)
+    counters = db["stats_counters"].find_one({"service": f"sink:{sink_name}"})
+    assert counters is not None and counters["_id"].startswith(f"refusals:sink:{sink_name}:")
 
 
 def test_unavailable_keys_and_store_refuse_retryably_and_are_summarised(

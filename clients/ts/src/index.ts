@@ -24,3 +24,6 @@ export { REASON_CODES, Reasons, type Reason } from "../gen/keycap/rules/v1/reaso
 export { channelCredentials, ClientConfigError, defaultDataDir, runtimeTokenFromEnv, tlsCredentials, tlsFromEnv, type TlsOptions } from "./credentials";
 export type { CallSettings } from "./rpc";
 export { Runtime, type RuntimeTool, type ToolHandler, type RecoveryStep, type RecoverOptions } from "./runtime";
+// The batching schedule the client's call coalescer uses; keycap's services batch their
+// inserts with it too (group commit, ADR 0020), through this entry like any other user.
+export { TurnBatches } from "./turn-batches";

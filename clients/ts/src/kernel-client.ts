@@ -92,8 +92,8 @@ export class KernelClient {
     }
   }
 
-  /** Registers a tool; the same definition again is a no-op. */
-  registerTool(def: ToolDefinition, s?: CallSettings): Promise<RegisterToolResponse> {
+  /** Registers a tool; the same definition again is a no-op. A definition the kernel would refuse for its shape is refused here, before sending. */
+  async registerTool(def: ToolDefinition, s?: CallSettings): Promise<RegisterToolResponse> {
     return callUnary(this.raw.registerTool, this.raw, { tool: toolToProto(def) }, this.token, s);
   }
 

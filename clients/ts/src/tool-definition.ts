@@ -1,6 +1,9 @@
 import { ContextField, type KeyDerivation } from "../gen/keycap/effect/v1/effect";
 import type { EffectClassValid } from "../gen/keycap/effect/v1/effect.valid";
 import type { ToolValid } from "../gen/keycap/kernel/v1/kernel.valid";
+import { status } from "@grpc/grpc-js";
+import { KeycapClientError } from "./errors";
+import { Reasons } from "../gen/keycap/rules/v1/reasons.catalog";
 
 /**
  * How an Idempotent tool's key is derived: built on the generated
@@ -75,11 +78,24 @@ export function defineTool<const T extends ToolDefinition>(definition: T): T {
   return definition;
 }
 
-/** The wire form of a definition, in the generated shape the proto's rules require. */
+/**
+ * The wire form of a definition, in the generated shape the proto's rules require.
+ * @throws KeycapClientError INVALID_ARGUMENT (nothing sent) for what the types forbid but plain
+ *   JavaScript can still pass: an Idempotent tool without `key.fields`, an unknown kind.
+ */
 export function toolToProto(def: ToolDefinition): ToolValid {
   let effectClass: EffectClassValid;
-  switch (def.effect.kind) {
+  const kind = (def.effect as { kind?: unknown } | undefined)?.kind;
+  switch (def.effect?.kind) {
     case "idempotent":
+      if (!Array.isArray((def.effect.key as { fields?: unknown } | undefined)?.fields)) {
+        throw new KeycapClientError(
+          status.INVALID_ARGUMENT,
+          Reasons.KEY_DERIVATION_REQUIRED,
+          `tool ${def.id}: an idempotent tool needs effect.key with the argument fields that identify its effect, e.g. effect: { kind: "idempotent", key: { fields: ["/order_id"] } } (not sent)`,
+          { field: "tool.effect_class.idempotent.key" },
+        );
+      }
       effectClass = {
         kind: {
           $case: "idempotent",
@@ -99,6 +115,13 @@ export function toolToProto(def: ToolDefinition): ToolValid {
     case "unsafe":
       effectClass = { kind: { $case: "unsafe", value: {} } };
       break;
+    default:
+      throw new KeycapClientError(
+        status.INVALID_ARGUMENT,
+        Reasons.EFFECT_CLASS_REQUIRED,
+        `tool ${String(def.id)}: effect.kind must be "idempotent", "queryable" or "unsafe", got ${JSON.stringify(kind)} (not sent)`,
+        { field: "tool.effect_class" },
+      );
   }
   return {
     toolId: def.id,

@@ -6,8 +6,8 @@
 import type { Command } from "commander";
 import { KernelClient, type TlsOptions } from "../../../clients/ts/src";
 import { loadConfig } from "../../common/src/config";
-import { readKernelPidFile, type KernelPidFile } from "../../kernel/src/pid-file";
-import { rotateSigningKeys } from "../../kernel/src/signing-keys";
+import { readKernelPidFile, type KernelPidFile } from "../../kernel/src";
+import { rotateSigningKeys } from "../../kernel/src";
 import { OperatorError, tlsOptions, withTlsOptions, type OperatorOptions } from "./operator-context";
 
 const RELOAD_WAIT_MS = 10_000;

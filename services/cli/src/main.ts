@@ -7,7 +7,7 @@ import * as path from "node:path";
 import { projectRoot } from "../../common/src/repo-paths";
 import { ConfigError } from "../../common/src/config";
 import { runServices } from "../../common/src/service-runner";
-import { startKernel } from "../../kernel/src/main";
+import { startKernel } from "../../kernel/src";
 import { startLedger } from "../../ledger/src/main";
 import { startGateway, startGatewayIfConfigured } from "../../gateway/src/main";
 import { runConsole, startConsoleIfConfigured } from "../../console/src/main";

@@ -4,7 +4,8 @@ import * as path from "node:path";
 import { EffectKind, effectKindToJSON } from "../../../gen/ts/keycap/effect/v1/effect";
 import type { Entry } from "../../../gen/ts/keycap/ledger/v1/ledger";
 import type { Rejection } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
-import { KernelClient, Runtime, type RuntimeTool } from "../../../clients/ts/src";
+import { AccessClient, KernelClient, KeycapClientError, Runtime, type RuntimeTool } from "../../../clients/ts/src";
+import type { Tool } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { addAccessCommands } from "./access-commands";
 import {
   adminToken,
@@ -127,21 +128,30 @@ function parseLimit(value: string): number {
   return n;
 }
 
-/** Adds the operator commands (ledger inspection and recovery) to the program. */
+/** Adds the operator commands (ledger inspection, tools, calls and recovery) to the program. */
 export function addOperatorCommands(program: Command): void {
-  const common = (c: Command): Command =>
-    withTlsOptions(c)
-      .option("--admin <host:port>", "ledger admin address (env KEYCAP_ADMIN_ADDRESS, default 127.0.0.1:50053)")
-      .option("--token-file <path>", "admin credential file (default: KEYCAP_ADMIN_TOKEN, else $KEYCAP_DATA_DIR/admin-token)")
-      .option("--json", "print JSON instead of a table");
-  // Kernel commands an operator runs: the admin credential is the built-in operator "admin".
-  const kernelOperator = (c: Command): Command =>
-    withTlsOptions(c)
-      .option("--kernel <host:port>", "kernel address (env KEYCAP_KERNEL_ADDRESS, default 127.0.0.1:50051)")
-      .option("--token-file <path>", "operator credential file (default: KEYCAP_ADMIN_TOKEN, else $KEYCAP_DATA_DIR/admin-token)")
-      .option("--json", "print JSON instead of a table");
+  addLedgerReadCommands(program);
+  addToolCommands(program);
+  addCallCommands(program);
+  addRecoverCommand(program);
+}
 
-  common(program.command("rejections").description("refused kernel, ledger and sink calls, newest first"))
+/** An operator command that reads the ledger admin API. */
+const adminCommand = (c: Command): Command =>
+  withTlsOptions(c)
+    .option("--admin <host:port>", "ledger admin address (env KEYCAP_ADMIN_ADDRESS, default 127.0.0.1:50053)")
+    .option("--token-file <path>", "admin credential file (default: KEYCAP_ADMIN_TOKEN, else $KEYCAP_DATA_DIR/admin-token)")
+    .option("--json", "print JSON instead of a table");
+// Kernel commands an operator runs: the admin credential is the built-in operator "admin".
+const kernelOperator = (c: Command): Command =>
+  withTlsOptions(c)
+    .option("--kernel <host:port>", "kernel address (env KEYCAP_KERNEL_ADDRESS, default 127.0.0.1:50051)")
+    .option("--token-file <path>", "operator credential file (default: KEYCAP_ADMIN_TOKEN, else $KEYCAP_DATA_DIR/admin-token)")
+    .option("--json", "print JSON instead of a table");
+
+/** rejections, entries, entry, stats: the ledger admin API. */
+function addLedgerReadCommands(program: Command): void {
+  adminCommand(program.command("rejections").description("refused kernel, ledger and sink calls, newest first"))
     .option("--service <service>", "kernel | ledger | sink:<name> | all", "all")
     .option("--tool <id>", "only refusals attributed to this tool id")
     .option("--reason <REASON>", "only this reason, e.g. KEY_MISMATCH")
@@ -163,7 +173,7 @@ export function addOperatorCommands(program: Command): void {
       printMoreHint(page.nextPageToken);
     });
 
-  common(program.command("entries").description("ledger entries (effects), newest first"))
+  adminCommand(program.command("entries").description("ledger entries (effects), newest first"))
     .option("--tool <id>", "only entries of this tool")
     .option("--limit <n>", "at most this many (1-1000)", parseLimit, 100)
     .option("--page <cursor>", 'the next page, from the previous run\'s "more results" line')
@@ -173,7 +183,7 @@ export function addOperatorCommands(program: Command): void {
       printMoreHint(page.nextPageToken);
     });
 
-  common(program.command("entry").description("one entry, by idempotency key (or --id entry id)"))
+  adminCommand(program.command("entry").description("one entry, by idempotency key (or --id entry id)"))
     .argument("[key]", "the idempotency key")
     .option("--id <entryId>", "look up by entry id instead")
     .action(async (key: string | undefined, o: OperatorOptions & { id?: string }) => {
@@ -183,7 +193,7 @@ export function addOperatorCommands(program: Command): void {
       print(o, entry, () => entryTable(entry));
     });
 
-  common(program.command("stats").description("counts of entries, duplicates, mismatches and refusals")).action(async (o: OperatorOptions) => {
+  adminCommand(program.command("stats").description("counts of entries, duplicates, mismatches and refusals")).action(async (o: OperatorOptions) => {
     const s = await withAdmin(o, (a) => a.stats());
     print(o, s, () => {
       const t = newTable();
@@ -192,13 +202,87 @@ export function addOperatorCommands(program: Command): void {
         { duplicates: String(s.duplicates) },
         { "payload mismatches": String(s.payloadMismatches) },
         { rejections: String(s.rejections) },
+        // Totals are counted as things are written (DESIGN §13), so they start somewhere.
+        { "counted since": s.countedSince ? s.countedSince.toISOString() : "nothing counted yet" },
       );
       for (const [r, n] of Object.entries(s.rejectionsByReason)) t.push({ [`  reason ${r}`]: String(n) });
       for (const [tool, n] of Object.entries(s.rejectionsByTool)) t.push({ [`  tool ${tool || "(unknown)"}`]: String(n) });
       return t.toString();
     });
   });
+}
 
+/** tools, tools show: the registered tools as the kernel holds them. */
+function addToolCommands(program: Command): void {
+  const withKernel = async <T>(o: OperatorOptions, fn: (k: KernelClient, a: AccessClient) => Promise<T>): Promise<T> => {
+    const at = kernelAddress(o);
+    const tls = tlsOptions(o);
+    const kernel = new KernelClient(at.address, { token: adminToken(o), ...(tls ? { tls } : {}) });
+    const access = new AccessClient(at.address, adminToken(o), tls ? { tls } : {});
+    try {
+      return await fn(kernel, access);
+    } catch (err) {
+      throw explain(err, "kernel", at);
+    } finally {
+      kernel.close();
+      access.close();
+    }
+  };
+
+  const tools = kernelOperator(
+    program.command("tools").description("registered tools with their effect class and key derivation (as operator: every tool)"),
+  ).action(async (o: OperatorOptions) => {
+    const list = await withKernel(o, (k) => k.listTools());
+    print(o, list.map(toolView), () => {
+      if (list.length === 0) return "no tools registered";
+      const t = newTable(["tool", "class", "key / request id from", "owner", "registered"]);
+      for (const tool of list) {
+        const v = toolView(tool);
+        t.push([v.toolId, v.effectClass, v.keyFields.join(" ") || v.requestIdField, v.owner || "(none)", time(tool.registeredAt)]);
+      }
+      return t.toString();
+    });
+  });
+  kernelOperator(tools.command("show").description("one tool: effect class, derivation, argument schema, owner and grants"))
+    .argument("<toolId>", "the tool id")
+    .action(async (toolId: string, own: OperatorOptions) => {
+      // `tools` takes the same options, so commander may hand them to it: read both.
+      const o: OperatorOptions = { ...(tools.opts() as OperatorOptions), ...own };
+      const found = await withKernel(o, async (k, a) => {
+        const tool = await k.getTool(toolId).catch((err: unknown) => {
+          if (KeycapClientError.from(err).reason === "TOOL_NOT_FOUND") return undefined;
+          throw err;
+        });
+        return tool ? { tool: toolView(tool), grants: (await a.listGrants({ toolId })).map((g) => g.principal) } : undefined;
+      });
+      if (!found) throw new NotFoundError(`no tool ${JSON.stringify(toolId)} is registered (keycap tools lists them)`, "TOOL_NOT_FOUND");
+      const v = { ...found.tool, grants: found.grants };
+      print(o, v, () => {
+        const t = newTable();
+        t.push(
+          { tool: v.toolId },
+          { "effect class": v.effectClass },
+          ...(v.effectClass === "idempotent"
+            ? [
+                { "key fields": v.keyFields.join(" ") },
+                { "derivation version": String(v.derivationVersion) },
+                { "context fields": v.contextFields.join(" ") || "(none)" },
+              ]
+            : v.effectClass === "queryable"
+              ? [{ "request id field": v.requestIdField }]
+              : []),
+          { owner: v.owner || "(none)" },
+          { grants: v.grants.join(" ") || "(none)" },
+          { "argument schema": v.argumentsSchema === undefined ? "(none)" : JSON.stringify(v.argumentsSchema, null, 2) },
+          ...(v.httpDestination ? [{ "HTTP destination": v.httpDestination }] : []),
+        );
+        return t.toString();
+      });
+    });
+}
+
+/** calls, complete: calls left for recovery or for an operator. */
+function addCallCommands(program: Command): void {
   kernelOperator(program.command("calls").description("calls left for recovery (pending) or for an operator (indeterminate)"))
     .option("--state <state>", "pending | indeterminate", "pending")
     .option("--tool <id>", "only calls of this tool")
@@ -243,7 +327,10 @@ export function addOperatorCommands(program: Command): void {
         kernel.close();
       }
     });
+}
 
+/** recover: resume every pending call by its class, as a runtime. */
+function addRecoverCommand(program: Command): void {
   withTlsOptions(program.command("recover"))
     .description("resume calls a crash left pending, each by its effect class (as a runtime principal: its credential by the clients' default lookup)")
     .option(
@@ -292,4 +379,31 @@ async function loadHandlers(modulePath: string): Promise<RuntimeTool[]> {
   const tools = mod.tools ?? mod.default?.tools;
   if (!Array.isArray(tools)) throw new OperatorError(`--handlers: ${abs} must export tools: RuntimeTool[]`);
   return tools as RuntimeTool[];
+}
+
+/** A tool as an operator reads it: names, not enum numbers (JSON and tables alike). */
+function toolView(t: Tool): {
+  toolId: string;
+  effectClass: string;
+  keyFields: string[];
+  derivationVersion: number;
+  contextFields: string[];
+  requestIdField: string;
+  owner: string;
+  argumentsSchema: unknown;
+  httpDestination: string;
+} {
+  const k = t.effectClass?.kind;
+  const key = k?.$case === "idempotent" ? k.value.key : undefined;
+  return {
+    toolId: t.toolId,
+    effectClass: k?.$case ?? "unspecified",
+    keyFields: key?.fields ?? [],
+    derivationVersion: key?.version ?? 0,
+    contextFields: (key?.contextFields ?? []).map(() => "run_id"),
+    requestIdField: k?.$case === "queryable" ? (k.value.lookup?.requestIdField ?? "") : "",
+    owner: t.owner,
+    argumentsSchema: t.argumentsSchemaJson === "" ? undefined : (JSON.parse(t.argumentsSchemaJson) as unknown),
+    httpDestination: t.httpDestination ? `${t.httpDestination.methods.join(",")} ${t.httpDestination.baseUrl}` : "",
+  };
 }

@@ -150,6 +150,11 @@ export function explain(err: unknown, what: string, at: Address): OperatorError 
   const e = KeycapClientError.from(err);
   const fail = (message: string): OperatorError => new OperatorError(message, EXIT.FAILURE, e.codeName, e.reason);
   const fromService = e.reason !== "" && e.reason !== e.codeName;
+  if (e.codeName === "DEADLINE_EXCEEDED" && fromService) return fail(`the ${what} at ${at.address} stopped the query: ${e.message}`);
+  if (e.codeName === "DEADLINE_EXCEEDED" && reachedButSilent(e))
+    return fail(
+      `the ${what} at ${at.address} was reached but did not answer before the deadline: it is running but busy or slow (a large database?); retry later, narrow the request, or check its log`,
+    );
   if ((e.codeName === "UNAVAILABLE" || e.codeName === "DEADLINE_EXCEEDED") && !fromService)
     return fail(`cannot reach the ${what} at ${at.address} (setting ${at.setting}): ${unreachableCause(e)}`);
   if (e.codeName === "UNAVAILABLE") return fail(`the ${what} at ${at.address} cannot serve now, retry later: ${e.summary}`);
@@ -158,6 +163,14 @@ export function explain(err: unknown, what: string, at: Address): OperatorError 
   if (e.codeName === "NOT_FOUND") return new NotFoundError(`${what} at ${at.address}: ${e.message || "not found"}`, e.reason);
   if (e.codeName === "INVALID_ARGUMENT") return new OperatorError(`${what} at ${at.address}: ${e.summary}`, EXIT.USAGE, e.codeName, e.reason);
   return fail(`${what} at ${at.address}: ${e.summary}`);
+}
+
+/**
+ * grpc-js names the connection a timed-out call went out on (`remote_addr=`) only when it
+ * was sent: the service was there and did not answer in time, which is not "unreachable".
+ */
+function reachedButSilent(e: KeycapClientError): boolean {
+  return /remote_addr=/.test(`${e.message} ${String((e.cause as { details?: unknown } | undefined)?.details ?? "")}`);
 }
 
 /** Why a channel did not connect, in words (grpc-js's text is a trace of its pick states). */

@@ -6,10 +6,11 @@
  * (which must exist when set explicitly); else `$KEYCAP_DATA_DIR/admin-token`, generated
  * on first start (32 random bytes, base64url, mode 0600). Only the path is ever logged.
  */
+import { registerSecret } from "./secret-redaction";
 import { join } from "node:path";
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { open } from "node:fs/promises";
-import { parseBearer } from "./capability";
+import { parseBearer } from "./bearer";
 import { ConfigError } from "./config";
 import { SecretFileWriteError, writeSecretFile } from "./secret-file";
 
@@ -19,7 +20,7 @@ export type AdminCredentialSource = { kind: "env" } | { kind: "file"; path: stri
 /** Outcome of checking a presented credential. */
 export type AdminCheck = "ok" | "ADMIN_CREDENTIAL_MISSING" | "ADMIN_CREDENTIAL_INVALID";
 
-/** The loaded credential. Holds only its SHA-256 digest. */
+/** The loaded credential. Holds only its SHA-256 digest (the log redactor holds the value). */
 export class AdminCredential {
   private readonly digest: Buffer;
 
@@ -28,6 +29,8 @@ export class AdminCredential {
     readonly source: AdminCredentialSource,
   ) {
     this.digest = sha256(secret);
+    // The log redactor keeps the value so it can take it out of any line (DESIGN §13).
+    registerSecret(secret);
   }
 
   /**

@@ -1,5 +1,5 @@
 import * as path from "node:path";
-import { MAX_LIFETIME_SECONDS } from "./capability";
+import { MAX_LIFETIME_SECONDS } from "./capability-lifetime";
 import { resolveDataDir } from "./data-dir";
 import { LOG_FORMATS, type LogFormat, type LogLevel } from "./logger";
 import { loadTlsSettings, type TlsSettings } from "./tls-config";
@@ -85,6 +85,8 @@ export interface KeycapConfig {
   mongodbDatabase: string;
   /** How long to wait for MongoDB at start (ms). */
   mongodbTimeoutMs: number;
+  /** Database-side time limit of every operator read (maxTimeMS), so an abandoned one cannot run on (ms). */
+  operatorQueryTimeoutMs: number;
   dataDir: string;
   signingKeyFile: string;
   /** Retired signing keys stay published this long (s). */
@@ -173,6 +175,7 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
   const gatewayListenRaw = str(env, "KEYCAP_GATEWAY_LISTEN");
   const gatewayListen = gatewayListenRaw === undefined ? undefined : parseHostPort("KEYCAP_GATEWAY_LISTEN", gatewayListenRaw);
   const metricsRaw = str(env, "KEYCAP_METRICS_LISTEN");
+  const metricsListen = metricsRaw === undefined ? undefined : parseHostPort("KEYCAP_METRICS_LISTEN", metricsRaw);
   return {
     kernelListen,
     ledgerListen,
@@ -187,6 +190,7 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
     mongodbUri,
     mongodbDatabase,
     mongodbTimeoutMs: int(env, "KEYCAP_MONGODB_TIMEOUT_MS", 5000, 100, 120000),
+    operatorQueryTimeoutMs: int(env, "KEYCAP_OPERATOR_QUERY_TIMEOUT_MS", 5000, 100, 600000),
     dataDir,
     signingKeyFile: path.resolve(str(env, "KEYCAP_SIGNING_KEY_FILE") ?? path.join(dataDir, "signing-keys.json")),
     retiredKeyGraceSeconds: int(env, "KEYCAP_RETIRED_KEY_GRACE_SECONDS", 86400, 0, 30 * 86400),
@@ -199,7 +203,7 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
     runtimeTokenFile: path.resolve(str(env, "KEYCAP_RUNTIME_TOKEN_FILE") ?? path.join(dataDir, "runtime-token")),
     bootstrapRuntime: bootstrap === "1",
     principalCacheMs: int(env, "KEYCAP_PRINCIPAL_CACHE_MS", 2000, 0, 60000),
-    tls: loadTlsSettings(env, { kernelListen, ledgerListen, adminListen, ledgerAddress, gatewayListen }),
+    tls: loadTlsSettings(env, { kernelListen, ledgerListen, adminListen, ledgerAddress, gatewayListen, metricsListen }),
     issuer: str(env, "KEYCAP_ISSUER") ?? "keycap-kernel",
     audience: str(env, "KEYCAP_AUDIENCE") ?? "keycap-ledger",
     capabilityTtlSeconds,
@@ -212,7 +216,7 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
     shutdownGraceMs: int(env, "KEYCAP_SHUTDOWN_GRACE_MS", 10000, 0, 600000),
     logLevel,
     logFormat,
-    metricsListen: metricsRaw === undefined ? undefined : parseHostPort("KEYCAP_METRICS_LISTEN", metricsRaw),
+    metricsListen,
     metricsToolLabels: int(env, "KEYCAP_METRICS_TOOL_LABELS", 50, 0, 1000),
   };
 }

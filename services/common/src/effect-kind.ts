@@ -1,5 +1,10 @@
 import { EffectKind } from "../../../gen/ts/keycap/effect/v1/effect";
-import type { EffectName } from "./capability";
+
+/** The effect class a tool declares and a capability grants, as written in the `effect` claim. */
+export type EffectName = "idempotent" | "queryable" | "unsafe";
+
+/** Every valid `effect` claim value. */
+export const EFFECT_NAMES: readonly EffectName[] = ["idempotent", "queryable", "unsafe"];
 
 const EFFECT_KINDS: Readonly<Record<string, EffectKind>> = {
   idempotent: EffectKind.EFFECT_KIND_IDEMPOTENT,

@@ -117,6 +117,25 @@ export async function startMongoServer(opts: StartMongoOptions): Promise<MongoSe
   return startFerretdb(binary, `no mongod could be had (${mongod.reason})`, opts);
 }
 
+/**
+ * Builds and installs what `startMongoServer` will need, before anything timed runs (make
+ * test and make run call it as a step of their own, with progress): FerretDB from the Go
+ * module proxy unless a mongod can be had, and PostgreSQL for `ferretdb-pg`. Nothing is
+ * started. @returns what was prepared, for the make step's one line.
+ */
+export async function prepareEmbeddedMongo(logger: Logger, choice: EmbeddedChoice = embeddedChoice()): Promise<string> {
+  if (process.env["MONGODB_URI"]) return "MONGODB_URI is set: nothing to prepare";
+  if (choice === "ferretdb-pg") {
+    const [binary, pgBin] = await Promise.all([ensureFerretdb(logger), ensurePostgres(logger)]);
+    return `FerretDB ${binary}, PostgreSQL ${pgBin}`;
+  }
+  if (choice === "auto") {
+    const mongod = await findMongod();
+    if (mongod.available) return `mongod: ${mongod.reason}`;
+  }
+  return `FerretDB ${await ensureFerretdb(logger)}`;
+}
+
 const PG_LIB = "/usr/lib/postgresql";
 
 /** The bin directory of the newest installed PostgreSQL (Debian layout), or KEYCAP_PG_BIN. */

@@ -13,6 +13,7 @@ export const ERROR_DOMAIN = "keycap.dev";
  */
 export const Code = {
   INVALID_ARGUMENT: 3,
+  DEADLINE_EXCEEDED: 4,
   NOT_FOUND: 5,
   ALREADY_EXISTS: 6,
   PERMISSION_DENIED: 7,

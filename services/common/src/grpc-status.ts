@@ -5,7 +5,8 @@ import { Status } from "../../../gen/ts/google/rpc/status";
 import { BadRequest, ErrorInfo, RetryInfo } from "../../../gen/ts/google/rpc/error_details";
 import { ERROR_DOMAIN, KeycapError } from "./errors";
 import type { Logger } from "./logger";
-import { isDatabaseUnavailable } from "./mongo";
+import { isDatabaseUnavailable, isQueryTimeLimit } from "./mongo";
+import { Reasons, refuse } from "./refuse";
 
 const ERROR_INFO_TYPE_URL = "type.googleapis.com/google.rpc.ErrorInfo";
 const RETRY_INFO_TYPE_URL = "type.googleapis.com/google.rpc.RetryInfo";
@@ -115,13 +116,20 @@ export async function settleFailure(logger: Logger, method: string, err: unknown
     }
     return err;
   }
+  if (isQueryTimeLimit(err)) {
+    logger.warn({ method }, "operator query stopped at its time limit");
+    return refuse(
+      Reasons.OPERATOR_QUERY_TIMEOUT,
+      "the query ran past its time limit on the database (KEYCAP_OPERATOR_QUERY_TIMEOUT_MS) and was stopped; narrow it (a tool, a reason, a time range) or raise the limit",
+    );
+  }
   if (isDatabaseUnavailable(err)) {
     const cause = err instanceof Error ? err.message.split("\n")[0] : String(err);
     logger.warn({ method, err: cause }, "database unavailable");
-    return new KeycapError(status.UNAVAILABLE, "DATABASE_UNAVAILABLE", `the database is unavailable (${cause}); retry`);
+    return refuse(Reasons.DATABASE_UNAVAILABLE, `the database is unavailable (${cause}); retry`);
   }
   logger.error({ method, err }, "unexpected error in handler");
-  return new KeycapError(status.INTERNAL, "INTERNAL", "internal error; see the service log");
+  return refuse(Reasons.INTERNAL, "internal error; see the service log");
 }
 
 /** A refusal as the encoded google.rpc.Status a unary answer carries in grpc-status-details-bin (a batch item's error). */
@@ -134,5 +142,5 @@ export function encodedStatus(err: KeycapError): Buffer {
 
 /** Handler that answers UNIMPLEMENTED (for RPCs not built yet). */
 export function unimplemented(method: string): (call: unknown, callback: sendUnaryData<never>) => void {
-  return (_call, callback) => callback(toServiceError(new KeycapError(status.UNIMPLEMENTED, "NOT_IMPLEMENTED", `${method} is not implemented yet`)), null);
+  return (_call, callback) => callback(toServiceError(refuse(Reasons.NOT_IMPLEMENTED, `${method} is not implemented yet`)), null);
 }

@@ -15,7 +15,7 @@
  * Durability is unchanged: the command carries the caller's write concern, and no
  * document is answered before the command that wrote it has been acknowledged.
  */
-import { TurnBatches } from "../../../clients/ts/src/turn-batches";
+import { TurnBatches } from "../../../clients/ts/src";
 import {
   MongoNetworkTimeoutError,
   MongoServerError,

@@ -1,6 +1,7 @@
 import { trace } from "@opentelemetry/api";
 import pino from "pino";
-import pretty from "pino-pretty";
+import { prettyFactory } from "pino-pretty";
+import { LogDestination } from "./log-destination";
 
 /** A minimal structured logger, so the backend (pino today) stays swappable. */
 export interface Logger {
@@ -20,7 +21,7 @@ export const LOG_FORMATS: readonly LogFormat[] = ["auto", "json", "pretty"];
 /**
  * Logs on stdout with `service` bound: JSON lines (what collectors and the tests read),
  * or, for a person at a terminal, pino-pretty's one line per record — written
- * synchronously, so a line is out before a crash or exit that follows it. Colour only
+ * synchronously, with every credential redacted (log-destination.ts). Colour only
  * on a terminal and never when NO_COLOR is set (https://no-color.org).
  */
 export function createLogger(service: string, level: LogLevel = "info", format: LogFormat = "json"): Logger {
@@ -32,12 +33,10 @@ export function createLogger(service: string, level: LogLevel = "info", format: 
     mixin: traceFields,
   };
   const tty = process.stdout.isTTY === true;
-  if (format === "json" || (format === "auto" && !tty)) return pino(options);
+  if (format === "json" || (format === "auto" && !tty)) return pino(options, new LogDestination(1));
   const noColor = (process.env["NO_COLOR"] ?? "") !== "";
-  return pino(
-    options,
-    pretty({ sync: true, colorize: tty && !noColor, translateTime: "SYS:HH:MM:ss.l", ignore: "pid,hostname", messageKey: "msg", singleLine: true }),
-  );
+  const prettify = prettyFactory({ colorize: tty && !noColor, translateTime: "SYS:HH:MM:ss.l", ignore: "pid,hostname", messageKey: "msg", singleLine: true });
+  return pino(options, new LogDestination(1, prettify));
 }
 
 /**

@@ -2,11 +2,14 @@
  * The HTTP endpoint Prometheus scrapes: `GET /metrics` on KEYCAP_METRICS_LISTEN, one per
  * process (ADR 0017). Anything else is 404; nothing here reaches a service.
  */
+import * as fs from "node:fs";
 import * as http from "node:http";
+import * as https from "node:https";
 import type { AddressInfo } from "node:net";
 import { ConfigError, formatHostPort, type HostPort } from "./config";
 import type { Logger } from "./logger";
 import type { Metrics } from "./metrics";
+import type { ListenerTls } from "./tls-config";
 
 export const METRICS_SETTING = "KEYCAP_METRICS_LISTEN";
 
@@ -16,8 +19,13 @@ export interface RunningMetricsServer {
   close(): Promise<void>;
 }
 
-export async function startMetricsServer(address: HostPort, metrics: Metrics, logger: Logger): Promise<RunningMetricsServer> {
-  const server = http.createServer((req, res) => {
+/**
+ * Serves `GET /metrics` over HTTPS when `tls` is given (the listener certificate; client
+ * certificates as the listener's KEYCAP_METRICS_CLIENT_AUTH says), else plain HTTP, which the
+ * configuration allows on loopback only (tls-config.ts).
+ */
+export async function startMetricsServer(address: HostPort, metrics: Metrics, logger: Logger, tls?: ListenerTls): Promise<RunningMetricsServer> {
+  const handler: http.RequestListener = (req, res) => {
     if (req.method !== "GET" || (req.url ?? "").split("?")[0] !== "/metrics") {
       res.writeHead(404, { "content-type": "text/plain" }).end("keycap serves only GET /metrics here\n");
       return;
@@ -29,7 +37,19 @@ export async function startMetricsServer(address: HostPort, metrics: Metrics, lo
         res.writeHead(500, { "content-type": "text/plain" }).end("could not collect metrics\n");
       },
     );
-  });
+  };
+  const server = tls
+    ? https.createServer(
+        {
+          cert: fs.readFileSync(tls.certFile),
+          key: fs.readFileSync(tls.keyFile),
+          ...(tls.clientAuth !== "none" && tls.clientCaFile
+            ? { ca: fs.readFileSync(tls.clientCaFile), requestCert: true, rejectUnauthorized: tls.clientAuth === "require" }
+            : {}),
+        },
+        handler,
+      )
+    : http.createServer(handler);
   // A scraper holding idle keep-alive connections must not delay a shutdown.
   server.keepAliveTimeout = 5_000;
   await new Promise<void>((resolve, reject) => {
@@ -37,7 +57,7 @@ export async function startMetricsServer(address: HostPort, metrics: Metrics, lo
     server.listen(address.port, address.host, () => resolve());
   });
   const bound = { host: address.host, port: (server.address() as AddressInfo).port };
-  logger.info({ listener: "metrics", address: formatHostPort(bound) }, "serving metrics");
+  logger.info({ listener: "metrics", address: formatHostPort(bound), transport: tls ? "tls" : "plaintext" }, "serving metrics");
   return {
     address: bound,
     close: () =>

@@ -63,6 +63,14 @@ export async function connectMongo(uri: string, database: string, timeoutMs: num
  * MongoDB's duplicate-key error (11000): the unique index refused a second
  * document. Callers treat it as "already done", never as a crash.
  */
+/**
+ * True when the server stopped a query at its `maxTimeMS` (MaxTimeMSExpired, 50), which only
+ * operator reads set (KEYCAP_OPERATOR_QUERY_TIMEOUT_MS).
+ */
+export function isQueryTimeLimit(err: unknown): boolean {
+  return err instanceof MongoServerError && (err.code === 50 || err.codeName === "MaxTimeMSExpired");
+}
+
 export function isDuplicateKey(err: unknown): boolean {
   return err instanceof MongoServerError ? err.code === 11000 : (err as { code?: unknown } | null)?.code === 11000;
 }

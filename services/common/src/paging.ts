@@ -1,5 +1,5 @@
 import type { Filter } from "mongodb";
-import { invalidArgument } from "./errors";
+import { Reasons, refuse } from "./refuse";
 
 /** page_size: 0 means the default, larger than max is capped. */
 export function pageSize(requested: number, def = 100, max = 1000): number {
@@ -21,7 +21,7 @@ const MAX_TIME_MS = 8.64e15; // the largest time a JavaScript Date can hold
 const MAX_ID_CHARS = 1024;
 
 function pageTokenError(): Error {
-  return invalidArgument("INVALID_PAGE_TOKEN", "page_token is not a token this service issued (pass the next_page_token of the previous page unchanged)", {
+  return refuse(Reasons.INVALID_PAGE_TOKEN, "page_token is not a token this service issued (pass the next_page_token of the previous page unchanged)", {
     field: "page_token",
   });
 }

@@ -15,6 +15,7 @@
  */
 import { ObjectId, type Collection, type Db, type Filter } from "mongodb";
 import { InsertBatcher } from "./insert-batcher";
+import { StatsCounters } from "./stats-counters";
 import { isDuplicateKey } from "./mongo";
 import { afterKeyset } from "./paging";
 import type { Logger } from "./logger";
@@ -111,13 +112,6 @@ export interface RejectionCursor {
   id: string;
 }
 
-/** Totals for GetStats (a summary counts for the refusals it stands for). */
-export interface RejectionTotals {
-  total: number;
-  byReason: Record<string, number>;
-  byTool: Record<string, number>;
-}
-
 export interface RejectionAuditOptions {
   /** The service whose refusals these are ("ledger", "kernel"). Default "ledger". */
   service?: string;
@@ -155,14 +149,18 @@ export class RejectionAudit {
   private readonly service: string;
   /** Concurrent refusals share an insert command (group commit, ADR 0020): a flood of abuse costs the database less per refusal. */
   private readonly inserts: InsertBatcher<RejectionDoc>;
+  /** Refusals counted as they are recorded, by reason and tool (GetStats reads these, never the collection). */
+  readonly counters: StatsCounters;
 
   private constructor(
     private readonly coll: Collection<RejectionDoc>,
     private readonly opts: RejectionAuditOptions,
+    db: Db,
   ) {
     this.now = opts.now ?? Date.now;
     this.logger = opts.logger;
     this.service = opts.service ?? "ledger";
+    this.counters = StatsCounters.open(db, { kind: "refusals", service: this.service, logger: opts.logger });
     this.inserts = new InsertBatcher(coll, {
       writeConcern: { w: "majority" },
       sizeOf: (d) => 2048 + 3 * d.message.length,
@@ -180,7 +178,7 @@ export class RejectionAudit {
     await coll.createIndex({ rejected_at: -1, _id: -1 }, { name: "newest_first" });
     await coll.createIndex({ tool_id: 1, rejected_at: -1, _id: -1 }, { name: "tool_newest_first" });
     await coll.createIndex({ reason: 1, rejected_at: -1, _id: -1 }, { name: "reason_newest_first" });
-    return new RejectionAudit(coll, opts);
+    return new RejectionAudit(coll, opts, db);
   }
 
   /**
@@ -222,6 +220,7 @@ export class RejectionAudit {
     };
     try {
       await this.inserts.insert(doc);
+      this.counters.addRefusals(doc.reason, doc.tool_id);
     } catch (err) {
       this.logger.error({ err, reason: input.reason, tool_id: doc.tool_id, peer: doc.peer }, "could not record a refusal; refusing anyway");
     }
@@ -241,9 +240,11 @@ export class RejectionAudit {
     clearInterval(this.timer);
     await this.flushing;
     await this.flush();
+    await this.counters.close();
   }
 
-  async list(q: RejectionQuery, cursor: RejectionCursor | undefined, limit: number): Promise<RejectionDoc[]> {
+  /** Newest first; `maxTimeMS` is the database-side time limit of this operator read. */
+  async list(q: RejectionQuery, cursor: RejectionCursor | undefined, limit: number, maxTimeMS?: number): Promise<RejectionDoc[]> {
     const filter: Filter<RejectionDoc> = {};
     // Records from before kernel refusals were stored carry no service: they are the ledger's.
     if (q.service) filter.service = q.service === "ledger" ? { $in: ["ledger", null] } : q.service;
@@ -255,21 +256,7 @@ export class RejectionAudit {
     if (cursor) {
       filter.$or = afterKeyset<RejectionDoc>("rejected_at", cursor.rejectedAt, cursor.id, "newest-first");
     }
-    return this.coll.find(filter).sort({ rejected_at: -1, _id: -1 }).limit(limit).toArray();
-  }
-
-  async totals(): Promise<RejectionTotals> {
-    const [byReason, byTool] = await Promise.all([
-      this.coll.aggregate<{ _id: string; n: number }>([{ $group: { _id: "$reason", n: { $sum: "$count" } } }]).toArray(),
-      this.coll.aggregate<{ _id: string; n: number }>([{ $group: { _id: "$tool_id", n: { $sum: "$count" } } }]).toArray(),
-    ]);
-    const out: RejectionTotals = { total: 0, byReason: {}, byTool: {} };
-    for (const r of byReason) {
-      out.byReason[r._id ?? ""] = r.n;
-      out.total += r.n;
-    }
-    for (const r of byTool) out.byTool[r._id ?? ""] = r.n;
-    return out;
+    return this.coll.find(filter, { maxTimeMS }).sort({ rejected_at: -1, _id: -1 }).limit(limit).toArray();
   }
 
   private accumulate(kind: PendingSummary["kind"], ip: string, reason: string): void {
@@ -294,6 +281,7 @@ export class RejectionAudit {
     for (const p of batch) {
       try {
         await this.upsertSummary(p);
+        this.counters.addRefusals(p.kind === "unavailable" ? UNAVAILABLE_REFUSALS : RATE_LIMITED_REFUSALS, "", p.count);
       } catch (err) {
         this.logger.error({ err, peer: p.ip, count: p.count }, "could not record a summary of rate-limited refusals");
       }

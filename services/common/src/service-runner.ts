@@ -87,7 +87,7 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
 
   try {
     // First: a metrics address that cannot be bound stops the start before anything else.
-    if (metrics && config.metricsListen) metricsServer = await startMetricsServer(config.metricsListen, metrics, logger);
+    if (metrics && config.metricsListen) metricsServer = await startMetricsServer(config.metricsListen, metrics, logger, config.tls.metrics);
     mongo = await openMongo(config, logger);
     logger.info({ backend: mongo.backend, reason: mongo.reason, uri: redactUri(mongo.uri) }, `MongoDB backend: ${mongo.backend}`);
     for (const start of starters) {
@@ -105,15 +105,18 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
   const endpoints: { listener: string; address: string; transport: string }[] = running.flatMap((s) =>
     s.listeners.map((l) => ({ listener: l.name, address: formatHostPort(l.address), transport: l.transport })),
   );
-  if (metricsServer) endpoints.push({ listener: "metrics", address: formatHostPort(metricsServer.address), transport: "http" });
+  if (metricsServer) endpoints.push({ listener: "metrics", address: formatHostPort(metricsServer.address), transport: config.tls.metrics ? "https" : "http" });
   const mongoUri = redactUri(mongo.uri);
-  logger.info({ endpoints, mongoBackend: mongo.backend, mongoUri, dataDir: config.dataDir }, "ready");
+  // The banner first: the "ready" line is what scripts and tests wait for, and everything
+  // printed for people must be out by then (stdout and stderr are separate pipes).
   {
     process.stderr.write(
       `\nkeycap is running (MongoDB: ${mongo.backend})\n` +
         endpoints
           .map((e) =>
-            e.transport === "http" ? `  ${e.listener.padEnd(7)} http://${e.address}/metrics\n` : `  ${e.listener.padEnd(7)} ${e.address} (${e.transport})\n`,
+            e.transport === "http" || e.transport === "https"
+              ? `  ${e.listener.padEnd(7)} ${e.transport}://${e.address}/metrics\n`
+              : `  ${e.listener.padEnd(7)} ${e.address} (${e.transport})\n`,
           )
           .join("") +
         `  data    ${config.dataDir}\n` +
@@ -131,6 +134,7 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
         `Press Ctrl-C to stop.\n\n`,
     );
   }
+  logger.info({ endpoints, mongoBackend: mongo.backend, mongoUri, dataDir: config.dataDir }, "ready");
 }
 
 /**

@@ -25,6 +25,8 @@ export interface TlsSettings {
   ledger: ListenerTls | undefined;
   admin: ListenerTls | undefined;
   gateway: ListenerTls | undefined;
+  /** The Prometheus endpoint's TLS (HTTPS); plaintext is allowed on loopback only, like every listener. */
+  metrics: ListenerTls | undefined;
   /** CA pinned when this service dials a peer (ledger → kernel keys, kernel → ledger lookups). */
   peerCaFile: string | undefined;
   /** Client certificate this service presents when it dials a peer. */
@@ -50,7 +52,7 @@ function file(env: Env, name: string): string | undefined {
 
 const CLIENT_AUTH: readonly ClientAuth[] = ["none", "optional", "require"];
 
-function listenerTls(env: Env, prefix: "KERNEL" | "LEDGER" | "ADMIN" | "GATEWAY"): ListenerTls | undefined {
+function listenerTls(env: Env, prefix: "KERNEL" | "LEDGER" | "ADMIN" | "GATEWAY" | "METRICS"): ListenerTls | undefined {
   const certSetting = `KEYCAP_${prefix}_TLS_CERT_FILE`;
   const keySetting = `KEYCAP_${prefix}_TLS_KEY_FILE`;
   const certFile = file(env, certSetting) ?? file(env, "KEYCAP_TLS_CERT_FILE");
@@ -105,7 +107,14 @@ export function isLoopback(host: string): boolean {
 /** Reads the TLS settings and checks them against the listen and dial addresses. */
 export function loadTlsSettings(
   env: Env,
-  addresses: { kernelListen: HostPort; ledgerListen: HostPort; adminListen: HostPort; ledgerAddress: HostPort; gatewayListen?: HostPort | undefined },
+  addresses: {
+    kernelListen: HostPort;
+    ledgerListen: HostPort;
+    adminListen: HostPort;
+    ledgerAddress: HostPort;
+    gatewayListen?: HostPort | undefined;
+    metricsListen?: HostPort | undefined;
+  },
 ): TlsSettings {
   const allowPlaintext = str(env, "KEYCAP_ALLOW_PLAINTEXT") === "1";
   const settings: TlsSettings = {
@@ -113,6 +122,7 @@ export function loadTlsSettings(
     ledger: listenerTls(env, "LEDGER"),
     admin: listenerTls(env, "ADMIN"),
     gateway: listenerTls(env, "GATEWAY"),
+    metrics: listenerTls(env, "METRICS"),
     peerCaFile: file(env, "KEYCAP_TLS_CA_FILE"),
     peerClientCertFile: file(env, "KEYCAP_TLS_CLIENT_CERT_FILE"),
     peerClientKeyFile: file(env, "KEYCAP_TLS_CLIENT_KEY_FILE"),
@@ -128,6 +138,7 @@ export function loadTlsSettings(
       ["KEYCAP_LEDGER_LISTEN", addresses.ledgerListen, settings.ledger],
       ["KEYCAP_ADMIN_LISTEN", addresses.adminListen, settings.admin],
       ...(addresses.gatewayListen ? [["KEYCAP_GATEWAY_LISTEN", addresses.gatewayListen, settings.gateway] as [string, HostPort, ListenerTls | undefined]] : []),
+      ...(addresses.metricsListen ? [["KEYCAP_METRICS_LISTEN", addresses.metricsListen, settings.metrics] as [string, HostPort, ListenerTls | undefined]] : []),
     ];
     for (const [setting, a, tls] of listeners) {
       if (!tls && !isLoopback(a.host)) {

@@ -8,8 +8,9 @@
  */
 import { BinaryReader } from "@bufbuild/protobuf/wire";
 import type { ServiceDefinition } from "@grpc/grpc-js";
-import { Code, KeycapError } from "./errors";
+import { KeycapError } from "./errors";
 import { refuseRequest, requestRefusal } from "./request-refusal";
+import { Reasons, refuse } from "./refuse";
 
 // ignoreBOM: a leading U+FEFF is text the caller sent. The default drops it, which made
 // run ids "\uFEFFrun-1" and "run-1" one key and hid a BOM in front of arguments_json.
@@ -21,7 +22,7 @@ export function hadIllFormedUtf8(request: unknown): boolean {
 }
 
 function illFormedUtf8(): KeycapError {
-  return new KeycapError(Code.INVALID_ARGUMENT, "INVALID_UTF8", "a string field of the request is not well-formed UTF-8; send the text exactly, as UTF-8", {
+  return refuse(Reasons.INVALID_UTF8, "a string field of the request is not well-formed UTF-8; send the text exactly, as UTF-8", {
     field: "request",
   });
 }

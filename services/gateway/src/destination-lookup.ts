@@ -5,7 +5,7 @@
  * good; an unknown one is asked again next time).
  */
 import type { Collection, Db } from "mongodb";
-import type { HttpDestinationSpec } from "./domain/http-destination";
+import type { HttpDestinationSpec } from "../../common/src/domain/http-destination";
 
 interface ToolDocView {
   _id: string;

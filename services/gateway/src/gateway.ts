@@ -16,11 +16,19 @@ import { createHash } from "node:crypto";
 import type { IncomingHttpHeaders } from "node:http";
 import { Code, KeycapError } from "../../common/src/errors";
 import type { Logger } from "../../common/src/logger";
-import type { AdmissionContext, Sink, VerifiedCapability } from "../../sink/src/sink";
+import type { AdmissionContext, Sink, VerifiedCapability } from "../../sink/src";
 import type { DestinationLookup } from "./destination-lookup";
-import { checkHeaders, checkMethod, decideRedirect, isRetryableStatus, resolveForwardUrl, type HttpDestinationSpec } from "./domain/http-destination";
+import {
+  checkHeaders,
+  checkMethod,
+  decideRedirect,
+  isRetryableStatus,
+  resolveForwardUrl,
+  type HttpDestinationSpec,
+} from "../../common/src/domain/http-destination";
 import type { ForwardRecord, ForwardStore, StoredResponse } from "./forward-store";
 import { SendFailure, type HttpSender } from "./http-sender";
+import { Reasons, refuse } from "../../common/src/refuse";
 
 export const FORWARD_METHOD = "/keycap.gateway.v1.GatewayService/Forward";
 
@@ -71,18 +79,17 @@ export class Gateway {
   async forward(authorization: string | undefined, input: ForwardInput, ctx: { peer: string; deadline?: number }): Promise<ForwardOutput> {
     const context: AdmissionContext = { method: FORWARD_METHOD, peer: ctx.peer };
     const cap = await this.opts.sink.admit(authorization, context);
-    const refuse = async (err: KeycapError): Promise<never> => {
+    const answerRefusal = async (err: KeycapError): Promise<never> => {
       await this.opts.sink.recordRefusal(err, cap, context);
       throw err;
     };
     const key = cap.key;
-    if (key === undefined) return refuse(new KeycapError(Code.PERMISSION_DENIED, "EFFECT_CLASS_MISMATCH", "the gateway forwards Idempotent calls only"));
+    if (key === undefined) return answerRefusal(refuse(Reasons.EFFECT_CLASS_MISMATCH, "the gateway forwards Idempotent calls only"));
     const destination = await this.opts.destinations.get(cap.tool_id);
     if (!destination) {
-      return refuse(
-        new KeycapError(
-          Code.PERMISSION_DENIED,
-          "TOOL_NOT_ACCEPTED",
+      return answerRefusal(
+        refuse(
+          Reasons.TOOL_NOT_ACCEPTED,
           destination === null
             ? `tool ${cap.tool_id} has no HTTP destination: register it with http_destination to forward its writes`
             : `tool ${cap.tool_id} is not registered`,
@@ -93,7 +100,7 @@ export class Gateway {
     try {
       request = this.prepare(destination, input);
     } catch (err) {
-      if (err instanceof KeycapError) return refuse(err);
+      if (err instanceof KeycapError) return answerRefusal(err);
       throw err;
     }
 
@@ -111,32 +118,27 @@ export class Gateway {
       // The insert decides who sends: tried first, so a new key costs one round trip, not a read and then an insert.
       const seen = round === 0 ? undefined : await this.opts.store.get(key);
       if (!seen) {
-        if (await this.opts.store.claimNew(claim, this.leaseUntil())) return this.send(cap, destination, request, 1, request.sha256, refuse);
+        if (await this.opts.store.claimNew(claim, this.leaseUntil())) return this.send(cap, destination, request, 1, request.sha256, answerRefusal);
         continue;
       }
-      if (seen.state === "done") return this.replay(seen, request, refuse);
+      if (seen.state === "done") return this.replay(seen, request, answerRefusal);
       if (seen.state === "retryable" || seen.leaseUntil.getTime() <= Date.now()) {
         if (await this.opts.store.takeOver(seen, this.leaseUntil())) {
           this.opts.logger.info({ key, tool: cap.tool_id, attempt: seen.attempts + 1, after: seen.state }, "gateway: sending again under the same key");
-          return this.send(cap, destination, request, seen.attempts + 1, seen.requestSha256, refuse);
+          return this.send(cap, destination, request, seen.attempts + 1, seen.requestSha256, answerRefusal);
         }
         continue;
       }
       const outcome = await this.waitFor(seen, deadline);
       if (outcome === "timeout") break;
-      if (outcome.state === "done") return this.replay(outcome, request, refuse);
+      if (outcome.state === "done") return this.replay(outcome, request, answerRefusal);
       if (outcome.state === "retryable" && outcome.attempts === seen.attempts) {
         // The attempt this caller waited for failed: its outcome is this caller's too.
-        throw new KeycapError(
-          Code.UNAVAILABLE,
-          "UPSTREAM_UNAVAILABLE",
-          "the destination did not give a final answer to the attempt in flight; retry under the same key",
-        );
+        throw refuse(Reasons.UPSTREAM_UNAVAILABLE, "the destination did not give a final answer to the attempt in flight; retry under the same key");
       }
     }
-    throw new KeycapError(
-      Code.ABORTED,
-      "IN_PROGRESS",
+    throw refuse(
+      Reasons.IN_PROGRESS,
       `a forward of this key is in flight and did not finish within ${this.opts.waitMs} ms (or the call's deadline); retry in a moment`,
     );
   }
@@ -146,14 +148,9 @@ export class Gateway {
     const url = resolveForwardUrl(destination, input.path);
     const headers = checkHeaders(destination, input.headers);
     if (input.body.length > this.opts.maxRequestBytes) {
-      throw new KeycapError(
-        Code.INVALID_ARGUMENT,
-        "PAYLOAD_TOO_LARGE",
-        `the body is ${input.body.length} bytes; the gateway's limit is ${this.opts.maxRequestBytes}`,
-        {
-          field: "body",
-        },
-      );
+      throw refuse(Reasons.PAYLOAD_TOO_LARGE, `the body is ${input.body.length} bytes; the gateway's limit is ${this.opts.maxRequestBytes}`, {
+        field: "body",
+      });
     }
     const sha256 = createHash("sha256").update(method).update("\0").update(url.href).update("\0").update(input.body).digest("hex");
     return { method, url, headers, body: input.body, sha256 };
@@ -178,8 +175,8 @@ export class Gateway {
     }
   }
 
-  private async replay(record: ForwardRecord, request: PreparedRequest, refuse: (err: KeycapError) => Promise<never>): Promise<ForwardOutput> {
-    if (record.refusal) return refuse(new KeycapError(Code.PERMISSION_DENIED, record.refusal.reason, record.refusal.message));
+  private async replay(record: ForwardRecord, request: PreparedRequest, answerRefusal: (err: KeycapError) => Promise<never>): Promise<ForwardOutput> {
+    if (record.refusal) return answerRefusal(new KeycapError(Code.PERMISSION_DENIED, record.refusal.reason, record.refusal.message));
     if (!record.response) throw new Error(`gateway record ${record.key} is done without a response`);
     return {
       ...record.response,
@@ -197,7 +194,7 @@ export class Gateway {
     request: PreparedRequest,
     attempt: number,
     claimedSha256: string,
-    refuse: (err: KeycapError) => Promise<never>,
+    answerRefusal: (err: KeycapError) => Promise<never>,
   ): Promise<ForwardOutput> {
     const key = cap.key as string;
     let done!: () => void;
@@ -208,7 +205,7 @@ export class Gateway {
       }),
     );
     try {
-      return await this.exchange(cap, destination, request, attempt, claimedSha256, refuse);
+      return await this.exchange(cap, destination, request, attempt, claimedSha256, answerRefusal);
     } finally {
       this.inFlight.delete(key);
       done();
@@ -221,7 +218,7 @@ export class Gateway {
     request: PreparedRequest,
     attempt: number,
     claimedSha256: string,
-    refuse: (err: KeycapError) => Promise<never>,
+    answerRefusal: (err: KeycapError) => Promise<never>,
   ): Promise<ForwardOutput> {
     const key = cap.key as string;
     const store = this.opts.store;
@@ -241,10 +238,9 @@ export class Gateway {
         if (!(err instanceof SendFailure)) throw err;
         await store.release(key, attempt, `${err.kind}: ${err.message}`);
         if (err.kind === "address") {
-          return refuse(
-            new KeycapError(
-              Code.PERMISSION_DENIED,
-              "ADDRESS_NOT_ALLOWED",
+          return answerRefusal(
+            refuse(
+              Reasons.ADDRESS_NOT_ALLOWED,
               `${url.host} resolves to a private, loopback or otherwise non-public address, which the tool's destination does not allow`,
               { host: url.host },
             ),
@@ -254,11 +250,7 @@ export class Gateway {
           { key, tool: cap.tool_id, attempt, failure: err.kind, err: err.message },
           "gateway: no answer from the destination; the key stays retryable",
         );
-        throw new KeycapError(
-          Code.UNAVAILABLE,
-          "UPSTREAM_UNAVAILABLE",
-          `no answer from the destination (${err.kind}: ${err.message}); retry under the same key`,
-        );
+        throw refuse(Reasons.UPSTREAM_UNAVAILABLE, `no answer from the destination (${err.kind}: ${err.message}); retry under the same key`);
       }
       if (answer.status >= 300 && answer.status < 400) {
         const decision = decideRedirect(destination, url, answer.status, firstHeader(answer.headers, "location"));
@@ -269,12 +261,12 @@ export class Gateway {
         if (!decision.follow && "refusal" in decision) {
           // The destination answered: that answer is final for the key, and so is the refusal to follow it.
           await store.complete(key, attempt, { refusal: { reason: decision.refusal.reason, message: decision.refusal.message } });
-          return refuse(decision.refusal);
+          return answerRefusal(decision.refusal);
         }
       }
       if (isRetryableStatus(answer.status)) {
         await store.release(key, attempt, `status ${answer.status}`);
-        throw new KeycapError(Code.UNAVAILABLE, "UPSTREAM_UNAVAILABLE", `the destination answered ${answer.status}; retry under the same key`, {
+        throw refuse(Reasons.UPSTREAM_UNAVAILABLE, `the destination answered ${answer.status}; retry under the same key`, {
           upstream_status: String(answer.status),
         });
       }

@@ -3,12 +3,11 @@
  * registered it; other runtimes use it only when granted; operators list and settle
  * any call but never begin or resume one (they hold no capabilities).
  */
-import { status } from "@grpc/grpc-js";
-import { KeycapError } from "../../common/src/errors";
 import type { Caller } from "./caller-auth";
 import type { GrantStore } from "./grant-store";
 import type { CompiledTool } from "./tool-definition";
 import type { ToolRegistry } from "./tool-registry";
+import { Reasons, refuse } from "../../common/src/refuse";
 
 export class AccessPolicy {
   constructor(
@@ -19,9 +18,8 @@ export class AccessPolicy {
   /** Begin, resume and register are a runtime's: they mint capabilities or create ownership. */
   requireRuntime(caller: Caller, action: string): void {
     if (caller.role !== "runtime") {
-      throw new KeycapError(
-        status.PERMISSION_DENIED,
-        "RUNTIME_REQUIRED",
+      throw refuse(
+        Reasons.RUNTIME_REQUIRED,
         `${action} is for agent runtimes; ${caller.name} is an operator (operators list and settle calls, they do not mint capabilities)`,
         {
           principal: caller.name,
@@ -32,7 +30,7 @@ export class AccessPolicy {
 
   requireOperator(caller: Caller, action: string): void {
     if (caller.role !== "operator") {
-      throw new KeycapError(status.PERMISSION_DENIED, "OPERATOR_REQUIRED", `${action} needs an operator principal; ${caller.name} is a runtime`, {
+      throw refuse(Reasons.OPERATOR_REQUIRED, `${action} needs an operator principal; ${caller.name} is a runtime`, {
         principal: caller.name,
       });
     }
@@ -49,9 +47,8 @@ export class AccessPolicy {
     if (caller.role === "operator" && opts.operatorsToo) return;
     this.requireRuntime(caller, action);
     if (await this.mayUse(caller, tool)) return;
-    throw new KeycapError(
-      status.PERMISSION_DENIED,
-      "TOOL_NOT_GRANTED",
+    throw refuse(
+      Reasons.TOOL_NOT_GRANTED,
       `principal ${caller.name} may not ${action} tool ${tool.definition.toolId}: it is owned by ${tool.owner ?? "nobody yet"}; an operator can grant it (keycap grants add ${tool.definition.toolId} ${caller.name})`,
       { tool_id: tool.definition.toolId, principal: caller.name, ...(opts.callId ? { call_id: opts.callId } : {}) },
     );
@@ -60,10 +57,9 @@ export class AccessPolicy {
   /** Re-registering an existing tool: only its owner or a grantee. */
   async requireRegistrable(caller: Caller, tool: CompiledTool): Promise<void> {
     if (await this.mayUse(caller, tool)) return;
-    throw new KeycapError(
-      status.PERMISSION_DENIED,
-      "TOOL_OWNED_BY_OTHER",
-      `tool ${tool.definition.toolId} is registered by another principal; ${caller.name} cannot register or redefine it`,
+    throw refuse(
+      Reasons.TOOL_OWNED_BY_OTHER,
+      `tool ${tool.definition.toolId} is registered by another principal; ${caller.name} cannot register or redefine it. To use it as it is, an operator grants it (keycap grants add ${tool.definition.toolId} ${caller.name}); for another definition, register it under another id`,
       { tool_id: tool.definition.toolId, principal: caller.name },
     );
   }

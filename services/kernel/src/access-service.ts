@@ -2,7 +2,6 @@
  * AccessService: operators manage principals and grants; anyone authenticated may ask
  * who they are. Served on the kernel listener, refusals recorded like every kernel one.
  */
-import { status } from "@grpc/grpc-js";
 import {
   AuthMethod,
   PrincipalRole,
@@ -23,7 +22,6 @@ import {
   type CreatePrincipalResponse,
   type WhoAmIResponse,
 } from "../../../gen/ts/keycap/kernel/v1/access";
-import { invalidArgument, KeycapError } from "../../common/src/errors";
 import type { Logger } from "../../common/src/logger";
 import { decodePageToken, encodePageToken, pageSize } from "../../common/src/paging";
 import type { AccessPolicy } from "./access-policy";
@@ -33,6 +31,7 @@ import { kernelHandler, type KernelEdge } from "./kernel-handlers";
 import { checkPrincipalName, type PrincipalDoc, type PrincipalRole as RoleName, type PrincipalStore } from "./principal-store";
 import { checkToolId } from "./tool-definition";
 import type { ToolRegistry } from "./tool-registry";
+import { Reasons, refuse } from "../../common/src/refuse";
 
 export interface AccessDeps {
   principals: PrincipalStore;
@@ -45,7 +44,7 @@ export interface AccessDeps {
 function roleName(role: PrincipalRole): RoleName {
   if (role === PrincipalRole.PRINCIPAL_ROLE_RUNTIME) return "runtime";
   if (role === PrincipalRole.PRINCIPAL_ROLE_OPERATOR) return "operator";
-  throw invalidArgument("ROLE_REQUIRED", "role is required: PRINCIPAL_ROLE_RUNTIME or PRINCIPAL_ROLE_OPERATOR", { field: "role" });
+  throw refuse(Reasons.ROLE_REQUIRED, "role is required: PRINCIPAL_ROLE_RUNTIME or PRINCIPAL_ROLE_OPERATOR", { field: "role" });
 }
 
 function roleProto(role: RoleName): PrincipalRole {
@@ -93,10 +92,9 @@ export class Access {
     checkPrincipalName(req.principal, "principal");
     await this.d.registry.require(req.toolId);
     const p = await this.d.principals.byName(req.principal);
-    if (!p || p.revoked_at)
-      throw new KeycapError(status.NOT_FOUND, "PRINCIPAL_NOT_FOUND", `no active principal named ${req.principal}`, { principal: req.principal });
+    if (!p || p.revoked_at) throw refuse(Reasons.PRINCIPAL_NOT_FOUND, `no active principal named ${req.principal}`, { principal: req.principal });
     if (p.role !== "runtime")
-      throw new KeycapError(status.FAILED_PRECONDITION, "GRANT_NEEDS_RUNTIME", `${req.principal} is an operator; grants are for runtimes`, {
+      throw refuse(Reasons.GRANT_NEEDS_RUNTIME, `${req.principal} is an operator; grants are for runtimes`, {
         principal: req.principal,
       });
     const { grant, alreadyGranted } = await this.d.grants.add(req.toolId, req.principal, caller.name);

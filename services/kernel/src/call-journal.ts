@@ -1,6 +1,6 @@
 import type { Collection, Db, Filter } from "mongodb";
-import type { CapabilityClaims, EffectName } from "../../common/src/capability";
-import { Code, KeycapError } from "../../common/src/errors";
+import type { CapabilityClaims, EffectName } from "../../capability/src";
+import { KeycapError } from "../../common/src/errors";
 import { isDuplicateKey } from "../../common/src/mongo";
 import { afterKeyset } from "../../common/src/paging";
 import { faultPoint } from "../../common/src/fault-points";
@@ -8,6 +8,7 @@ import { InsertBatcher } from "../../common/src/insert-batcher";
 import type { Logger } from "../../common/src/logger";
 import { BegunCalls } from "./begun-calls";
 import { PendingCopySweeper } from "./pending-copy-sweeper";
+import { Reasons, refuse } from "../../common/src/refuse";
 
 export type CallStateName = "pending" | "completed" | "indeterminate";
 export type CallOutcomeName = "succeeded" | "failed";
@@ -112,8 +113,7 @@ export class CallJournal {
         onError: (err, n) => this.logger.warn({ err, calls: n }, "could not remove the pending copies of finished calls; listing will skip and remove them"),
       },
     );
-    const unacknowledged = (): Error =>
-      new KeycapError(Code.UNAVAILABLE, "JOURNAL_WRITE_UNACKNOWLEDGED", "the call journal did not acknowledge the write; retry");
+    const unacknowledged = (): Error => refuse(Reasons.JOURNAL_WRITE_UNACKNOWLEDGED, "the call journal did not acknowledge the write; retry");
     // Worst case 3 UTF-8 bytes per UTF-16 unit of the arguments, plus the rest of the record.
     const sizeOf = (c: CallRecord): number => 3 * c.arguments_json.length + 2048;
     this.copyInserts = new InsertBatcher(pending, { ...MAJORITY, sizeOf, unacknowledged });
@@ -159,16 +159,13 @@ export class CallJournal {
       if (!isDuplicateKey(err)) throw err;
     }
     const existing = await this.get(record._id);
-    if (!existing) throw new KeycapError(Code.ABORTED, "CONCURRENT_BEGIN", "the call changed during BeginCall; retry");
+    if (!existing) throw refuse(Reasons.CONCURRENT_BEGIN, "the call changed during BeginCall; retry");
     if (existing.tool_id !== record.tool_id || existing.run_id !== record.run_id || existing.arguments_json !== record.arguments_json) {
       // Take back the copy this BeginCall inserted (only it has this created_at).
       if (copyInserted) await this.pending.deleteOne({ _id: record._id, created_at: record.created_at }, MAJORITY);
-      throw new KeycapError(
-        Code.ALREADY_EXISTS,
-        "CALL_ID_CONFLICT",
-        `call ${record._id} was already begun with a different tool, run id or arguments; a call id names one call`,
-        { call_id: record._id },
-      );
+      throw refuse(Reasons.CALL_ID_CONFLICT, `call ${record._id} was already begun with a different tool, run id or arguments; a call id names one call`, {
+        call_id: record._id,
+      });
     }
     if (existing.state !== "pending") {
       if (copyInserted) await this.unmarkPending(record._id);
@@ -224,7 +221,7 @@ export class CallJournal {
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;
       const earlier = await this.completions.findOne({ _id: callId });
-      if (!earlier) throw new KeycapError(Code.ABORTED, "CONCURRENT_COMPLETE", `call ${callId} changed during CompleteCall; retry`, { call_id: callId });
+      if (!earlier) throw refuse(Reasons.CONCURRENT_COMPLETE, `call ${callId} changed during CompleteCall; retry`, { call_id: callId });
       this.begun.forget(callId);
       this.sweeper.remove(callId); // heals a pending copy left by a crash after the first completion
       return sameOutcomeOrRefuse(withCompletion(call, earlier), outcome);
@@ -247,7 +244,7 @@ export class CallJournal {
       { returnDocument: "after", ...MAJORITY },
     );
     if (!updated || (await this.completions.findOne({ _id: call._id }))) {
-      throw new KeycapError(Code.ABORTED, "CONCURRENT_RESUME", `call ${call._id} was resumed or completed concurrently; list it again`, { call_id: call._id });
+      throw refuse(Reasons.CONCURRENT_RESUME, `call ${call._id} was resumed or completed concurrently; list it again`, { call_id: call._id });
     }
     // Keep the pending copy current (never re-created: a completion may have removed it).
     await this.pending.replaceOne({ _id: call._id }, updated, MAJORITY);
@@ -374,8 +371,7 @@ export class CallJournal {
       if (!isDuplicateKey(err)) throw err;
     }
     const call = await this.get(copy._id);
-    if (!call)
-      throw new KeycapError(Code.ABORTED, "CONCURRENT_BEGIN", `call ${copy._id} changed while it was being recovered; list it again`, { call_id: copy._id });
+    if (!call) throw refuse(Reasons.CONCURRENT_BEGIN, `call ${copy._id} changed while it was being recovered; list it again`, { call_id: copy._id });
     return call;
   }
 
@@ -398,14 +394,13 @@ function withCompletion(call: CallRecord, c: CompletionDoc): CallRecord {
 
 function sameOutcomeOrRefuse(call: CallRecord, outcome: CallOutcomeName): { call: CallRecord; alreadyCompleted: true } {
   if (call.outcome === outcome) return { call, alreadyCompleted: true };
-  throw new KeycapError(
-    Code.FAILED_PRECONDITION,
-    "CALL_ALREADY_COMPLETED",
+  throw refuse(
+    Reasons.CALL_ALREADY_COMPLETED,
     `call ${call._id} is already completed with outcome ${call.outcome ?? "unknown"}; it cannot be completed as ${outcome}`,
     { call_id: call._id, outcome: call.outcome ?? "" },
   );
 }
 
 function notFound(callId: string): KeycapError {
-  return new KeycapError(Code.NOT_FOUND, "CALL_NOT_FOUND", `call ${JSON.stringify(callId)} is not in the journal`, { call_id: callId });
+  return refuse(Reasons.CALL_NOT_FOUND, `call ${JSON.stringify(callId)} is not in the journal`, { call_id: callId });
 }

@@ -10,7 +10,7 @@
 import { status } from "@grpc/grpc-js";
 import type { PeerCertificate } from "node:tls";
 import type { AdminCredential } from "../../common/src/admin-credential";
-import { parseBearer } from "../../common/src/capability";
+import { parseBearer } from "../../capability/src";
 import { KeycapError } from "../../common/src/errors";
 import { certificateIdentities } from "../../common/src/tls";
 import { ADMIN_PRINCIPAL, type PrincipalRole, type PrincipalStore } from "./principal-store";

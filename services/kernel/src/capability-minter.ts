@@ -26,7 +26,7 @@ import {
   findClaimProblem,
   type CapabilityClaims,
   type EffectName,
-} from "../../common/src/capability";
+} from "../../capability/src";
 import { signEd25519 } from "./ed25519-sign";
 import type { SigningKeys } from "./signing-keys";
 

@@ -1,4 +1,3 @@
-import { status } from "@grpc/grpc-js";
 import { randomUUID } from "node:crypto";
 import {
   CallOutcome,
@@ -28,9 +27,8 @@ import {
   type ResumeCallRequest,
   type ResumeCallResponse,
 } from "../../../gen/ts/keycap/kernel/v1/kernel";
-import type { CapabilityClaims } from "../../common/src/capability";
+import type { CapabilityClaims } from "../../capability/src";
 import { effectKindOf } from "../../common/src/effect-kind";
-import { invalidArgument, KeycapError } from "../../common/src/errors";
 import type { Logger } from "../../common/src/logger";
 import { decodePageToken, encodePageToken, pageSize } from "../../common/src/paging";
 import type { CallJournal, CallOutcomeName, CallRecord, JournalCursor, PendingPage } from "./call-journal";
@@ -44,6 +42,7 @@ import type { LedgerLookup } from "./ledger-lookup";
 import type { SigningKeys } from "./signing-keys";
 import { checkToolId, definitionFromProto, toolToProto, type CompiledTool } from "./tool-definition";
 import type { ToolRegistry } from "./tool-registry";
+import { Reasons, refuse } from "../../common/src/refuse";
 
 export interface KernelDeps {
   registry: ToolRegistry;
@@ -85,15 +84,26 @@ export class Kernel {
     return { tool: toolToProto(tool), alreadyRegistered };
   }
 
-  async getTool(req: GetToolRequest): Promise<GetToolResponse> {
+  /** A runtime reads only tools it owns or is granted; operators read any (issue 32). */
+  async getTool(req: GetToolRequest, caller: Caller): Promise<GetToolResponse> {
     checkToolId(req.toolId, "tool_id");
-    return { tool: toolToProto(await this.d.registry.require(req.toolId)) };
+    const tool = await this.d.registry.require(req.toolId);
+    await this.d.access.requireTool(caller, tool, "read", { operatorsToo: true });
+    return { tool: toolToProto(tool) };
   }
 
-  async listTools(req: ListToolsRequest): Promise<ListToolsResponse> {
+  /** Ordered by tool id; a runtime sees only the tools it owns or is granted, operators all. */
+  async listTools(req: ListToolsRequest, caller: Caller): Promise<ListToolsResponse> {
     const limit = pageSize(req.pageSize);
     const cursor = decodePageToken(req.pageToken, { after: "id" });
-    const tools = await this.d.registry.list(cursor ? cursor.after : "", limit + 1);
+    const visible = await this.d.access.visibleTools(caller);
+    const after = cursor ? cursor.after : "";
+    const tools = visible
+      ? await this.d.registry.listOf(
+          visible.filter((id) => id > after),
+          limit + 1,
+        )
+      : await this.d.registry.list(after, limit + 1);
     const page = tools.slice(0, limit);
     const last = page[page.length - 1];
     return {
@@ -106,10 +116,10 @@ export class Kernel {
     this.d.access.requireRuntime(caller, "BeginCall");
     checkToolId(req.toolId, "tool_id");
     if (req.callId !== "" && !CALL_ID.test(req.callId)) {
-      throw invalidArgument("INVALID_CALL_ID", `call_id must be 1-128 characters of [A-Za-z0-9._:-], got ${JSON.stringify(req.callId)}`, { field: "call_id" });
+      throw refuse(Reasons.INVALID_CALL_ID, `call_id must be 1-128 characters of [A-Za-z0-9._:-], got ${JSON.stringify(req.callId)}`, { field: "call_id" });
     }
     if ([...req.runId].length > MAX_RUN_ID) {
-      throw invalidArgument("INVALID_RUN_ID", `run_id must be at most ${MAX_RUN_ID} characters`, { field: "run_id" });
+      throw refuse(Reasons.INVALID_RUN_ID, `run_id must be at most ${MAX_RUN_ID} characters`, { field: "run_id" });
     }
     const tool = await this.d.registry.require(req.toolId);
     await this.d.access.requireTool(caller, tool, "begin calls of", { operatorsToo: false, ...(req.callId ? { callId: req.callId } : {}) });
@@ -155,7 +165,7 @@ export class Kernel {
   async completeCall(req: CompleteCallRequest, caller: Caller): Promise<CompleteCallResponse> {
     const outcome = outcomeName(req.outcome);
     if (req.outcomeDetail.length > MAX_OUTCOME_DETAIL) {
-      throw invalidArgument("OUTCOME_DETAIL_TOO_LONG", `outcome_detail must be at most ${MAX_OUTCOME_DETAIL} characters`, { field: "outcome_detail" });
+      throw refuse(Reasons.OUTCOME_DETAIL_TOO_LONG, `outcome_detail must be at most ${MAX_OUTCOME_DETAIL} characters`, { field: "outcome_detail" });
     }
     requireCallId(req.callId);
     const { call, alreadyCompleted } = await this.d.journal.complete(req.callId, outcome, req.outcomeDetail, async (c) => {
@@ -210,12 +220,9 @@ export class Kernel {
       return { call: callToProto(call), action: ResumeAction.RESUME_ACTION_ALREADY_COMPLETED, capability: "", capabilityExpiresAt: undefined };
     }
     if (call.state === "indeterminate") {
-      throw new KeycapError(
-        status.FAILED_PRECONDITION,
-        "CALL_INDETERMINATE",
-        `call ${call._id} is indeterminate: whether it took effect is unknown; an operator must complete it`,
-        { call_id: call._id },
-      );
+      throw refuse(Reasons.CALL_INDETERMINATE, `call ${call._id} is indeterminate: whether it took effect is unknown; an operator must complete it`, {
+        call_id: call._id,
+      });
     }
     const tool = await this.d.registry.require(call.tool_id);
     switch (tool.definition.effect.kind) {
@@ -223,7 +230,7 @@ export class Kernel {
         const message = `call ${call._id} of Unsafe tool ${call.tool_id} is never retried automatically; it is now indeterminate and needs an operator`;
         await this.d.journal.markIndeterminate(call._id, "UNSAFE_NOT_RESUMABLE", message);
         this.d.logger.warn({ call_id: call._id, tool_id: call.tool_id }, "unsafe call marked indeterminate at recovery");
-        throw new KeycapError(status.FAILED_PRECONDITION, "UNSAFE_NOT_RESUMABLE", message, { call_id: call._id, tool_id: call.tool_id });
+        throw refuse(Reasons.UNSAFE_NOT_RESUMABLE, message, { call_id: call._id, tool_id: call.tool_id });
       }
       case "idempotent": {
         if (req.lookupOnly) return leftPending(call);
@@ -279,7 +286,7 @@ export class Kernel {
       "; the call is not retried under another key";
     await this.d.journal.recordResumeRefusal(call._id, "KEY_REDERIVATION_MISMATCH", message);
     this.d.logger.error({ call_id: call._id, tool_id: call.tool_id }, "key re-derivation mismatch at recovery");
-    throw new KeycapError(status.FAILED_PRECONDITION, "KEY_REDERIVATION_MISMATCH", message, { call_id: call._id, tool_id: call.tool_id });
+    throw refuse(Reasons.KEY_REDERIVATION_MISMATCH, message, { call_id: call._id, tool_id: call.tool_id });
   }
 
   private async retry(call: CallRecord, tool: CompiledTool, identity: { key?: string; requestId?: string }): Promise<ResumeCallResponse> {
@@ -299,13 +306,13 @@ export class Kernel {
 }
 
 function requireCallId(callId: string): void {
-  if (!CALL_ID.test(callId)) throw invalidArgument("INVALID_CALL_ID", "call_id is required (1-128 of [A-Za-z0-9._:-])", { field: "call_id" });
+  if (!CALL_ID.test(callId)) throw refuse(Reasons.INVALID_CALL_ID, "call_id is required (1-128 of [A-Za-z0-9._:-])", { field: "call_id" });
 }
 
 function outcomeName(outcome: CallOutcome): CallOutcomeName {
   if (outcome === CallOutcome.CALL_OUTCOME_SUCCEEDED) return "succeeded";
   if (outcome === CallOutcome.CALL_OUTCOME_FAILED) return "failed";
-  throw invalidArgument("OUTCOME_REQUIRED", "outcome is required: CALL_OUTCOME_SUCCEEDED or CALL_OUTCOME_FAILED", { field: "outcome" });
+  throw refuse(Reasons.OUTCOME_REQUIRED, "outcome is required: CALL_OUTCOME_SUCCEEDED or CALL_OUTCOME_FAILED", { field: "outcome" });
 }
 
 /** A journal record as the wire Call. */
@@ -342,8 +349,8 @@ export function kernelServiceImpl(kernel: Kernel, edge: KernelEdge): KernelServi
   const handle = <Req, Res>(method: string, fn: (r: Req, c: Caller) => Promise<Res>) => kernelHandler(edge, method, fn);
   return {
     registerTool: handle("RegisterTool", (r: RegisterToolRequest, c) => kernel.registerTool(r, c)),
-    getTool: handle("GetTool", (r: GetToolRequest) => kernel.getTool(r)),
-    listTools: handle("ListTools", (r: ListToolsRequest) => kernel.listTools(r)),
+    getTool: handle("GetTool", (r: GetToolRequest, c) => kernel.getTool(r, c)),
+    listTools: handle("ListTools", (r: ListToolsRequest, c) => kernel.listTools(r, c)),
     beginCall: handle("BeginCall", (r: BeginCallRequest, c) => kernel.beginCall(r, c)),
     completeCall: handle("CompleteCall", (r: CompleteCallRequest, c) => kernel.completeCall(r, c)),
     beginCalls: kernelBatchHandler<BeginCallsRequest, BeginCallsResponse, BeginCallRequest, BeginCallResponse>(

@@ -1,7 +1,7 @@
-import { credentials, Metadata, status, type ChannelCredentials, type ServiceError } from "@grpc/grpc-js";
+import { credentials, Metadata, type ChannelCredentials, type ServiceError } from "@grpc/grpc-js";
 import { LedgerServiceClient } from "../../../gen/ts/keycap/ledger/v1/ledger";
 import { formatHostPort, type HostPort } from "../../common/src/config";
-import { KeycapError } from "../../common/src/errors";
+import { Reasons, refuse } from "../../common/src/refuse";
 
 /** Asks the ledger whether a Queryable request took effect. */
 export interface LedgerLookup {
@@ -37,9 +37,8 @@ export class GrpcLedgerLookup implements LedgerLookup {
       client.lookupRequest({ requestId }, md, { deadline: Date.now() + this.timeoutMs }, (err: ServiceError | null, res) => {
         if (err) {
           reject(
-            new KeycapError(
-              status.UNAVAILABLE,
-              "LEDGER_UNAVAILABLE",
+            refuse(
+              Reasons.LEDGER_UNAVAILABLE,
               `cannot ask the ledger at ${address} whether request ${requestId} took effect (${err.details || err.message}); retry later`,
               { ledger: address },
             ),

@@ -11,8 +11,8 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import type { Collection, Db } from "mongodb";
-import { Code, invalidArgument, KeycapError } from "../../common/src/errors";
 import { isDuplicateKey } from "../../common/src/mongo";
+import { Reasons, refuse } from "../../common/src/refuse";
 
 export type PrincipalRole = "runtime" | "operator";
 
@@ -36,7 +36,7 @@ const MAX_CACHED = 10_000;
 
 /** Refuses a name that cannot be a principal's. */
 export function checkPrincipalName(name: string, field = "name"): void {
-  if (!NAME.test(name)) throw invalidArgument("INVALID_PRINCIPAL_NAME", `${field} must be 1-64 characters of [A-Za-z0-9._-]`, { field });
+  if (!NAME.test(name)) throw refuse(Reasons.INVALID_PRINCIPAL_NAME, `${field} must be 1-64 characters of [A-Za-z0-9._-]`, { field });
 }
 
 /** The stored digest of a bearer secret. */
@@ -76,15 +76,14 @@ export class PrincipalStore {
   /** Creates a principal with a fresh secret. @throws ALREADY_EXISTS PRINCIPAL_EXISTS. */
   async create(name: string, role: PrincipalRole, createdBy: string): Promise<{ doc: PrincipalDoc; secret: string }> {
     checkPrincipalName(name);
-    if (name === ADMIN_PRINCIPAL)
-      throw invalidArgument("PRINCIPAL_NAME_RESERVED", `"${ADMIN_PRINCIPAL}" is the admin credential's principal`, { field: "name" });
+    if (name === ADMIN_PRINCIPAL) throw refuse(Reasons.PRINCIPAL_NAME_RESERVED, `"${ADMIN_PRINCIPAL}" is the admin credential's principal`, { field: "name" });
     const secret = newSecret(role);
     const doc: PrincipalDoc = { _id: name, role, secret_sha256: secretDigest(secret), created_at: new Date(this.now()), created_by: createdBy };
     try {
       await this.coll.insertOne(doc, { writeConcern: { w: "majority" } });
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;
-      throw new KeycapError(Code.ALREADY_EXISTS, "PRINCIPAL_EXISTS", `principal ${name} already exists (revoked names are not reused)`, { principal: name });
+      throw refuse(Reasons.PRINCIPAL_EXISTS, `principal ${name} already exists (revoked names are not reused)`, { principal: name });
     }
     this.byNameCache.delete(name);
     return { doc, secret };
@@ -140,7 +139,7 @@ export class PrincipalStore {
   async revoke(name: string, by: string): Promise<{ doc: PrincipalDoc; alreadyRevoked: boolean }> {
     checkPrincipalName(name);
     const before = await this.coll.findOne({ _id: name });
-    if (!before) throw new KeycapError(Code.NOT_FOUND, "PRINCIPAL_NOT_FOUND", `no principal named ${name}`, { principal: name });
+    if (!before) throw refuse(Reasons.PRINCIPAL_NOT_FOUND, `no principal named ${name}`, { principal: name });
     if (before.revoked_at) return { doc: before, alreadyRevoked: true };
     const at = new Date(this.now());
     await this.coll.updateOne({ _id: name }, { $set: { revoked_at: at, revoked_by: by } }, { writeConcern: { w: "majority" } });

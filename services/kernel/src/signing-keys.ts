@@ -15,7 +15,7 @@
 import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from "node:crypto";
 import { calculateJwkThumbprint, type JWK } from "jose";
 import { open } from "node:fs/promises";
-import { CAPABILITY_ALG } from "../../common/src/capability";
+import { CAPABILITY_ALG } from "../../capability/src";
 import { errnoCode, SecretFileWriteError, writeSecretFile } from "../../common/src/secret-file";
 
 /** The only file format version this code reads and writes. */

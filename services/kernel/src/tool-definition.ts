@@ -3,12 +3,13 @@ import { createHash } from "node:crypto";
 import { ContextField, type EffectClass } from "../../../gen/ts/keycap/effect/v1/effect";
 import type { Tool } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { invalidArgument } from "../../common/src/errors";
-import type { EffectName } from "../../common/src/capability";
+import type { EffectName } from "../../capability/src";
 import type { HttpDestination } from "../../../gen/ts/keycap/effect/v1/destination";
-import { normalizeDestination, type HttpDestinationSpec } from "../../gateway/src/domain/http-destination";
+import { normalizeDestination, type HttpDestinationSpec } from "../../common/src/domain/http-destination";
 import { compileArgumentSchema, type ArgumentSchema } from "./domain/argument-schema";
 import { parseJsonPointer } from "./domain/json-pointer";
 import { derivationVersion, validateDerivation, type ContextField as DomainContextField, type KeyDerivationSpec } from "./domain/key-derivation";
+import { Reasons, refuse } from "../../common/src/refuse";
 
 /** A tool's effect class in domain terms (no protobuf types). */
 export type ToolEffect = { kind: "idempotent"; key: KeyDerivationSpec } | { kind: "queryable"; requestIdField: string } | { kind: "unsafe" };
@@ -39,7 +40,7 @@ const TOOL_ID = /^[A-Za-z0-9._:/-]{1,128}$/;
 /** Checks a tool id's shape (also used by BeginCall and the CLI). */
 export function checkToolId(toolId: string, field = "tool.toolId"): void {
   if (!TOOL_ID.test(toolId)) {
-    throw invalidArgument("INVALID_TOOL_ID", `${field} must be 1-128 characters of [A-Za-z0-9._:/-], got ${JSON.stringify(toolId)}`, { field });
+    throw refuse(Reasons.INVALID_TOOL_ID, `${field} must be 1-128 characters of [A-Za-z0-9._:/-], got ${JSON.stringify(toolId)}`, { field });
   }
 }
 
@@ -50,7 +51,7 @@ export function checkToolId(toolId: string, field = "tool.toolId"): void {
  * marks volatile, a Queryable tool without a request-id field.
  */
 export function definitionFromProto(tool: Tool | undefined): CompiledTool {
-  if (!tool) throw invalidArgument("TOOL_REQUIRED", "tool is required", { field: "tool" });
+  if (!tool) throw refuse(Reasons.TOOL_REQUIRED, "tool is required", { field: "tool" });
   checkToolId(tool.toolId);
   let schema: ArgumentSchema | undefined;
   let argumentsSchemaJson: string | undefined;
@@ -82,8 +83,8 @@ export function compileStored(definition: ToolDefinition, registeredAt: Date): C
 function destinationFromProto(destination: HttpDestination | undefined, effect: ToolEffect): HttpDestinationSpec | undefined {
   if (!destination) return undefined;
   if (effect.kind !== "idempotent") {
-    throw invalidArgument(
-      "HTTP_DESTINATION_NEEDS_IDEMPOTENT",
+    throw refuse(
+      Reasons.HTTP_DESTINATION_NEEDS_IDEMPOTENT,
       `tool.http_destination: only an Idempotent tool can have an HTTP destination (this one is ${effect.kind}): the gateway deduplicates by the kernel-derived key`,
       { field: "tool.http_destination" },
     );
@@ -94,7 +95,7 @@ function destinationFromProto(destination: HttpDestination | undefined, effect: 
 function effectFromProto(effectClass: EffectClass | undefined, schema: ArgumentSchema | undefined): ToolEffect {
   const kind = effectClass?.kind;
   if (!kind) {
-    throw invalidArgument("EFFECT_CLASS_REQUIRED", "tool.effect_class is required: set exactly one of idempotent, queryable or unsafe", {
+    throw refuse(Reasons.EFFECT_CLASS_REQUIRED, "tool.effect_class is required: set exactly one of idempotent, queryable or unsafe", {
       field: "tool.effect_class",
     });
   }
@@ -102,8 +103,8 @@ function effectFromProto(effectClass: EffectClass | undefined, schema: ArgumentS
     case "idempotent": {
       const key = kind.value.key;
       if (!key) {
-        throw invalidArgument(
-          "KEY_DERIVATION_REQUIRED",
+        throw refuse(
+          Reasons.KEY_DERIVATION_REQUIRED,
           "tool.effect_class.idempotent.key is required: an Idempotent tool must name the argument fields its key is derived from",
           { field: "tool.effect_class.idempotent.key" },
         );
@@ -111,7 +112,7 @@ function effectFromProto(effectClass: EffectClass | undefined, schema: ArgumentS
       const contextFields: DomainContextField[] = [];
       for (const c of key.contextFields) {
         if (c !== ContextField.CONTEXT_FIELD_RUN_ID) {
-          throw invalidArgument("KEY_DERIVATION_BAD_CONTEXT_FIELD", `tool.effect_class.idempotent.key.context_fields: unknown context field ${c}`, {
+          throw refuse(Reasons.KEY_DERIVATION_BAD_CONTEXT_FIELD, `tool.effect_class.idempotent.key.context_fields: unknown context field ${c}`, {
             field: "tool.effect_class.idempotent.key.context_fields",
           });
         }
@@ -129,8 +130,8 @@ function effectFromProto(effectClass: EffectClass | undefined, schema: ArgumentS
     case "queryable": {
       const field = kind.value.lookup?.requestIdField ?? "";
       if (field === "") {
-        throw invalidArgument(
-          "REQUEST_ID_FIELD_REQUIRED",
+        throw refuse(
+          Reasons.REQUEST_ID_FIELD_REQUIRED,
           "tool.effect_class.queryable.lookup.request_id_field is required: a Queryable tool must say where its request id is",
           { field: "tool.effect_class.queryable.lookup.request_id_field" },
         );
@@ -140,7 +141,7 @@ function effectFromProto(effectClass: EffectClass | undefined, schema: ArgumentS
         if (schema) {
           const d = schema.describeField(tokens);
           if (!d.defined) {
-            throw invalidArgument("REQUEST_ID_FIELD_NOT_IN_SCHEMA", `request id field ${field} is not defined by the argument schema`, { field });
+            throw refuse(Reasons.REQUEST_ID_FIELD_NOT_IN_SCHEMA, `request id field ${field} is not defined by the argument schema`, { field });
           }
         }
       } catch (err) {

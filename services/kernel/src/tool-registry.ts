@@ -1,7 +1,7 @@
 import type { Collection, Db } from "mongodb";
 import { isDuplicateKey } from "../../common/src/mongo";
-import { Code, KeycapError } from "../../common/src/errors";
 import { compileStored, type CompiledTool, type ToolDefinition } from "./tool-definition";
+import { Reasons, refuse } from "../../common/src/refuse";
 
 interface ToolDoc {
   _id: string;
@@ -61,13 +61,12 @@ export class ToolRegistry {
       if (!isDuplicateKey(err)) throw err;
     }
     let existing = await this.get(tool.definition.toolId);
-    if (!existing) throw new KeycapError(Code.ABORTED, "CONCURRENT_REGISTRATION", "the tool changed during registration; retry");
+    if (!existing) throw refuse(Reasons.CONCURRENT_REGISTRATION, "the tool changed during registration; retry");
     if (existing.owner === undefined) existing = await this.adopt(existing, owner);
     await mayUse(existing);
     if (existing.fingerprint !== tool.fingerprint) {
-      throw new KeycapError(
-        Code.ALREADY_EXISTS,
-        "TOOL_DEFINITION_CONFLICT",
+      throw refuse(
+        Reasons.TOOL_DEFINITION_CONFLICT,
         `tool ${tool.definition.toolId} is already registered with a different definition; ` +
           "register the new definition under a new tool id (changing it in place would re-key pending calls)",
         { tool_id: tool.definition.toolId },
@@ -96,7 +95,7 @@ export class ToolRegistry {
     await this.tools.updateOne({ _id: tool.definition.toolId, owner: { $exists: false } }, { $set: { owner } }, { writeConcern: { w: "majority" } });
     this.cache.delete(tool.definition.toolId);
     const after = await this.get(tool.definition.toolId);
-    if (!after) throw new KeycapError(Code.ABORTED, "CONCURRENT_REGISTRATION", "the tool changed during registration; retry");
+    if (!after) throw refuse(Reasons.CONCURRENT_REGISTRATION, "the tool changed during registration; retry");
     return after;
   }
 
@@ -104,9 +103,16 @@ export class ToolRegistry {
   async require(toolId: string): Promise<CompiledTool> {
     const tool = await this.get(toolId);
     if (!tool) {
-      throw new KeycapError(Code.NOT_FOUND, "TOOL_NOT_FOUND", `tool ${JSON.stringify(toolId)} is not registered`, { tool_id: toolId });
+      throw refuse(Reasons.TOOL_NOT_FOUND, `tool ${JSON.stringify(toolId)} is not registered`, { tool_id: toolId });
     }
     return tool;
+  }
+
+  /** The first `limit` of the given tools, ordered by id (a runtime's own and granted ones). */
+  async listOf(toolIds: readonly string[], limit: number): Promise<CompiledTool[]> {
+    const ids = [...toolIds].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)).slice(0, limit);
+    const tools = await Promise.all(ids.map((id) => this.get(id)));
+    return tools.filter((t): t is CompiledTool => t !== undefined);
   }
 
   /** A page of tools ordered by id, after `afterId`. */

@@ -14,7 +14,7 @@ import type {
   ListRejectionsResponse,
   Rejection,
 } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
-import { invalidArgument, KeycapError } from "../../common/src/errors";
+import { KeycapError } from "../../common/src/errors";
 import { unaryHandler } from "../../common/src/grpc-status";
 import type { Logger } from "../../common/src/logger";
 import { decodePageToken, encodePageToken, pageSize } from "../../common/src/paging";
@@ -24,21 +24,36 @@ import type { EntryStore } from "./entry-store";
 import { effectKindOf } from "../../common/src/effect-kind";
 import { entryToProto } from "./ledger-service";
 import type { RejectionAudit, RejectionDoc } from "../../common/src/rejection-audit";
+import type { StatsTotals } from "../../common/src/stats-counters";
+import { Reasons, refuse } from "../../common/src/refuse";
+
+/** What the admin API reads beyond the stores. */
+export interface LedgerAdminOptions {
+  /** Database-side time limit of every read (KEYCAP_OPERATOR_QUERY_TIMEOUT_MS). */
+  queryTimeMs: number;
+  /** Every writer's counters summed (stats-counters.ts). */
+  readTotals: (maxTimeMS: number) => Promise<StatsTotals>;
+}
 
 /** The admin API's behaviour, independent of transport and of authentication. */
 export class LedgerAdmin {
   constructor(
     private readonly entries: EntryStore,
     private readonly audit: RejectionAudit,
+    private readonly opts: LedgerAdminOptions,
   ) {}
 
   async listEntries(req: ListEntriesRequest): Promise<ListEntriesResponse> {
     const limit = pageSize(req.pageSize);
     const cursor = decodePageToken(req.pageToken, { t: "time", id: "id" });
-    const docs = await this.entries.list(req.toolId, cursor ? { recordedAt: new Date(cursor.t), id: cursor.id } : undefined, limit + 1);
+    const ms = this.opts.queryTimeMs;
+    const docs = await this.entries.list(req.toolId, cursor ? { recordedAt: new Date(cursor.t), id: cursor.id } : undefined, limit + 1, ms);
     const page = docs.slice(0, limit);
     const last = page[page.length - 1];
-    const counts = await this.entries.countsFor(page.map((d) => d._id));
+    const counts = await this.entries.countsFor(
+      page.map((d) => d._id),
+      ms,
+    );
     return {
       entries: page.map((d) => entryToProto(d, counts.get(d._id))),
       nextPageToken: docs.length > limit && last ? encodePageToken({ t: last.recorded_at.getTime(), id: last._id }) : "",
@@ -47,26 +62,29 @@ export class LedgerAdmin {
 
   async getEntry(req: GetEntryRequest): Promise<GetEntryResponse> {
     const sel = req.selector;
-    if (!sel || sel.value === "") throw invalidArgument("SELECTOR_REQUIRED", "one of entry_id or key is required", { field: "selector" });
-    const doc = sel.$case === "entryId" ? await this.entries.findByEntryId(sel.value) : await this.entries.findByEffectId(idempotentEffectId(sel.value));
+    if (!sel || sel.value === "") throw refuse(Reasons.SELECTOR_REQUIRED, "one of entry_id or key is required", { field: "selector" });
+    const ms = this.opts.queryTimeMs;
+    const doc =
+      sel.$case === "entryId" ? await this.entries.findByEntryId(sel.value, ms) : await this.entries.findByEffectId(idempotentEffectId(sel.value), ms);
     if (!doc) {
       const field = sel.$case === "entryId" ? "entry_id" : "key";
-      throw new KeycapError(status.NOT_FOUND, "ENTRY_NOT_FOUND", `no entry with this ${field}`, { field });
+      throw refuse(Reasons.ENTRY_NOT_FOUND, `no entry with this ${field}`, { field });
     }
-    const counts = await this.entries.countsFor([doc._id]);
+    const counts = await this.entries.countsFor([doc._id], ms);
     return { entry: entryToProto(doc, counts.get(doc._id)) };
   }
 
   async listRejections(req: ListRejectionsRequest): Promise<ListRejectionsResponse> {
     const limit = pageSize(req.pageSize);
     if (req.since && req.until && req.since.getTime() >= req.until.getTime()) {
-      throw invalidArgument("INVALID_TIME_RANGE", "since must be before until", { field: "since" });
+      throw refuse(Reasons.INVALID_TIME_RANGE, "since must be before until", { field: "since" });
     }
     const cursor = decodePageToken(req.pageToken, { t: "time", id: "id" });
     const docs = await this.audit.list(
       { service: req.service, toolId: req.toolId, reason: req.reason, since: req.since, until: req.until },
       cursor ? { rejectedAt: new Date(cursor.t), id: cursor.id } : undefined,
       limit + 1,
+      this.opts.queryTimeMs,
     );
     const page = docs.slice(0, limit);
     const last = page[page.length - 1];
@@ -76,15 +94,22 @@ export class LedgerAdmin {
     };
   }
 
+  /**
+   * Totals from the counters every writer keeps (never a count over a collection). This
+   * replica's own pending counts are written first, so what it just did is included;
+   * other replicas' are at most a flush interval (1 s) old.
+   */
   async getStats(): Promise<GetStatsResponse> {
-    const [e, r] = await Promise.all([this.entries.totals(), this.audit.totals()]);
+    await Promise.all([this.entries.counters.flush(), this.audit.counters.flush()]);
+    const t = await this.opts.readTotals(this.opts.queryTimeMs);
     return {
-      entries: e.entries,
-      duplicates: e.duplicates,
-      payloadMismatches: e.payloadMismatches,
-      rejections: r.total,
-      rejectionsByReason: r.byReason,
-      rejectionsByTool: r.byTool,
+      entries: t.counts.entries,
+      duplicates: t.counts.duplicates,
+      payloadMismatches: t.counts.payload_mismatches,
+      rejections: t.counts.rejections,
+      rejectionsByReason: t.byReason,
+      rejectionsByTool: t.byTool,
+      countedSince: t.countedSince,
     };
   }
 }

@@ -13,7 +13,9 @@ import { Binary, type Collection, type Db, type Filter } from "mongodb";
 import { InsertBatcher } from "../../common/src/insert-batcher";
 import { isDuplicateKey } from "../../common/src/mongo";
 import { afterKeyset } from "../../common/src/paging";
-import type { EffectName } from "../../common/src/capability";
+import type { EffectName } from "../../capability/src";
+import type { Logger } from "../../common/src/logger";
+import { StatsCounters } from "../../common/src/stats-counters";
 
 /** One effect, as stored. */
 export interface EntryDoc {
@@ -80,13 +82,6 @@ export interface EntryCursor {
   id: string;
 }
 
-/** Totals for GetStats. */
-export interface EntryTotals {
-  entries: number;
-  duplicates: number;
-  payloadMismatches: number;
-}
-
 /** Entries small enough to keep in the known-entries cache (the payload is part of the answer). */
 const CACHEABLE_PAYLOAD_BYTES = 16 * 1024;
 /** Payload bytes the cache may hold (plus the bookkeeping per entry, counted too). */
@@ -110,6 +105,8 @@ export class EntryStore {
   private readonly claims: InsertBatcher<EntryDoc>;
   private readonly spends: InsertBatcher<CapabilityUseDoc>;
   private readonly duplicateRecords: InsertBatcher<DuplicateDoc>;
+  /** Entries, duplicates and mismatches counted as they are written (GetStats reads these, never the collections). */
+  readonly counters: StatsCounters;
 
   private constructor(
     private readonly entries: Collection<EntryDoc>,
@@ -117,7 +114,9 @@ export class EntryStore {
     private readonly duplicates: Collection<DuplicateDoc>,
     /** Queryable entries under the old `req:<tool>:<request>` ids exist (checked once at open). */
     readonly hasLegacyQueryable: boolean,
+    counters: StatsCounters,
   ) {
+    this.counters = counters;
     const batched = (collection: string) => ({
       writeConcern: { w: "majority" as const },
       unacknowledged: () => new Error(`${collection} insert was not acknowledged`),
@@ -128,7 +127,7 @@ export class EntryStore {
   }
 
   /** Opens the collections and creates their indexes; a failure stops the start. */
-  static async open(db: Db): Promise<EntryStore> {
+  static async open(db: Db, logger?: Logger): Promise<EntryStore> {
     const entries = db.collection<EntryDoc>("entries");
     const uses = db.collection<CapabilityUseDoc>("capability_uses");
     const duplicates = db.collection<DuplicateDoc>("entry_duplicates");
@@ -141,7 +140,8 @@ export class EntryStore {
     await duplicates.createIndex({ effect_id: 1 }, { name: "effect_id" });
     // New ids are `req:[`; a tool id never starts with "[", so this finds only old ones.
     const legacy = await entries.findOne({ effect: "queryable", _id: { $regex: /^req:[^[]/ } }, { projection: { _id: 1 } });
-    return new EntryStore(entries, uses, duplicates, legacy !== null);
+    const counters = StatsCounters.open(db, { kind: "entries", service: "ledger", logger: logger ?? silentLogger });
+    return new EntryStore(entries, uses, duplicates, legacy !== null, counters);
   }
 
   /**
@@ -151,6 +151,7 @@ export class EntryStore {
   async insert(doc: EntryDoc): Promise<boolean> {
     try {
       await this.claims.insert(doc);
+      this.counters.add("entries");
       this.remember(doc);
       return true;
     } catch (err) {
@@ -189,6 +190,8 @@ export class EntryStore {
       payload_mismatch: payloadMismatch,
       at: new Date(),
     });
+    this.counters.add("duplicates");
+    if (payloadMismatch) this.counters.add("payload_mismatches");
     if (payloadMismatch && !entry.payload_mismatch) {
       await this.entries.updateOne({ _id: effectId }, { $set: { payload_mismatch: true } });
       entry = { ...entry, payload_mismatch: true };
@@ -198,19 +201,21 @@ export class EntryStore {
   }
 
   /** Duplicate and mismatch counts of the given entries (for the admin API). */
-  async countsFor(effectIds: readonly string[]): Promise<Map<string, DuplicateCounts>> {
+  async countsFor(effectIds: readonly string[], maxTimeMS?: number): Promise<Map<string, DuplicateCounts>> {
     const out = new Map<string, DuplicateCounts>(effectIds.map((id) => [id, { duplicates: 0, payloadMismatches: 0 }]));
     if (effectIds.length === 0) return out;
     // One accumulator per pipeline: FerretDB v1.24 computes only the first accumulator of a $group correctly.
     const [dups, mismatches] = await Promise.all([
       this.duplicates
-        .aggregate<{ _id: string; n: number }>([{ $match: { effect_id: { $in: [...effectIds] } } }, { $group: { _id: "$effect_id", n: { $sum: 1 } } }])
+        .aggregate<{ _id: string; n: number }>([{ $match: { effect_id: { $in: [...effectIds] } } }, { $group: { _id: "$effect_id", n: { $sum: 1 } } }], {
+          maxTimeMS,
+        })
         .toArray(),
       this.duplicates
-        .aggregate<{ _id: string; n: number }>([
-          { $match: { effect_id: { $in: [...effectIds] }, payload_mismatch: true } },
-          { $group: { _id: "$effect_id", n: { $sum: 1 } } },
-        ])
+        .aggregate<{ _id: string; n: number }>(
+          [{ $match: { effect_id: { $in: [...effectIds] }, payload_mismatch: true } }, { $group: { _id: "$effect_id", n: { $sum: 1 } } }],
+          { maxTimeMS },
+        )
         .toArray(),
     ]);
     for (const d of dups) out.get(d._id)!.duplicates = d.n;
@@ -264,31 +269,28 @@ export class EntryStore {
     return res.deletedCount;
   }
 
-  async findByEffectId(effectId: string): Promise<EntryDoc | null> {
-    return this.entries.findOne({ _id: effectId });
+  /** @param maxTimeMS the database-side time limit of an operator read. */
+  async findByEffectId(effectId: string, maxTimeMS?: number): Promise<EntryDoc | null> {
+    return this.entries.findOne({ _id: effectId }, { maxTimeMS });
   }
 
-  async findByEntryId(entryId: string): Promise<EntryDoc | null> {
-    return this.entries.findOne({ entry_id: entryId });
+  async findByEntryId(entryId: string, maxTimeMS?: number): Promise<EntryDoc | null> {
+    return this.entries.findOne({ entry_id: entryId }, { maxTimeMS });
   }
 
   /** Newest first, `limit` documents after `cursor`. */
-  async list(toolId: string, cursor: EntryCursor | undefined, limit: number): Promise<EntryDoc[]> {
+  async list(toolId: string, cursor: EntryCursor | undefined, limit: number, maxTimeMS?: number): Promise<EntryDoc[]> {
     const filter: Filter<EntryDoc> = {};
     if (toolId !== "") filter.tool_id = toolId;
     if (cursor) {
       filter.$or = afterKeyset<EntryDoc>("recorded_at", cursor.recordedAt, cursor.id, "newest-first");
     }
-    return this.entries.find(filter).sort({ recorded_at: -1, _id: -1 }).limit(limit).toArray();
+    return this.entries.find(filter, { maxTimeMS }).sort({ recorded_at: -1, _id: -1 }).limit(limit).toArray();
   }
 
-  async totals(): Promise<EntryTotals> {
-    const [entries, duplicates, payloadMismatches] = await Promise.all([
-      this.entries.countDocuments({}),
-      this.duplicates.countDocuments({}),
-      this.duplicates.countDocuments({ payload_mismatch: true }),
-    ]);
-    return { entries, duplicates, payloadMismatches };
+  /** Writes the pending counts and stops counting (the ledger's stop). */
+  close(): Promise<void> {
+    return this.counters.close();
   }
 }
 
@@ -312,3 +314,5 @@ export function payloadBuffer(p: Buffer | Binary): Buffer {
   const bytes = p.buffer;
   return Buffer.from(bytes.buffer, bytes.byteOffset, p.position);
 }
+
+const silentLogger: Logger = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {}, child: () => silentLogger };

@@ -3,6 +3,7 @@
  * function) and the write rule, recording every refusal before it is returned.
  */
 import { faultPoint } from "../../common/src/fault-points";
+import { Reasons } from "../../common/src/refuse";
 import { createHash, randomUUID } from "node:crypto";
 import { status, type Metadata, type ServerUnaryCall } from "@grpc/grpc-js";
 import type {
@@ -17,8 +18,8 @@ import { KeycapError, type KeycapCode } from "../../common/src/errors";
 import { effectKindOf } from "../../common/src/effect-kind";
 import { unaryHandler } from "../../common/src/grpc-status";
 import type { Logger } from "../../common/src/logger";
-import { CapabilityRefusal } from "./capability-refusal";
-import type { CapabilityVerifier, VerifiedCapability } from "./capability-verifier";
+import { CapabilityRefusal } from "../../capability/src";
+import type { CapabilityVerifier, VerifiedCapability } from "../../capability/src";
 import { CAPABILITY_REUSED, decideLookup, decideWrite, legacyQueryableEffectId, type RuleRefusal } from "./domain/write-rule";
 import { payloadBuffer, type DuplicateCounts, type EntryDoc, type EntryStore } from "./entry-store";
 import type { RejectionAudit } from "../../common/src/rejection-audit";
@@ -134,7 +135,7 @@ export class Ledger {
     const started = this.d.metrics ? performance.now() : 0;
     try {
       if (ctx.authorization.length > 1) {
-        throw new CapabilityRefusal(status.UNAUTHENTICATED, "CAPABILITY_MALFORMED", "more than one authorization value", {}, {}, false);
+        throw new CapabilityRefusal(Reasons.CAPABILITY_MALFORMED, "more than one authorization value", {}, {}, false);
       }
       const cap = await this.d.verifier.verify(ctx.authorization[0]);
       this.d.metrics?.verification(true, (performance.now() - started) / 1000);

@@ -2,13 +2,14 @@ import { LedgerServiceService } from "../../../gen/ts/keycap/ledger/v1/ledger";
 import { LedgerAdminServiceService } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
 import { startListener, type RunningListener } from "../../common/src/grpc-server";
 import { connectMongo } from "../../common/src/mongo";
+import { readTotals } from "../../common/src/stats-counters";
 import { RejectionAudit } from "../../common/src/rejection-audit";
 import { runServices, type RunningService, type ServiceDeps } from "../../common/src/service-runner";
 import { loadAdminCredential } from "../../common/src/admin-credential";
 import { adminServiceImpl, LedgerAdmin } from "./admin-service";
-import { CapabilityVerifier } from "./capability-verifier";
+import { CapabilityVerifier } from "../../capability/src";
 import { EntryStore } from "./entry-store";
-import { openKernelKeys } from "./key-sources/kernel-keys";
+import { openKernelKeys } from "../../capability/src";
 import { Ledger, ledgerServiceImpl } from "./ledger-service";
 
 export const LEDGER_SERVICE_NAME = "keycap.ledger.v1.LedgerService";
@@ -35,17 +36,19 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
   const mongo = await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs, { onCommand: deps.metrics?.mongoObserver("ledger") });
   const listeners: RunningListener[] = [];
   let audit: RejectionAudit | undefined;
+  let entries: EntryStore | undefined;
   let pruneTimer: NodeJS.Timeout | undefined;
   const release = async (graceMs: number): Promise<void> => {
     await Promise.all(listeners.map((l) => l.shutdown(graceMs)));
     if (pruneTimer) clearInterval(pruneTimer);
     await audit?.close();
+    await entries?.close();
     keys.close();
     await mongo.close();
   };
 
   try {
-    const entries = await EntryStore.open(mongo.db);
+    const store = (entries = await EntryStore.open(mongo.db, logger));
     audit = await RejectionAudit.open(mongo.db, {
       service: "ledger",
       unauthenticatedPerMinute: config.unauthenticatedAuditPerMinute,
@@ -53,7 +56,7 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
       metrics: deps.metrics,
     });
     const prune = (): void => {
-      entries.pruneSpentCapabilities().then(
+      store.pruneSpentCapabilities().then(
         (n) => n > 0 && logger.debug({ removed: n }, "forgot expired spent capability ids"),
         (err: unknown) => logger.warn({ err }, "could not prune spent capability ids"),
       );
@@ -70,7 +73,7 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
     });
     const ledger = new Ledger({
       verifier,
-      entries,
+      entries: store,
       audit,
       maxPayloadBytes: config.maxPayloadBytes,
       clockToleranceSeconds: config.clockToleranceSeconds,
@@ -104,7 +107,11 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
           {
             name: LEDGER_ADMIN_SERVICE_NAME,
             definition: LedgerAdminServiceService,
-            implementation: adminServiceImpl(new LedgerAdmin(entries, audit), credential, logger),
+            implementation: adminServiceImpl(
+              new LedgerAdmin(store, audit, { queryTimeMs: config.operatorQueryTimeoutMs, readTotals: (ms) => readTotals(mongo.db, ms) }),
+              credential,
+              logger,
+            ),
           },
         ],
       }),

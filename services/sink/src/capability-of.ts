@@ -3,7 +3,7 @@
  * transport hands the handler (a grpc-js call, a node:http IncomingMessage). A WeakMap,
  * not a property, so nothing the client sent can pose as verified claims.
  */
-import type { VerifiedCapability } from "../../ledger/src/capability-verifier";
+import type { VerifiedCapability } from "../../capability/src";
 
 const admitted = new WeakMap<object, VerifiedCapability>();
 

@@ -4,10 +4,11 @@
  * a refusal the way the ledger does (code, message, google.rpc.Status with ErrorInfo).
  */
 import type { ServiceDefinition, UntypedServiceImplementation, ServerErrorResponse, Metadata } from "@grpc/grpc-js";
-import { Code, KeycapError } from "../../common/src/errors";
+import { KeycapError } from "../../common/src/errors";
 import { toServiceError } from "../../common/src/grpc-status";
 import { remember } from "./capability-of";
 import type { Sink } from "./sink";
+import { Reasons, refuse } from "../../common/src/refuse";
 
 interface GrpcCall {
   metadata: Metadata;
@@ -50,7 +51,7 @@ export function protectService<T extends UntypedServiceImplementation>(sink: Sin
           },
           (err: unknown) => {
             // Admission only rejects with KeycapErrors; anything else is a defect, said as one.
-            const refusal = err instanceof KeycapError ? err : new KeycapError(Code.INTERNAL, "INTERNAL", "the sink failed to admit the call");
+            const refusal = err instanceof KeycapError ? err : refuse(Reasons.INTERNAL, "the sink failed to admit the call");
             const status = toServiceError(refusal) as ServerErrorResponse;
             if ((unary || clientStream) && callback) callback(status);
             else call.emit("error", status);

@@ -8,6 +8,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { Code, KeycapError } from "../../common/src/errors";
 import { remember } from "./capability-of";
 import type { Sink } from "./sink";
+import { Reasons, refuse } from "../../common/src/refuse";
 
 /** Options of {@link protectHttp} and {@link sinkMiddleware}. */
 export interface HttpSinkOptions {
@@ -75,7 +76,7 @@ async function admitHttp(sink: Sink, req: IncomingMessage, res: ServerResponse, 
     remember(req, cap);
     return true;
   } catch (err) {
-    writeProblem(res, err instanceof KeycapError ? err : new KeycapError(Code.INTERNAL, "INTERNAL", "the sink failed to admit the request"));
+    writeProblem(res, err instanceof KeycapError ? err : refuse(Reasons.INTERNAL, "the sink failed to admit the request"));
     return false;
   }
 }
@@ -98,7 +99,7 @@ export function protectHttp(
       })
       .catch(() => {
         // The handler's own failure: answer it rather than leave the request hanging.
-        if (!res.headersSent) writeProblem(res, new KeycapError(Code.INTERNAL, "INTERNAL", "the handler failed"));
+        if (!res.headersSent) writeProblem(res, refuse(Reasons.INTERNAL, "the handler failed"));
         else res.destroy();
       });
   };

@@ -9,4 +9,4 @@ export { protectService } from "./grpc-sink";
 export { protectHttp, sinkMiddleware, writeProblem, httpStatusOf, type HttpSinkOptions } from "./http-sink";
 export { InMemorySpentStore, MongoSpentStore, type SpentStore, type SpentCapability, type MongoSpentStoreOptions } from "./spent-store";
 export { KernelKeySource, openSinkRefusalStore } from "./sink-setup";
-export { FileJwksSource } from "../../ledger/src/key-sources/file-jwks-source";
+export { FileJwksSource } from "../../capability/src";

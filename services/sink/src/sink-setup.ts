@@ -10,9 +10,9 @@ import { parseHostPort } from "../../common/src/config";
 import type { Logger } from "../../common/src/logger";
 import { RejectionAudit } from "../../common/src/rejection-audit";
 import { sinkService } from "../../common/src/sink-name";
-import { KernelJwksFetcher } from "../../ledger/src/key-sources/kernel-jwks-fetcher";
-import type { PublicKeySource } from "../../ledger/src/key-sources/public-key-source";
-import { RemoteJwksSource, type RemoteJwksSourceOptions } from "../../ledger/src/key-sources/remote-jwks-source";
+import { KernelJwksFetcher } from "../../capability/src";
+import type { PublicKeySource } from "../../capability/src";
+import { RemoteJwksSource, type RemoteJwksSourceOptions } from "../../capability/src";
 
 /** The kernel's public keys over gRPC, as the ledger gets them. */
 export class KernelKeySource implements PublicKeySource {

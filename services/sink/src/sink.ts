@@ -6,16 +6,17 @@
  * for unsafe and queryable capabilities. Every refusal goes to the hook and, when
  * configured, to keycap's refusal store under `sink:<name>`.
  */
-import { CLOCK_TOLERANCE_SECONDS } from "../../common/src/capability";
+import { CLOCK_TOLERANCE_SECONDS } from "../../capability/src";
 import { Code, KeycapError } from "../../common/src/errors";
 import type { RejectionInput } from "../../common/src/rejection-audit";
 import { sinkService } from "../../common/src/sink-name";
-import { CapabilityRefusal } from "../../ledger/src/capability-refusal";
-import { CapabilityVerifier, type CapabilityVerifierOptions, type VerifiedCapability } from "../../ledger/src/capability-verifier";
-import type { PublicKeySource } from "../../ledger/src/key-sources/public-key-source";
+import { CapabilityRefusal } from "../../capability/src";
+import { CapabilityVerifier, type CapabilityVerifierOptions, type VerifiedCapability } from "../../capability/src";
+import type { PublicKeySource } from "../../capability/src";
 import type { SpentStore } from "./spent-store";
+import { Reasons, refuse } from "../../common/src/refuse";
 
-export type { VerifiedCapability } from "../../ledger/src/capability-verifier";
+export type { VerifiedCapability } from "../../capability/src";
 
 /** Where refusals are recorded: keycap's RejectionAudit, opened by {@link openSinkRefusalStore}. */
 export interface RefusalRecorder {
@@ -126,19 +127,15 @@ export class Sink {
 
   private async checkVerified(cap: VerifiedCapability, context: AdmissionContext): Promise<KeycapError | undefined> {
     if (!this.serves(cap.tool_id)) {
-      return new KeycapError(Code.PERMISSION_DENIED, "TOOL_NOT_ACCEPTED", `sink ${this.name} does not serve tool ${JSON.stringify(cap.tool_id.slice(0, 128))}`);
+      return refuse(Reasons.TOOL_NOT_ACCEPTED, `sink ${this.name} does not serve tool ${JSON.stringify(cap.tool_id.slice(0, 128))}`);
     }
     if (context.idempotencyKey !== undefined && context.idempotencyKey !== cap.key) {
-      return new KeycapError(Code.PERMISSION_DENIED, "KEY_MISMATCH", "the request's idempotency key is not the capability's key");
+      return refuse(Reasons.KEY_MISMATCH, "the request's idempotency key is not the capability's key");
     }
     if (cap.effect === "idempotent") return undefined;
     if (!this.opts.spentStore) {
       // Running an unsafe effect without single use would be the double charge keycap exists to stop.
-      return new KeycapError(
-        Code.PERMISSION_DENIED,
-        "EFFECT_CLASS_MISMATCH",
-        `sink ${this.name} has no spent store, so it accepts idempotent capabilities only`,
-      );
+      return refuse(Reasons.EFFECT_CLASS_MISMATCH, `sink ${this.name} has no spent store, so it accepts idempotent capabilities only`);
     }
     try {
       const first = await this.opts.spentStore.spend({
@@ -149,10 +146,10 @@ export class Sink {
         effect: cap.effect,
         expiresAt: new Date(cap.exp * 1000 + this.toleranceMs),
       });
-      if (!first) return new KeycapError(Code.PERMISSION_DENIED, "CAPABILITY_REUSED", `this ${cap.effect} capability was already used at sink ${this.name}`);
+      if (!first) return refuse(Reasons.CAPABILITY_REUSED, `this ${cap.effect} capability was already used at sink ${this.name}`);
     } catch (err) {
       if (err instanceof KeycapError) return err;
-      const e = new KeycapError(Code.UNAVAILABLE, "DATABASE_UNAVAILABLE", "the spent-capability store failed; retry");
+      const e = refuse(Reasons.DATABASE_UNAVAILABLE, "the spent-capability store failed; retry");
       (e as { cause?: unknown }).cause = err;
       return e;
     }

@@ -4,8 +4,9 @@
  * presentations racing each other cannot both run the effect.
  */
 import type { Collection, Db } from "mongodb";
-import { KeycapError, Code } from "../../common/src/errors";
+import { KeycapError } from "../../common/src/errors";
 import { isDatabaseUnavailable, isDuplicateKey } from "../../common/src/mongo";
+import { Reasons, refuse } from "../../common/src/refuse";
 
 /** One capability being spent. */
 export interface SpentCapability {
@@ -131,5 +132,5 @@ export class MongoSpentStore implements SpentStore {
 }
 
 function unavailable(message: string): KeycapError {
-  return new KeycapError(Code.UNAVAILABLE, "DATABASE_UNAVAILABLE", message);
+  return refuse(Reasons.DATABASE_UNAVAILABLE, message);
 }

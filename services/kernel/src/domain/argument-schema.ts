@@ -8,9 +8,10 @@
  */
 import Ajv2020, { type ErrorObject, type ValidateFunction } from "ajv/dist/2020";
 import addFormats from "ajv-formats";
-import { invalidArgument, KeycapError } from "../../../common/src/errors";
+import { KeycapError } from "../../../common/src/errors";
 import { formatJsonPointer, parseJsonPointer, resolveJsonPointer } from "./json-pointer";
 import { parseStrictJson, type JsonObject, type JsonValue } from "./strict-json";
+import { Reasons, refuse } from "../../../common/src/refuse";
 
 /** The annotation keyword with which a schema marks a field volatile. */
 export const VOLATILE_KEYWORD = "x-keycap-volatile";
@@ -77,7 +78,7 @@ export function compileArgumentSchema(schemaJson: string): ArgumentSchema {
     document = parseStrictJson(schemaJson, SCHEMA_JSON_LIMITS, "argument schema contents").value;
   } catch (err) {
     if (err instanceof KeycapError) {
-      throw invalidArgument("INVALID_ARGUMENT_SCHEMA", err.message, {
+      throw refuse(Reasons.INVALID_ARGUMENT_SCHEMA, err.message, {
         field: "argument_schema",
         cause: err.reason,
       });
@@ -85,7 +86,7 @@ export function compileArgumentSchema(schemaJson: string): ArgumentSchema {
     throw err;
   }
   if (document === null || typeof document !== "object" || Array.isArray(document)) {
-    throw invalidArgument("INVALID_ARGUMENT_SCHEMA", "argument schema must be a JSON object (a JSON Schema 2020-12 document)", { field: "argument_schema" });
+    throw refuse(Reasons.INVALID_ARGUMENT_SCHEMA, "argument schema must be a JSON object (a JSON Schema 2020-12 document)", { field: "argument_schema" });
   }
   // One Ajv instance per schema: instances cache schemas by $id, and two tools
   // may well register schemas with the same $id.
@@ -103,7 +104,7 @@ export function compileArgumentSchema(schemaJson: string): ArgumentSchema {
     validateFn = ajv.compile(document);
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
-    throw invalidArgument("INVALID_ARGUMENT_SCHEMA", `argument schema is not a valid JSON Schema 2020-12 document: ${message}`, {
+    throw refuse(Reasons.INVALID_ARGUMENT_SCHEMA, `argument schema is not a valid JSON Schema 2020-12 document: ${message}`, {
       field: "argument_schema",
     });
   }
@@ -116,7 +117,7 @@ export function compileArgumentSchema(schemaJson: string): ArgumentSchema {
       const first = errors[0];
       const listed = errors.slice(0, ERRORS_SHOWN).map(describeAjvError).join("; ");
       const more = errors.length > ERRORS_SHOWN ? ` (and ${errors.length - ERRORS_SHOWN} more)` : "";
-      throw invalidArgument("ARGUMENTS_SCHEMA_VIOLATION", `arguments do not match the tool's schema: ${listed}${more}`, {
+      throw refuse(Reasons.ARGUMENTS_SCHEMA_VIOLATION, `arguments do not match the tool's schema: ${listed}${more}`, {
         field: first ? errorField(first) : "",
       });
     },

@@ -6,8 +6,8 @@
  * every volatile member (a timestamp, a trace id) and so would not identify
  * the effect; a derivation must name the members that do.
  */
-import { invalidArgument } from "../../../common/src/errors";
 import type { JsonValue } from "./strict-json";
+import { Reasons, refuse } from "../../../common/src/refuse";
 
 // After "~", RFC 6901 allows only "0" (for "~") and "1" (for "/").
 const BAD_TILDE = /~(?![01])/;
@@ -26,18 +26,18 @@ const ARRAY_INDEX = /^(?:0|[1-9][0-9]*)$/;
  */
 export function parseJsonPointer(pointer: string): string[] {
   if (pointer === "") {
-    throw invalidArgument("INVALID_JSON_POINTER", 'JSON pointer "" names the whole arguments document; a key field must name a member (e.g. "/order_id")', {
+    throw refuse(Reasons.INVALID_JSON_POINTER, 'JSON pointer "" names the whole arguments document; a key field must name a member (e.g. "/order_id")', {
       pointer,
     });
   }
   if (!pointer.startsWith("/")) {
-    throw invalidArgument("INVALID_JSON_POINTER", `JSON pointer ${JSON.stringify(pointer)} must start with "/" (RFC 6901)`, { pointer });
+    throw refuse(Reasons.INVALID_JSON_POINTER, `JSON pointer ${JSON.stringify(pointer)} must start with "/" (RFC 6901)`, { pointer });
   }
   if (BAD_TILDE.test(pointer)) {
-    throw invalidArgument("INVALID_JSON_POINTER", `JSON pointer ${JSON.stringify(pointer)} has a "~" not followed by "0" or "1" (RFC 6901 §3)`, { pointer });
+    throw refuse(Reasons.INVALID_JSON_POINTER, `JSON pointer ${JSON.stringify(pointer)} has a "~" not followed by "0" or "1" (RFC 6901 §3)`, { pointer });
   }
   if (LONE_SURROGATE.test(pointer)) {
-    throw invalidArgument("INVALID_JSON_POINTER", `JSON pointer ${JSON.stringify(pointer)} contains a lone surrogate; it must be well-formed Unicode`, {
+    throw refuse(Reasons.INVALID_JSON_POINTER, `JSON pointer ${JSON.stringify(pointer)} contains a lone surrogate; it must be well-formed Unicode`, {
       pointer,
     });
   }

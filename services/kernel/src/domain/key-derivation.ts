@@ -37,6 +37,7 @@ import { invalidArgument, KeycapError } from "../../../common/src/errors";
 import { parseJsonPointer, resolveJsonPointer } from "./json-pointer";
 import type { ArgumentSchema } from "./argument-schema";
 import type { JsonObject, JsonValue, ParsedArguments } from "./strict-json";
+import { Reasons, refuse } from "../../../common/src/refuse";
 
 /** The scheme's domain tag; hashed in front of every key's canonical document. */
 export const KEY_SCHEME = "keycap/idempotency-key/v1";
@@ -119,25 +120,25 @@ export function deriveKey(toolId: string, spec: KeyDerivationSpec, args: ParsedA
 export function canonicalKeyDocument(toolId: string, spec: KeyDerivationSpec, args: ParsedArguments, ctx: CallContext): string {
   const parsed = parseSpec(spec);
   if (typeof toolId !== "string" || toolId === "") {
-    throw invalidArgument("TOOL_ID_REQUIRED", "tool_id must be a non-empty string to derive a key", { field: "tool_id" });
+    throw refuse(Reasons.TOOL_ID_REQUIRED, "tool_id must be a non-empty string to derive a key", { field: "tool_id" });
   }
   const fields: JsonObject = {};
   for (const { pointer, tokens } of parsed) {
     const value = resolveJsonPointer(args.value, tokens);
     if (value === undefined) {
-      throw invalidArgument("KEY_FIELD_MISSING", `arguments: key field ${pointer} is missing; every key field must be present`, {
+      throw refuse(Reasons.KEY_FIELD_MISSING, `arguments: key field ${pointer} is missing; every key field must be present`, {
         field: pointer,
       });
     }
     if (value === null) {
-      throw invalidArgument("KEY_FIELD_NULL", `arguments: key field ${pointer} is null; a null identifies nothing, so every such call would share one key`, {
+      throw refuse(Reasons.KEY_FIELD_NULL, `arguments: key field ${pointer} is null; a null identifies nothing, so every such call would share one key`, {
         field: pointer,
       });
     }
     const unsafe = unsafeIntegerAt(args.unsafeIntegerPaths, pointer);
     if (unsafe !== undefined) {
-      throw invalidArgument(
-        "KEY_FIELD_UNSAFE_INTEGER",
+      throw refuse(
+        Reasons.KEY_FIELD_UNSAFE_INTEGER,
         `arguments: key field ${pointer} holds an integer beyond ±(2^53-1) at ${unsafe}, which JSON numbers cannot carry exactly; ` + "send it as a string",
         { field: unsafe },
       );
@@ -147,8 +148,8 @@ export function canonicalKeyDocument(toolId: string, spec: KeyDerivationSpec, ar
   const context: JsonObject = {};
   if (spec.contextFields.includes("run_id")) {
     if (typeof ctx.runId !== "string" || ctx.runId === "") {
-      throw invalidArgument(
-        "RUN_ID_REQUIRED",
+      throw refuse(
+        Reasons.RUN_ID_REQUIRED,
         "run_id is required: this tool's key derivation names the run id (key.context_fields), so a call without one has no key",
         { field: "run_id" },
       );
@@ -170,15 +171,15 @@ export function canonicalKeyDocument(toolId: string, spec: KeyDerivationSpec, ar
 export function readRequestId(args: ParsedArguments, pointer: string): string {
   const value = resolveJsonPointer(args.value, parseJsonPointer(pointer));
   if (value === undefined || value === null) {
-    throw invalidArgument("REQUEST_ID_FIELD_MISSING", `arguments: request id field ${pointer} is ${value === null ? "null" : "missing"}`, {
+    throw refuse(Reasons.REQUEST_ID_FIELD_MISSING, `arguments: request id field ${pointer} is ${value === null ? "null" : "missing"}`, {
       field: pointer,
     });
   }
   if (typeof value === "string") {
     const length = countCodePoints(value);
     if (length > 0 && length <= MAX_REQUEST_ID_LENGTH) return value;
-    throw invalidArgument(
-      "REQUEST_ID_INVALID",
+    throw refuse(
+      Reasons.REQUEST_ID_INVALID,
       `arguments: request id field ${pointer} must be a non-empty string of at most ${MAX_REQUEST_ID_LENGTH} characters, got ${length}`,
       { field: pointer },
     );
@@ -187,7 +188,7 @@ export function readRequestId(args: ParsedArguments, pointer: string): string {
     // String(-0) is "0": the same id as 0, just as in keys.
     return String(value);
   }
-  throw invalidArgument("REQUEST_ID_INVALID", `arguments: request id field ${pointer} must be a non-empty string or a safe integer, got ${describe(value)}`, {
+  throw refuse(Reasons.REQUEST_ID_INVALID, `arguments: request id field ${pointer} must be a non-empty string or a safe integer, got ${describe(value)}`, {
     field: pointer,
   });
 }
@@ -218,21 +219,19 @@ function parsePointerCached(pointer: string): readonly string[] {
 
 function parseSpec(spec: KeyDerivationSpec, schema?: ArgumentSchema): ParsedField[] {
   if (spec.fields.length === 0) {
-    throw invalidArgument(
-      "KEY_DERIVATION_NO_FIELDS",
-      "key.fields is empty: an Idempotent tool must name at least one argument field that identifies the effect",
-      { field: "key.fields" },
-    );
+    throw refuse(Reasons.KEY_DERIVATION_NO_FIELDS, "key.fields is empty: an Idempotent tool must name at least one argument field that identifies the effect", {
+      field: "key.fields",
+    });
   }
   if (!Number.isSafeInteger(spec.version) || spec.version < 0) {
-    throw invalidArgument("KEY_DERIVATION_BAD_VERSION", `key.version must be an integer ≥ 1 (0, not set, is 1), got ${spec.version}`, {
+    throw refuse(Reasons.KEY_DERIVATION_BAD_VERSION, `key.version must be an integer ≥ 1 (0, not set, is 1), got ${spec.version}`, {
       field: "key.version",
     });
   }
   spec.contextFields.forEach((name, i) => {
     if (!CONTEXT_FIELDS.includes(name) || spec.contextFields.indexOf(name) !== i) {
-      throw invalidArgument(
-        "KEY_DERIVATION_BAD_CONTEXT_FIELD",
+      throw refuse(
+        Reasons.KEY_DERIVATION_BAD_CONTEXT_FIELD,
         `key.context_fields[${i}] ${JSON.stringify(name)} must be one of ${CONTEXT_FIELDS.join(", ")} and appear once`,
         { field: `key.context_fields[${i}]` },
       );
@@ -252,7 +251,7 @@ function parseSpec(spec: KeyDerivationSpec, schema?: ArgumentSchema): ParsedFiel
     }
     // RFC 6901 escaping is a bijection, so equal strings are exactly equal pointers.
     if (seen.has(pointer)) {
-      throw invalidArgument("KEY_DERIVATION_DUPLICATE_FIELD", `${field}: ${pointer} is named more than once in key.fields`, {
+      throw refuse(Reasons.KEY_DERIVATION_DUPLICATE_FIELD, `${field}: ${pointer} is named more than once in key.fields`, {
         field,
         pointer,
       });
@@ -261,15 +260,15 @@ function parseSpec(spec: KeyDerivationSpec, schema?: ArgumentSchema): ParsedFiel
     if (schema) {
       const description = schema.describeField(tokens);
       if (!description.defined) {
-        throw invalidArgument(
-          "KEY_FIELD_NOT_IN_SCHEMA",
+        throw refuse(
+          Reasons.KEY_FIELD_NOT_IN_SCHEMA,
           `${field}: ${pointer} is not defined by the tool's argument schema (through properties, prefixItems/items, $ref or allOf)`,
           { field, pointer },
         );
       }
       if (description.volatile) {
-        throw invalidArgument(
-          "KEY_FIELD_VOLATILE",
+        throw refuse(
+          Reasons.KEY_FIELD_VOLATILE,
           `${field}: ${pointer} is volatile (${description.volatileReason ?? "per the argument schema"}); ` +
             "a field that changes between retries cannot identify an effect",
           { field, pointer },

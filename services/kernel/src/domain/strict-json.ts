@@ -17,8 +17,9 @@
  * top: strings and member names must be well-formed Unicode, numbers must be
  * finite IEEE 754 doubles, member names must be unique.
  */
-import { invalidArgument, type KeycapError } from "../../../common/src/errors";
+import { type KeycapError } from "../../../common/src/errors";
 import { formatJsonPointer } from "./json-pointer";
+import { Reasons, refuse } from "../../../common/src/refuse";
 
 /** A JSON value as the parser returns it. */
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [k: string]: JsonValue };
@@ -79,7 +80,7 @@ export function parseArguments(text: string, limits: JsonLimits = DEFAULT_JSON_L
   const parsed = parseStrictJson(text, limits);
   const value = parsed.value;
   if (value === null || typeof value !== "object" || Array.isArray(value)) {
-    throw invalidArgument("ARGUMENTS_NOT_OBJECT", `arguments must be a JSON object, got ${describeType(value)}`, { field: "" });
+    throw refuse(Reasons.ARGUMENTS_NOT_OBJECT, `arguments must be a JSON object, got ${describeType(value)}`, { field: "" });
   }
   return { value, unsafeIntegerPaths: parsed.unsafeIntegerPaths };
 }
@@ -96,7 +97,7 @@ export function parseStrictJson(text: string, limits: JsonLimits = DEFAULT_JSON_
   // so the exact byte count is needed only in between.
   if (text.length > limits.maxBytes || (text.length * 3 > limits.maxBytes && Buffer.byteLength(text, "utf8") > limits.maxBytes)) {
     const bytes = Buffer.byteLength(text, "utf8");
-    throw invalidArgument("ARGUMENTS_TOO_LARGE", `${subject} are ${bytes} bytes of UTF-8; the limit is ${limits.maxBytes}`, {
+    throw refuse(Reasons.ARGUMENTS_TOO_LARGE, `${subject} are ${bytes} bytes of UTF-8; the limit is ${limits.maxBytes}`, {
       bytes: String(bytes),
       limit: String(limits.maxBytes),
     });
@@ -215,8 +216,8 @@ class Parser {
       if (Object.hasOwn(object, name)) {
         const at = formatJsonPointer(this.path);
         const field = formatJsonPointer([...this.path, name]);
-        throw invalidArgument(
-          "ARGUMENTS_DUPLICATE_MEMBER",
+        throw refuse(
+          Reasons.ARGUMENTS_DUPLICATE_MEMBER,
           `${this.subject}: member ${JSON.stringify(name)} appears more than once in the object at ${at === "" ? "the top level" : at} ` +
             `(${this.where(namePos)}); duplicate member names are refused because parsers disagree on which one wins`,
           { field, member: name, offset: String(namePos) },
@@ -283,7 +284,7 @@ class Parser {
   private enter(depth: number): void {
     if (depth > this.maxDepth) {
       const at = formatJsonPointer(this.path);
-      throw invalidArgument("ARGUMENTS_TOO_DEEP", `${this.subject} nest deeper than ${this.maxDepth} levels at ${at} (${this.where(this.pos)})`, {
+      throw refuse(Reasons.ARGUMENTS_TOO_DEEP, `${this.subject} nest deeper than ${this.maxDepth} levels at ${at} (${this.where(this.pos)})`, {
         field: at,
         limit: String(this.maxDepth),
         offset: String(this.pos),
@@ -323,8 +324,8 @@ class Parser {
     // escaped half is not.
     if (sawSurrogate && LONE_SURROGATE.test(out)) {
       const at = formatJsonPointer(this.path);
-      throw invalidArgument(
-        "ARGUMENTS_INVALID_UNICODE",
+      throw refuse(
+        Reasons.ARGUMENTS_INVALID_UNICODE,
         `${this.subject}: the ${what} at ${at === "" ? "the top level" : at} (${this.where(start)}) contains a lone surrogate; ` +
           "strings must be well-formed Unicode (I-JSON, RFC 7493)",
         { field: at, offset: String(start) },
@@ -406,8 +407,8 @@ class Parser {
     const value = Number(literal);
     if (!Number.isFinite(value)) {
       const at = formatJsonPointer(this.path);
-      throw invalidArgument(
-        "ARGUMENTS_NON_FINITE_NUMBER",
+      throw refuse(
+        Reasons.ARGUMENTS_NON_FINITE_NUMBER,
         `${this.subject}: the number ${abbreviate(literal)} at ${at} (${this.where(start)}) is outside the range of an IEEE 754 double; ` +
           "numbers must be finite (I-JSON, RFC 7493)",
         { field: at, offset: String(start) },
@@ -450,7 +451,7 @@ class Parser {
   }
 
   private notJson(problem: string, offset: number): KeycapError {
-    return invalidArgument("ARGUMENTS_NOT_JSON", `${this.subject} are not valid JSON: ${problem} (${this.where(offset)})`, {
+    return refuse(Reasons.ARGUMENTS_NOT_JSON, `${this.subject} are not valid JSON: ${problem} (${this.where(offset)})`, {
       offset: String(offset),
     });
   }

@@ -11,7 +11,7 @@
  * | queryable  | `request_id`     | request id == capability's      | `req:["<tool>","<request id>"]`, after the capability id is spent |
  * | unsafe     | neither          | valid capability                | `cap:<capability id>` (so a second use collides) |
  */
-import type { CapabilityClaims, EffectName } from "../../../common/src/capability";
+import type { CapabilityClaims, EffectName } from "../../../capability/src/claims";
 
 /** The verified claims the rule reads (a VerifiedCapability satisfies it). */
 export type GrantClaims = Pick<CapabilityClaims, "tool_id" | "effect" | "jti"> & Partial<Pick<CapabilityClaims, "key" | "request_id">>;

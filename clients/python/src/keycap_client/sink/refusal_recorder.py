@@ -6,6 +6,10 @@ Unverified callers cannot flood the store: their records are rate limited per pe
 (SIGNING_KEYS_UNAVAILABLE, DATABASE_UNAVAILABLE), refusals are counted in memory and
 upserted about once a second as one summary per peer and minute. Recording never raises.
 Nothing here ever sees the raw capability.
+
+Recorded refusals are also counted, by reason and tool, in one ``stats_counters`` document
+this recorder alone writes (its running totals, about once a second), so GetStats sums
+counters instead of reading ``rejections`` (services/common/src/stats-counters.ts, ADR 0025).
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import json
 import logging
 import re
 import threading
+import os
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -107,6 +113,7 @@ class MongoRefusalRecorder:
     ) -> None:
         self.service = service
         self._coll: Collection[Any] = db["rejections"]
+        self._counters = _StatsCounters(db["stats_counters"], service)
         self._clock = clock
         self._per_minute = unauthenticated_per_minute
         self._limiter = PeerRateLimiter(unauthenticated_per_minute, clock)
@@ -154,6 +161,7 @@ class MongoRefusalRecorder:
             }
             if not self._coll.insert_one(doc).acknowledged:
                 raise PyMongoError("rejections insert was not acknowledged")
+            self._counters.add(r.reason, _clip(r.tool_id), 1)
         except Exception:
             _log.exception("could not record a refusal; refusing anyway (reason %s, peer %s)", r.reason, r.peer[:64])
 
@@ -166,8 +174,11 @@ class MongoRefusalRecorder:
             for p in batch:
                 try:
                     self._upsert_summary(p)
+                    reason = UNAVAILABLE_REFUSALS if p.kind == "ua" else RATE_LIMITED_REFUSALS
+                    self._counters.add(reason, "", p.count)
                 except Exception:
                     _log.exception("could not record a summary of %d refusals from %s", p.count, p.ip[:64])
+            self._counters.flush()
 
     def close(self) -> None:
         """Stops the timer and writes what is pending (the database client is the caller's)."""
@@ -230,6 +241,54 @@ class MongoRefusalRecorder:
     def _flush_loop(self, every: float) -> None:
         while not self._stop.wait(every):
             self.flush()
+
+
+class _StatsCounters:
+    """This recorder's share of the refusal totals; it is the only writer of its document."""
+
+    def __init__(self, coll: Collection[Any], service: str) -> None:
+        self._coll = coll
+        self._id = f"refusals:{service}:{uuid.uuid4()}"
+        self._service = service
+        self._started = datetime.now(timezone.utc)
+        self._lock = threading.Lock()
+        self._total = 0
+        self._by_reason: dict[str, int] = {}
+        self._by_tool: dict[str, int] = {}
+        self._version = 0
+        self._written = -1
+
+    def add(self, reason: str, tool_id: str, n: int) -> None:
+        with self._lock:
+            self._total += n
+            self._by_reason[reason] = self._by_reason.get(reason, 0) + n
+            self._by_tool[tool_id] = self._by_tool.get(tool_id, 0) + n
+            self._version += 1
+
+    def flush(self) -> None:
+        """Replaces the document with the running totals when they changed. Never raises."""
+        with self._lock:
+            version = self._version
+            if version == self._written:
+                return
+            doc = {
+                "_id": self._id,
+                "kind": "refusals",
+                "service": self._service,
+                "pid": os.getpid(),
+                "started_at": self._started,
+                "updated_at": datetime.now(timezone.utc),
+                "counts": {"rejections": self._total},
+                # {k, n} items: a tool id may hold "." or "$", and FerretDB v1 refuses nested arrays.
+                "by_reason": [{"k": r, "n": n} for r, n in self._by_reason.items()],
+                "by_tool": [{"k": t, "n": n} for t, n in self._by_tool.items()],
+            }
+        try:
+            self._coll.replace_one({"_id": self._id}, doc, upsert=True)
+            with self._lock:
+                self._written = max(self._written, version)
+        except Exception:
+            _log.warning("stats counters not written; will retry", exc_info=True)
 
 
 class PeerRateLimiter:

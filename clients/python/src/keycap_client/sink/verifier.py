@@ -296,7 +296,7 @@ def _nonempty_str(v: object) -> bool:
 
 
 def _claim_problem(value: Mapping[str, object]) -> tuple[str, str, str] | None:
-    """The contract's shape rules (common/src/capability.ts findClaimProblem), first problem first."""
+    """The contract's shape rules (services/capability/src/claims.ts findClaimProblem), first problem first."""
     for claim in _REQUIRED_CLAIMS:
         if claim not in value:
             return ("missing", claim, f'capability claim "{claim}" is missing')

@@ -57,9 +57,11 @@ type KernelServiceClient interface {
 	// another principal that has not granted the caller is refused with
 	// PERMISSION_DENIED (reason TOOL_OWNED_BY_OTHER).
 	RegisterTool(ctx context.Context, in *RegisterToolRequest, opts ...grpc.CallOption) (*RegisterToolResponse, error)
-	// Reads one tool; NOT_FOUND when unknown.
+	// Reads one tool; NOT_FOUND when unknown. A runtime reads only tools it owns or is
+	// granted (PERMISSION_DENIED TOOL_NOT_GRANTED otherwise); operators read any.
 	GetTool(ctx context.Context, in *GetToolRequest, opts ...grpc.CallOption) (*GetToolResponse, error)
-	// Lists registered tools, ordered by tool id.
+	// Lists registered tools, ordered by tool id: for a runtime, the tools it owns or is
+	// granted; for an operator, every tool.
 	ListTools(ctx context.Context, in *ListToolsRequest, opts ...grpc.CallOption) (*ListToolsResponse, error)
 	// Begins a call: validates the arguments, derives the key (Idempotent) or reads
 	// the request id (Queryable), journals the call, and returns a capability.
@@ -231,9 +233,11 @@ type KernelServiceServer interface {
 	// another principal that has not granted the caller is refused with
 	// PERMISSION_DENIED (reason TOOL_OWNED_BY_OTHER).
 	RegisterTool(context.Context, *RegisterToolRequest) (*RegisterToolResponse, error)
-	// Reads one tool; NOT_FOUND when unknown.
+	// Reads one tool; NOT_FOUND when unknown. A runtime reads only tools it owns or is
+	// granted (PERMISSION_DENIED TOOL_NOT_GRANTED otherwise); operators read any.
 	GetTool(context.Context, *GetToolRequest) (*GetToolResponse, error)
-	// Lists registered tools, ordered by tool id.
+	// Lists registered tools, ordered by tool id: for a runtime, the tools it owns or is
+	// granted; for an operator, every tool.
 	ListTools(context.Context, *ListToolsRequest) (*ListToolsResponse, error)
 	// Begins a call: validates the arguments, derives the key (Idempotent) or reads
 	// the request id (Queryable), journals the call, and returns a capability.

@@ -704,8 +704,13 @@ type GetStatsResponse struct {
 	RejectionsByReason map[string]uint64 `protobuf:"bytes,5,rep,name=rejections_by_reason,json=rejectionsByReason,proto3" json:"rejections_by_reason,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// Refusals by tool id (unattributable ones under "").
 	RejectionsByTool map[string]uint64 `protobuf:"bytes,6,rep,name=rejections_by_tool,json=rejectionsByTool,proto3" json:"rejections_by_tool,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The totals are counted as effects and refusals are written, not by reading the
+	// collections (DESIGN §13): they cover what was written since this time, when the first
+	// service that keeps counters started on this database. A service killed without a
+	// stop may leave the last second of its counts uncounted.
+	CountedSince  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=counted_since,json=countedSince,proto3" json:"counted_since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetStatsResponse) Reset() {
@@ -780,6 +785,13 @@ func (x *GetStatsResponse) GetRejectionsByTool() map[string]uint64 {
 	return nil
 }
 
+func (x *GetStatsResponse) GetCountedSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CountedSince
+	}
+	return nil
+}
+
 var File_keycap_ledger_v1_ledger_admin_proto protoreflect.FileDescriptor
 
 const file_keycap_ledger_v1_ledger_admin_proto_rawDesc = "" +
@@ -838,7 +850,7 @@ const file_keycap_ledger_v1_ledger_admin_proto_rawDesc = "" +
 	"rejections\x18\x01 \x03(\v2\x1b.keycap.ledger.v1.RejectionR\n" +
 	"rejections\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x11\n" +
-	"\x0fGetStatsRequest\"\xfd\x03\n" +
+	"\x0fGetStatsRequest\"\xbe\x04\n" +
 	"\x10GetStatsResponse\x12\x18\n" +
 	"\aentries\x18\x01 \x01(\x04R\aentries\x12\x1e\n" +
 	"\n" +
@@ -849,7 +861,8 @@ const file_keycap_ledger_v1_ledger_admin_proto_rawDesc = "" +
 	"rejections\x18\x04 \x01(\x04R\n" +
 	"rejections\x12l\n" +
 	"\x14rejections_by_reason\x18\x05 \x03(\v2:.keycap.ledger.v1.GetStatsResponse.RejectionsByReasonEntryR\x12rejectionsByReason\x12f\n" +
-	"\x12rejections_by_tool\x18\x06 \x03(\v28.keycap.ledger.v1.GetStatsResponse.RejectionsByToolEntryR\x10rejectionsByTool\x1aE\n" +
+	"\x12rejections_by_tool\x18\x06 \x03(\v28.keycap.ledger.v1.GetStatsResponse.RejectionsByToolEntryR\x10rejectionsByTool\x12?\n" +
+	"\rcounted_since\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\fcountedSince\x1aE\n" +
 	"\x17RejectionsByReasonEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1aC\n" +
@@ -901,19 +914,20 @@ var file_keycap_ledger_v1_ledger_admin_proto_depIdxs = []int32{
 	4,  // 6: keycap.ledger.v1.ListRejectionsResponse.rejections:type_name -> keycap.ledger.v1.Rejection
 	9,  // 7: keycap.ledger.v1.GetStatsResponse.rejections_by_reason:type_name -> keycap.ledger.v1.GetStatsResponse.RejectionsByReasonEntry
 	10, // 8: keycap.ledger.v1.GetStatsResponse.rejections_by_tool:type_name -> keycap.ledger.v1.GetStatsResponse.RejectionsByToolEntry
-	0,  // 9: keycap.ledger.v1.LedgerAdminService.ListEntries:input_type -> keycap.ledger.v1.ListEntriesRequest
-	2,  // 10: keycap.ledger.v1.LedgerAdminService.GetEntry:input_type -> keycap.ledger.v1.GetEntryRequest
-	5,  // 11: keycap.ledger.v1.LedgerAdminService.ListRejections:input_type -> keycap.ledger.v1.ListRejectionsRequest
-	7,  // 12: keycap.ledger.v1.LedgerAdminService.GetStats:input_type -> keycap.ledger.v1.GetStatsRequest
-	1,  // 13: keycap.ledger.v1.LedgerAdminService.ListEntries:output_type -> keycap.ledger.v1.ListEntriesResponse
-	3,  // 14: keycap.ledger.v1.LedgerAdminService.GetEntry:output_type -> keycap.ledger.v1.GetEntryResponse
-	6,  // 15: keycap.ledger.v1.LedgerAdminService.ListRejections:output_type -> keycap.ledger.v1.ListRejectionsResponse
-	8,  // 16: keycap.ledger.v1.LedgerAdminService.GetStats:output_type -> keycap.ledger.v1.GetStatsResponse
-	13, // [13:17] is the sub-list for method output_type
-	9,  // [9:13] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	13, // 9: keycap.ledger.v1.GetStatsResponse.counted_since:type_name -> google.protobuf.Timestamp
+	0,  // 10: keycap.ledger.v1.LedgerAdminService.ListEntries:input_type -> keycap.ledger.v1.ListEntriesRequest
+	2,  // 11: keycap.ledger.v1.LedgerAdminService.GetEntry:input_type -> keycap.ledger.v1.GetEntryRequest
+	5,  // 12: keycap.ledger.v1.LedgerAdminService.ListRejections:input_type -> keycap.ledger.v1.ListRejectionsRequest
+	7,  // 13: keycap.ledger.v1.LedgerAdminService.GetStats:input_type -> keycap.ledger.v1.GetStatsRequest
+	1,  // 14: keycap.ledger.v1.LedgerAdminService.ListEntries:output_type -> keycap.ledger.v1.ListEntriesResponse
+	3,  // 15: keycap.ledger.v1.LedgerAdminService.GetEntry:output_type -> keycap.ledger.v1.GetEntryResponse
+	6,  // 16: keycap.ledger.v1.LedgerAdminService.ListRejections:output_type -> keycap.ledger.v1.ListRejectionsResponse
+	8,  // 17: keycap.ledger.v1.LedgerAdminService.GetStats:output_type -> keycap.ledger.v1.GetStatsResponse
+	14, // [14:18] is the sub-list for method output_type
+	10, // [10:14] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_keycap_ledger_v1_ledger_admin_proto_init() }

@@ -244,6 +244,8 @@ const (
 	Reason_REASON_IN_PROGRESS Reason = 105
 	// The destination timed out, failed or answered a retryable status; retry under the same key.
 	Reason_REASON_UPSTREAM_UNAVAILABLE Reason = 106
+	// An operator read ran past its database-side time limit (KEYCAP_OPERATOR_QUERY_TIMEOUT_MS) and was stopped; narrow it (a tool, a reason, a time range) or raise the limit.
+	Reason_REASON_OPERATOR_QUERY_TIMEOUT Reason = 107
 )
 
 // Enum value maps for Reason.
@@ -356,6 +358,7 @@ var (
 		104: "REASON_INVALID_HEADER",
 		105: "REASON_IN_PROGRESS",
 		106: "REASON_UPSTREAM_UNAVAILABLE",
+		107: "REASON_OPERATOR_QUERY_TIMEOUT",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":                       0,
@@ -465,6 +468,7 @@ var (
 		"REASON_INVALID_HEADER":                    104,
 		"REASON_IN_PROGRESS":                       105,
 		"REASON_UPSTREAM_UNAVAILABLE":              106,
+		"REASON_OPERATOR_QUERY_TIMEOUT":            107,
 	}
 )
 
@@ -503,6 +507,8 @@ const (
 	Code_CODE_OK_UNSPECIFIED Code = 0
 	// gRPC INVALID_ARGUMENT.
 	Code_CODE_INVALID_ARGUMENT Code = 3
+	// gRPC DEADLINE_EXCEEDED.
+	Code_CODE_DEADLINE_EXCEEDED Code = 4
 	// gRPC NOT_FOUND.
 	Code_CODE_NOT_FOUND Code = 5
 	// gRPC ALREADY_EXISTS.
@@ -530,6 +536,7 @@ var (
 	Code_name = map[int32]string{
 		0:  "CODE_OK_UNSPECIFIED",
 		3:  "CODE_INVALID_ARGUMENT",
+		4:  "CODE_DEADLINE_EXCEEDED",
 		5:  "CODE_NOT_FOUND",
 		6:  "CODE_ALREADY_EXISTS",
 		7:  "CODE_PERMISSION_DENIED",
@@ -544,6 +551,7 @@ var (
 	Code_value = map[string]int32{
 		"CODE_OK_UNSPECIFIED":      0,
 		"CODE_INVALID_ARGUMENT":    3,
+		"CODE_DEADLINE_EXCEEDED":   4,
 		"CODE_NOT_FOUND":           5,
 		"CODE_ALREADY_EXISTS":      6,
 		"CODE_PERMISSION_DENIED":   7,
@@ -607,7 +615,7 @@ var File_keycap_rules_v1_reasons_proto protoreflect.FileDescriptor
 
 const file_keycap_rules_v1_reasons_proto_rawDesc = "" +
 	"\n" +
-	"\x1dkeycap/rules/v1/reasons.proto\x12\x0fkeycap.rules.v1\x1a google/protobuf/descriptor.proto*\xe5\x1f\n" +
+	"\x1dkeycap/rules/v1/reasons.proto\x12\x0fkeycap.rules.v1\x1a google/protobuf/descriptor.proto*\x8e \n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x13REASON_INVALID_UTF8\x10\x01\x1a\x04\xe8\xf9\x18\x03\x12 \n" +
@@ -721,10 +729,12 @@ const file_keycap_rules_v1_reasons_proto_rawDesc = "" +
 	"\x15REASON_INVALID_HEADER\x10h\x1a\x04\xe8\xf9\x18\x03\x12\x1c\n" +
 	"\x12REASON_IN_PROGRESS\x10i\x1a\x04\xe8\xf9\x18\n" +
 	"\x12%\n" +
-	"\x1bREASON_UPSTREAM_UNAVAILABLE\x10j\x1a\x04\xe8\xf9\x18\x0e*\xab\x02\n" +
+	"\x1bREASON_UPSTREAM_UNAVAILABLE\x10j\x1a\x04\xe8\xf9\x18\x0e\x12'\n" +
+	"\x1dREASON_OPERATOR_QUERY_TIMEOUT\x10k\x1a\x04\xe8\xf9\x18\x04*\xc7\x02\n" +
 	"\x04Code\x12\x17\n" +
 	"\x13CODE_OK_UNSPECIFIED\x10\x00\x12\x19\n" +
-	"\x15CODE_INVALID_ARGUMENT\x10\x03\x12\x12\n" +
+	"\x15CODE_INVALID_ARGUMENT\x10\x03\x12\x1a\n" +
+	"\x16CODE_DEADLINE_EXCEEDED\x10\x04\x12\x12\n" +
 	"\x0eCODE_NOT_FOUND\x10\x05\x12\x17\n" +
 	"\x13CODE_ALREADY_EXISTS\x10\x06\x12\x1a\n" +
 	"\x16CODE_PERMISSION_DENIED\x10\a\x12\x1b\n" +

@@ -126,14 +126,16 @@ class KernelServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetTool(self, request, context):
-        """Reads one tool; NOT_FOUND when unknown.
+        """Reads one tool; NOT_FOUND when unknown. A runtime reads only tools it owns or is
+        granted (PERMISSION_DENIED TOOL_NOT_GRANTED otherwise); operators read any.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListTools(self, request, context):
-        """Lists registered tools, ordered by tool id.
+        """Lists registered tools, ordered by tool id: for a runtime, the tools it owns or is
+        granted; for an operator, every tool.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

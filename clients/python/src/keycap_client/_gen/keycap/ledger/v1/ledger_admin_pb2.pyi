@@ -118,7 +118,7 @@ class GetStatsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatsResponse(_message.Message):
-    __slots__ = ("entries", "duplicates", "payload_mismatches", "rejections", "rejections_by_reason", "rejections_by_tool")
+    __slots__ = ("entries", "duplicates", "payload_mismatches", "rejections", "rejections_by_reason", "rejections_by_tool", "counted_since")
     class RejectionsByReasonEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -139,10 +139,12 @@ class GetStatsResponse(_message.Message):
     REJECTIONS_FIELD_NUMBER: _ClassVar[int]
     REJECTIONS_BY_REASON_FIELD_NUMBER: _ClassVar[int]
     REJECTIONS_BY_TOOL_FIELD_NUMBER: _ClassVar[int]
+    COUNTED_SINCE_FIELD_NUMBER: _ClassVar[int]
     entries: int
     duplicates: int
     payload_mismatches: int
     rejections: int
     rejections_by_reason: _containers.ScalarMap[str, int]
     rejections_by_tool: _containers.ScalarMap[str, int]
-    def __init__(self, entries: _Optional[int] = ..., duplicates: _Optional[int] = ..., payload_mismatches: _Optional[int] = ..., rejections: _Optional[int] = ..., rejections_by_reason: _Optional[_Mapping[str, int]] = ..., rejections_by_tool: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    counted_since: _timestamp_pb2.Timestamp
+    def __init__(self, entries: _Optional[int] = ..., duplicates: _Optional[int] = ..., payload_mismatches: _Optional[int] = ..., rejections: _Optional[int] = ..., rejections_by_reason: _Optional[_Mapping[str, int]] = ..., rejections_by_tool: _Optional[_Mapping[str, int]] = ..., counted_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

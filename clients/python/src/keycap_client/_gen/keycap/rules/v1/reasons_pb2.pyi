@@ -114,11 +114,13 @@ class Reason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REASON_INVALID_HEADER: _ClassVar[Reason]
     REASON_IN_PROGRESS: _ClassVar[Reason]
     REASON_UPSTREAM_UNAVAILABLE: _ClassVar[Reason]
+    REASON_OPERATOR_QUERY_TIMEOUT: _ClassVar[Reason]
 
 class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     CODE_OK_UNSPECIFIED: _ClassVar[Code]
     CODE_INVALID_ARGUMENT: _ClassVar[Code]
+    CODE_DEADLINE_EXCEEDED: _ClassVar[Code]
     CODE_NOT_FOUND: _ClassVar[Code]
     CODE_ALREADY_EXISTS: _ClassVar[Code]
     CODE_PERMISSION_DENIED: _ClassVar[Code]
@@ -236,8 +238,10 @@ REASON_REDIRECT_NOT_ALLOWED: Reason
 REASON_INVALID_HEADER: Reason
 REASON_IN_PROGRESS: Reason
 REASON_UPSTREAM_UNAVAILABLE: Reason
+REASON_OPERATOR_QUERY_TIMEOUT: Reason
 CODE_OK_UNSPECIFIED: Code
 CODE_INVALID_ARGUMENT: Code
+CODE_DEADLINE_EXCEEDED: Code
 CODE_NOT_FOUND: Code
 CODE_ALREADY_EXISTS: Code
 CODE_PERMISSION_DENIED: Code

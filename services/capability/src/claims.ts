@@ -16,20 +16,11 @@ export const DEFAULT_ISSUER = "keycap-kernel";
 /** `aud` the kernel writes and the ledger expects unless configured otherwise. */
 export const DEFAULT_AUDIENCE = "keycap-ledger";
 
-/** Capability lifetime the kernel mints with, in seconds (`exp - iat`). */
-export const DEFAULT_LIFETIME_SECONDS = 300;
-
-/** Longest `exp - iat` the ledger accepts, in seconds; the minter refuses to exceed it. */
-export const MAX_LIFETIME_SECONDS = 900;
-
-/** Clock skew the ledger tolerates on `exp` and `iat`, in seconds. */
-export const CLOCK_TOLERANCE_SECONDS = 5;
-
-/** The effect class a capability grants, as written in the `effect` claim. */
-export type EffectName = "idempotent" | "queryable" | "unsafe";
-
-/** Every valid `effect` claim value. */
-export const EFFECT_NAMES: readonly EffectName[] = ["idempotent", "queryable", "unsafe"];
+// Lifetimes are configuration defaults and effect names the declaration's vocabulary: both
+// live below this module (services/common), which configuration and storage read too.
+export { CLOCK_TOLERANCE_SECONDS, DEFAULT_LIFETIME_SECONDS, MAX_LIFETIME_SECONDS } from "../../common/src/capability-lifetime";
+export { EFFECT_NAMES, type EffectName } from "../../common/src/effect-kind";
+import { EFFECT_NAMES, type EffectName } from "../../common/src/effect-kind";
 
 /**
  * The claims of a capability. Snake case because these are wire names in the JWT.
@@ -137,16 +128,3 @@ function isNonEmptyString(v: unknown): v is string {
 
 // RFC 6750 §2.1: the scheme is case-insensitive, the credential is a b64token. Anchored
 // and linear, so a hostile header cannot make it backtrack.
-const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
-
-/**
- * Extracts the credential from an `authorization: Bearer <token>` metadata value.
- *
- * @returns the token, or undefined when the value is absent or not a Bearer credential.
- * @example parseBearer("Bearer eyJhbGciOi...") // "eyJhbGciOi..."
- */
-export function parseBearer(metadataValue: string | undefined): string | undefined {
-  if (metadataValue === undefined) return undefined;
-  const match = BEARER.exec(metadataValue);
-  return match?.[1];
-}

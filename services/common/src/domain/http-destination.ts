@@ -4,7 +4,8 @@
  * which redirects are followed, and which answers leave a key retryable. The kernel uses
  * {@link normalizeDestination} at registration; the gateway uses the rest per forward.
  */
-import { Code, KeycapError, invalidArgument } from "../../../common/src/errors";
+import { Code, KeycapError } from "../errors";
+import { Reasons, refuse } from "../refuse";
 
 /** A tool's HTTP destination, validated and normalised so that equal destinations compare equal. */
 export interface HttpDestinationSpec {
@@ -34,7 +35,7 @@ const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$/;
 const FIELD = "tool.http_destination";
 
 function badDestination(field: string, message: string): KeycapError {
-  return invalidArgument("INVALID_HTTP_DESTINATION", `${FIELD}.${field}: ${message}`, { field: `${FIELD}.${field}` });
+  return refuse(Reasons.INVALID_HTTP_DESTINATION, `${FIELD}.${field}: ${message}`, { field: `${FIELD}.${field}` });
 }
 
 /**
@@ -137,20 +138,20 @@ const VALUE = /^[\t\u0020-\u007e]*$/;
  * @throws KeycapError INVALID_HEADER
  */
 export function checkHeaders(dest: HttpDestinationSpec, headers: readonly { name: string; value: string }[]): [string, string][] {
-  if (headers.length > MAX_HEADERS) throw invalidArgument("INVALID_HEADER", `at most ${MAX_HEADERS} headers`, { field: "headers" });
+  if (headers.length > MAX_HEADERS) throw refuse(Reasons.INVALID_HEADER, `at most ${MAX_HEADERS} headers`, { field: "headers" });
   let bytes = 0;
   const keyHeader = dest.idempotencyHeader.toLowerCase();
   return headers.map(({ name, value }, i) => {
     const field = `headers[${i}]`;
-    if (!TOKEN.test(name)) throw invalidArgument("INVALID_HEADER", `${field}: ${JSON.stringify(name.slice(0, 64))} is not a header name`, { field });
+    if (!TOKEN.test(name)) throw refuse(Reasons.INVALID_HEADER, `${field}: ${JSON.stringify(name.slice(0, 64))} is not a header name`, { field });
     const lower = name.toLowerCase();
     if (RESERVED.has(lower) || lower === keyHeader) {
-      throw invalidArgument("INVALID_HEADER", `${field}: ${name} is set by the gateway, not by the caller`, { field });
+      throw refuse(Reasons.INVALID_HEADER, `${field}: ${name} is set by the gateway, not by the caller`, { field });
     }
     if (!VALUE.test(value))
-      throw invalidArgument("INVALID_HEADER", `${field}: the value of ${name} holds characters other than visible ASCII, space and tab`, { field });
+      throw refuse(Reasons.INVALID_HEADER, `${field}: the value of ${name} holds characters other than visible ASCII, space and tab`, { field });
     bytes += name.length + value.length;
-    if (bytes > MAX_HEADER_BYTES) throw invalidArgument("INVALID_HEADER", `headers over ${MAX_HEADER_BYTES} bytes`, { field: "headers" });
+    if (bytes > MAX_HEADER_BYTES) throw refuse(Reasons.INVALID_HEADER, `headers over ${MAX_HEADER_BYTES} bytes`, { field: "headers" });
     return [name, value];
   });
 }

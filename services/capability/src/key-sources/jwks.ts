@@ -3,7 +3,7 @@
  * a kid, parsed once into KeyObjects.
  */
 import { createPublicKey, type KeyObject } from "node:crypto";
-import { CAPABILITY_ALG } from "../../../common/src/capability";
+import { CAPABILITY_ALG } from "../claims";
 
 /** A JWKS was refused as a key source (file sources throw this at load). */
 export class JwksError extends Error {

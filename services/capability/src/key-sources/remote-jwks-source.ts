@@ -2,11 +2,10 @@
  * The kernel's published keys (GetSigningKeys), cached by kid and refetched when an
  * unknown kid shows up: how the ledger learns a rotated-in key without a restart.
  */
-import { status } from "@grpc/grpc-js";
 import type { KeyObject } from "node:crypto";
-import { KeycapError } from "../../../common/src/errors";
 import { parseJwks } from "./jwks";
 import type { PublicKeySource } from "./public-key-source";
+import { Reasons, refuse } from "../../../common/src/refuse";
 
 /** Options for {@link RemoteJwksSource}. */
 export interface RemoteJwksSourceOptions {
@@ -103,7 +102,7 @@ export class RemoteJwksSource implements PublicKeySource {
     const key = this.keys.get(kid);
     if (key) return key;
     if (this.lastFetchError !== undefined) {
-      throw new KeycapError(status.UNAVAILABLE, "SIGNING_KEYS_UNAVAILABLE", `the kernel's signing keys could not be fetched: ${this.lastFetchError}`);
+      throw refuse(Reasons.SIGNING_KEYS_UNAVAILABLE, `the kernel's signing keys could not be fetched: ${this.lastFetchError}`);
     }
     return undefined;
   }

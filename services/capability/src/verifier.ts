@@ -20,9 +20,9 @@ import {
   DEFAULT_ISSUER,
   MAX_LIFETIME_SECONDS,
   findClaimProblem,
-  parseBearer,
   type CapabilityClaims,
-} from "../../common/src/capability";
+} from "./claims";
+import { parseBearer } from "../../common/src/bearer";
 import { KeycapError } from "../../common/src/errors";
 import {
   keysUnavailable,
@@ -31,10 +31,11 @@ import {
   type CapabilityRefusal,
   type UnauthenticatedReason,
   type UnverifiedCapabilityInfo,
-} from "./capability-refusal";
+} from "./refusal";
 import { parseCompactJws } from "./compact-jws";
 import { verifyEd25519 } from "./ed25519";
 import type { PublicKeySource } from "./key-sources/public-key-source";
+import { Reasons } from "../../common/src/refuse";
 
 /** A verified capability: the typed claims plus the id of the key that signed it. */
 export type VerifiedCapability = CapabilityClaims & { kid: string };
@@ -106,17 +107,17 @@ export class CapabilityVerifier {
    */
   async verify(authorization: string | undefined): Promise<VerifiedCapability> {
     if (authorization === undefined || authorization.trim() === "") {
-      throw refuseCapability("CAPABILITY_MISSING", "no capability: expected authorization: Bearer <capability>");
+      throw refuseCapability(Reasons.CAPABILITY_MISSING, "no capability: expected authorization: Bearer <capability>");
     }
     // Checked before any parsing, so an oversized header costs nothing but its length.
     if (authorization.length > this.maxTokenBytes + 64) {
-      throw refuseCapability("CAPABILITY_TOO_LARGE", `capability is larger than ${this.maxTokenBytes} bytes`);
+      throw refuseCapability(Reasons.CAPABILITY_TOO_LARGE, `capability is larger than ${this.maxTokenBytes} bytes`);
     }
     const token = parseBearer(authorization);
-    if (token === undefined) throw refuseCapability("CAPABILITY_MALFORMED", "authorization is not a Bearer credential");
+    if (token === undefined) throw refuseCapability(Reasons.CAPABILITY_MALFORMED, "authorization is not a Bearer credential");
     // The token is ASCII by now, so its length is its size in bytes.
     if (token.length > this.maxTokenBytes) {
-      throw refuseCapability("CAPABILITY_TOO_LARGE", `capability is larger than ${this.maxTokenBytes} bytes`);
+      throw refuseCapability(Reasons.CAPABILITY_TOO_LARGE, `capability is larger than ${this.maxTokenBytes} bytes`);
     }
 
     // Header and payload are decoded and parsed once, here; the same objects are checked
@@ -124,27 +125,27 @@ export class CapabilityVerifier {
     const jws = parseCompactJws(token);
     if ("problem" in jws) {
       throw refuseCapability(
-        "CAPABILITY_MALFORMED",
+        Reasons.CAPABILITY_MALFORMED,
         jws.problem === "not-compact" ? "capability is not a compact JWS (three base64url parts)" : "capability is not canonical base64url",
       );
     }
     const { header, payload } = jws;
     const unverified = readUnverifiedInfo(header, payload);
     const refuse = (reason: UnauthenticatedReason, message: string): CapabilityRefusal => refuseCapability(reason, message, unverified);
-    if (!header) throw refuse("CAPABILITY_MALFORMED", "capability header is not a JSON object");
+    if (!header) throw refuse(Reasons.CAPABILITY_MALFORMED, "capability header is not a JSON object");
 
     // The algorithm is decided here, not by the token: anything but the exact string
     // "EdDSA" (none, HS256 keyed with our public key, "eddsa"...) is refused.
-    if (header["alg"] !== CAPABILITY_ALG) throw refuse("ALGORITHM_NOT_ALLOWED", `capability algorithm must be ${CAPABILITY_ALG}`);
-    if (header["typ"] !== CAPABILITY_TYP) throw refuse("WRONG_TOKEN_TYPE", `capability typ must be ${CAPABILITY_TYP}`);
+    if (header["alg"] !== CAPABILITY_ALG) throw refuse(Reasons.ALGORITHM_NOT_ALLOWED, `capability algorithm must be ${CAPABILITY_ALG}`);
+    if (header["typ"] !== CAPABILITY_TYP) throw refuse(Reasons.WRONG_TOKEN_TYPE, `capability typ must be ${CAPABILITY_TYP}`);
     const kid = header["kid"];
-    if (typeof kid !== "string" || kid.length === 0) throw refuse("CAPABILITY_MALFORMED", "capability header has no key id (kid)");
+    if (typeof kid !== "string" || kid.length === 0) throw refuse(Reasons.CAPABILITY_MALFORMED, "capability header has no key id (kid)");
     for (const member of Object.keys(header)) {
       if (!ALLOWED_HEADER_MEMBERS.has(member)) {
-        throw refuse("CAPABILITY_MALFORMED", `capability header member "${member.slice(0, 32)}" is not allowed`);
+        throw refuse(Reasons.CAPABILITY_MALFORMED, `capability header member "${member.slice(0, 32)}" is not allowed`);
       }
     }
-    if (jws.signatureB64.length === 0) throw refuse("CAPABILITY_MALFORMED", "capability has no signature");
+    if (jws.signatureB64.length === 0) throw refuse(Reasons.CAPABILITY_MALFORMED, "capability has no signature");
 
     let key: KeyObject | undefined;
     try {
@@ -153,32 +154,32 @@ export class CapabilityVerifier {
       // Fail closed, but honestly: the ledger could not check, which is not the tool's fault.
       throw keysUnavailable(err instanceof KeycapError ? err.message : "the signing key source failed", unverified);
     }
-    if (!key) throw refuse("UNKNOWN_KEY_ID", "capability is signed with a key id this ledger does not know");
+    if (!key) throw refuse(Reasons.UNKNOWN_KEY_ID, "capability is signed with a key id this ledger does not know");
 
     // We verify with libsodium directly rather than through a JOSE library: there is one
     // pinned algorithm, the key is parsed once by the source, and the payload is parsed
     // once above, so all a library would add is a second decode and an async WebCrypto
     // round trip; and libsodium's Ed25519 costs half of OpenSSL's (ADR 0003). Pinning the
     // algorithm means pinning the key type too.
-    if (key.type !== "public" || key.asymmetricKeyType !== "ed25519") throw refuse("BAD_SIGNATURE", "capability could not be verified");
+    if (key.type !== "public" || key.asymmetricKeyType !== "ed25519") throw refuse(Reasons.BAD_SIGNATURE, "capability could not be verified");
     // Checked here rather than at decoding so that a header with stray bytes keeps the
     // reason it has always had (its typ, its unknown kid...).
-    if (!isUtf8(jws.headerBytes)) throw refuse("CAPABILITY_MALFORMED", "capability header is not valid UTF-8");
+    if (!isUtf8(jws.headerBytes)) throw refuse(Reasons.CAPABILITY_MALFORMED, "capability header is not valid UTF-8");
     let signatureHolds: boolean;
     try {
       signatureHolds = verifyEd25519(Buffer.from(jws.headerB64 + "." + jws.payloadB64, "ascii"), Buffer.from(jws.signatureB64, "base64url"), key);
     } catch (err) {
       // Fail closed. The key checks' errors never quote the data, so the cause can be logged.
-      const refusal = refuse("BAD_SIGNATURE", "capability could not be verified");
+      const refusal = refuse(Reasons.BAD_SIGNATURE, "capability could not be verified");
       (refusal as { cause?: unknown }).cause = err;
       throw refusal;
     }
-    if (!signatureHolds) throw refuse("BAD_SIGNATURE", "capability signature does not verify");
+    if (!signatureHolds) throw refuse(Reasons.BAD_SIGNATURE, "capability signature does not verify");
 
     // From here on the signature holds: the claims are the kernel's own words, and every
     // refusal says so (signatureVerified).
     if (!payload || !isUtf8(jws.payloadBytes)) {
-      throw refuseCapability("CAPABILITY_MALFORMED", "capability payload is not a JSON object", unverified, {}, true);
+      throw refuseCapability(Reasons.CAPABILITY_MALFORMED, "capability payload is not a JSON object", unverified, {}, true);
     }
     const claims = this.checkClaims(payload, unverified);
 
@@ -225,7 +226,7 @@ export class CapabilityVerifier {
     const now = Math.floor(this.now() / 1000);
     // A broken clock would make every comparison below false, i.e. pass: fail closed. The
     // token is not at fault and nothing about it is vouched for, hence not refuseVerified.
-    if (!Number.isFinite(now)) throw refuseCapability("BAD_SIGNATURE", "capability could not be verified", unverified);
+    if (!Number.isFinite(now)) throw refuseCapability(Reasons.BAD_SIGNATURE, "capability could not be verified", unverified);
     const tolerance = this.clockToleranceSeconds;
     const { iat, nbf, exp } = payload;
     if (typeof iat !== "number") throw refuseVerified("CLAIM_INVALID", `capability claim "iat" must be a number`, { claim: "iat" });

@@ -4,8 +4,8 @@
  *
  * Neither messages nor errors ever carry the raw capability: it is a bearer credential.
  */
-import { status } from "@grpc/grpc-js";
 import { KeycapError, type KeycapCode } from "../../common/src/errors";
+import { REASON_CODES, Reasons } from "../../common/src/refuse";
 
 /**
  * Every reason a capability can be refused with (ErrorInfo.reason); ADR 0003 says when
@@ -50,12 +50,12 @@ export type UnverifiedCapabilityInfo = Partial<{
 }>;
 
 /**
- * A capability was refused. Code UNAUTHENTICATED, except UNAVAILABLE for
- * SIGNING_KEYS_UNAVAILABLE (the ledger could not check; the caller may retry).
+ * A capability was refused, with the code the reason catalogue gives its reason:
+ * UNAUTHENTICATED, except UNAVAILABLE for SIGNING_KEYS_UNAVAILABLE (the ledger could not
+ * check; the caller may retry).
  */
 export class CapabilityRefusal extends KeycapError {
   constructor(
-    code: KeycapCode,
     override readonly reason: CapabilityRefusalReason,
     message: string,
     metadata: Record<string, string>,
@@ -67,7 +67,7 @@ export class CapabilityRefusal extends KeycapError {
      */
     readonly signatureVerified: boolean,
   ) {
-    super(code, reason, message, metadata);
+    super(REASON_CODES[reason] as KeycapCode, reason, message, metadata);
     this.name = "CapabilityRefusal";
   }
 }
@@ -75,7 +75,7 @@ export class CapabilityRefusal extends KeycapError {
 /**
  * An UNAUTHENTICATED refusal: the token itself is at fault.
  *
- * @example throw refuseCapability("EXPIRED", "capability has expired", unverified, {}, true);
+ * @example throw refuseCapability(Reasons.EXPIRED, "capability has expired", unverified, {}, true);
  */
 export function refuseCapability(
   reason: UnauthenticatedReason,
@@ -84,7 +84,7 @@ export function refuseCapability(
   metadata: Record<string, string> = {},
   signatureVerified = false,
 ): CapabilityRefusal {
-  return new CapabilityRefusal(status.UNAUTHENTICATED, reason, message, metadata, unverified, signatureVerified);
+  return new CapabilityRefusal(reason, message, metadata, unverified, signatureVerified);
 }
 
 /**
@@ -92,7 +92,7 @@ export function refuseCapability(
  * which is not the tool's fault, so the caller may retry.
  */
 export function keysUnavailable(message: string, unverified: UnverifiedCapabilityInfo): CapabilityRefusal {
-  return new CapabilityRefusal(status.UNAVAILABLE, "SIGNING_KEYS_UNAVAILABLE", message, {}, unverified, false);
+  return new CapabilityRefusal(Reasons.SIGNING_KEYS_UNAVAILABLE, message, {}, unverified, false);
 }
 
 // Longest string copied into `unverified`: enough for any real id or key, short enough
