@@ -3,6 +3,7 @@
  * host, so not one byte of it may be a log line (hosts show the server's stderr in their logs).
  */
 import pino from "pino";
+import { LogDestination } from "../../common/src/log-destination";
 import type { Logger, LogLevel } from "../../common/src/logger";
 
 export function createStderrLogger(service: string, level: LogLevel): Logger {
@@ -13,6 +14,7 @@ export function createStderrLogger(service: string, level: LogLevel): Logger {
       timestamp: pino.stdTimeFunctions.isoTime,
       formatters: { level: (label) => ({ level: label }) },
     },
-    pino.destination({ fd: 2, sync: true }),
+    // Written synchronously, every credential redacted, as every keycap log line (ADR 0024).
+    new LogDestination(2),
   );
 }
