@@ -13,6 +13,7 @@ import { startGateway, startGatewayIfConfigured } from "../../gateway/src/main";
 import { runConsole, startConsoleIfConfigured } from "../../console/src/main";
 import { OperatorError } from "./operator-context";
 import { addKeyCommands } from "./key-commands";
+import { addMcpCommand } from "./mcp-command";
 import { addOperatorCommands } from "./operator-commands";
 import { EXIT } from "./exit-status";
 
@@ -55,6 +56,7 @@ export function buildProgram(): Command {
     .action(() => runConsole());
   addKeyCommands(program);
   addOperatorCommands(program);
+  addMcpCommand(program);
   return program;
 }
 

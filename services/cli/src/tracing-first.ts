@@ -4,5 +4,5 @@
  */
 import { startTracing } from "../../common/src/tracing";
 
-const target = process.argv[2] === "serve" ? (process.argv[3] ?? "all") : "cli";
+const target = process.argv[2] === "serve" ? (process.argv[3] ?? "all") : process.argv[2] === "mcp" ? "mcp" : "cli";
 startTracing(target === "all" ? "keycap" : `keycap-${target}`);
