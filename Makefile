@@ -114,10 +114,12 @@ torture: build
 torture-short: build
 	node dist/test/torture/main.js --kills 40 --backend $${TORTURE_BACKEND:-ferretdb-sqlite} --seed $${SEED:-20261203}
 
-## bench: benchmarks on FerretDB backed by PostgreSQL unless KEYCAP_EMBEDDED_MONGO says otherwise
+## bench: benchmarks on FerretDB backed by PostgreSQL unless KEYCAP_EMBEDDED_MONGO says otherwise,
+## then the MCP gateway scenario (tools/call through keycap mcp vs straight to the upstream, bench/mcp-gateway.ts)
 ## (the peer scenario's Redis is Debian's redis-server, installed with apt-get on first use, like PostgreSQL)
 bench: build
 	KEYCAP_EMBEDDED_MONGO=$${KEYCAP_EMBEDDED_MONGO:-ferretdb-pg} node dist/bench/run.js $(if $(QUICK),--quick,)
+	KEYCAP_EMBEDDED_MONGO=$${KEYCAP_EMBEDDED_MONGO:-ferretdb-pg} node dist/bench/mcp-gateway.js $(if $(QUICK),--calls 100,)
 
 ## bench-volume: operator reads and the whole call on a database preloaded with RECORDS (default 1,000,000)
 ## effects, completed calls and refusals (issue 32); FerretDB on PostgreSQL unless KEYCAP_EMBEDDED_MONGO says otherwise
