@@ -116,10 +116,10 @@ def serve_asgi(app: Any) -> Iterator[str]:
         thread.join(timeout=10)
 
 
-def cli_stats(stack: Stack) -> dict[str, Any]:
-    """What the operator sees: `keycap stats --json` (totals from every writer's counters)."""
+def _cli_json(stack: Stack, *args: str) -> Any:
+    """`keycap <args> --json --admin <stack>` as an operator runs it, its stdout parsed."""
     out = subprocess.run(
-        ["node", str(CLI), "stats", "--json", "--admin", stack.admin],
+        ["node", str(CLI), *args, "--json", "--admin", stack.admin],
         cwd=REPO_ROOT,
         env={**os.environ, "KEYCAP_ADMIN_TOKEN": stack.admin_token},
         capture_output=True,
@@ -127,20 +127,16 @@ def cli_stats(stack: Stack) -> dict[str, Any]:
         timeout=60,
         check=True,
     )
-    stats: dict[str, Any] = json.loads(out.stdout)
+    return json.loads(out.stdout)
+
+
+def cli_stats(stack: Stack) -> dict[str, Any]:
+    """What the operator sees: `keycap stats --json` (totals from every writer's counters)."""
+    stats: dict[str, Any] = _cli_json(stack, "stats")
     return stats
 
 
 def cli_rejections(stack: Stack, service: str) -> list[dict[str, Any]]:
     """What the operator sees: `keycap rejections --service <service> --json`."""
-    out = subprocess.run(
-        ["node", str(CLI), "rejections", "--service", service, "--json", "--admin", stack.admin],
-        cwd=REPO_ROOT,
-        env={**os.environ, "KEYCAP_ADMIN_TOKEN": stack.admin_token},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    records: list[dict[str, Any]] = json.loads(out.stdout)
+    records: list[dict[str, Any]] = _cli_json(stack, "rejections", "--service", service)
     return records
