@@ -10,7 +10,14 @@ import { MongoClient } from "mongodb";
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
-import { LoggingMessageNotificationSchema, McpError, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import {
+  LoggingMessageNotificationSchema,
+  PromptListChangedNotificationSchema,
+  ResourceListChangedNotificationSchema,
+  ToolListChangedNotificationSchema,
+  McpError,
+  type CallToolResult,
+} from "@modelcontextprotocol/sdk/types.js";
 import { startLedgerStack, type LedgerStack } from "./support/ledger-harness";
 import { readEvents, type CountingEvent } from "./support/counting-mcp-server";
 import { connectHost, countingPolicy, writePolicy, type McpHost } from "./support/mcp-host";
@@ -292,6 +299,21 @@ describe("MCP gateway (issue 28): one upstream effect per kernel-derived key, th
     expect(progress).to.deep.equal([1, 2, 3]);
     await until("the upstream's log message", () => logs.length > 0);
     expect(logs).to.deep.equal(["order o-progress: 3 steps done"]);
+  });
+
+  it("passes the upstream's resource and prompt list_changed on to the host, and logs a tools list_changed with the restart that takes it", async function () {
+    const h = await start();
+    expect(h.client.getServerCapabilities()?.resources?.listChanged).to.equal(true);
+    expect(h.client.getServerCapabilities()?.prompts?.listChanged).to.equal(true);
+    const seen: string[] = [];
+    h.client.setNotificationHandler(ResourceListChangedNotificationSchema, () => void seen.push("resources"));
+    h.client.setNotificationHandler(PromptListChangedNotificationSchema, () => void seen.push("prompts"));
+    h.client.setNotificationHandler(ToolListChangedNotificationSchema, () => void seen.push("tools"));
+    await h.client.callTool({ name: "get_status", arguments: { announce_changes: true } });
+    await until("both list_changed notifications", () => seen.includes("resources") && seen.includes("prompts"));
+    await until("the gateway's log line", () => /says its tools changed; .*restart keycap mcp/.test(h.stderr()));
+    // Governed tools are not changed under the host: no tools list_changed reached it.
+    expect(seen).to.not.include("tools");
   });
 
   it("refuses at call time, with keycap's reason in the MCP error and recorded against the tool id: a missing key field, arguments that are not an object", async function () {

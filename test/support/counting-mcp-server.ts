@@ -20,7 +20,14 @@
 import * as fs from "node:fs";
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
-import { CallToolRequestSchema, ListToolsRequestSchema, type CallToolResult, type Tool } from "@modelcontextprotocol/sdk/types.js";
+import {
+  CallToolRequestSchema,
+  ListPromptsRequestSchema,
+  ListResourcesRequestSchema,
+  ListToolsRequestSchema,
+  type CallToolResult,
+  type Tool,
+} from "@modelcontextprotocol/sdk/types.js";
 
 /** One line of the state file. */
 export interface CountingEvent {
@@ -83,14 +90,25 @@ function main(): void {
   for (const e of readEvents(file)) if (e.event === "effect" && e.key && e.answer) stored.set(e.key, e.answer);
   const log = (e: CountingEvent): void => fs.appendFileSync(file, JSON.stringify(e) + "\n");
 
-  const server = new Server({ name: "counting-upstream", version: "1.0.0" }, { capabilities: { tools: {}, logging: {} } });
+  const server = new Server(
+    { name: "counting-upstream", version: "1.0.0" },
+    { capabilities: { tools: { listChanged: true }, logging: {}, resources: { listChanged: true }, prompts: { listChanged: true } } },
+  );
   server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: TOOLS }));
+  // Lists that change: get_status with announce_changes says so for resources, prompts and tools.
+  server.setRequestHandler(ListResourcesRequestSchema, () => ({ resources: [] }));
+  server.setRequestHandler(ListPromptsRequestSchema, () => ({ prompts: [] }));
   server.setRequestHandler(CallToolRequestSchema, async (req, extra) => {
     const args = req.params.arguments ?? {};
     const meta = (req.params._meta ?? {}) as Record<string, unknown>;
     const key = typeof meta["io.keycap/idempotency-key"] === "string" ? meta["io.keycap/idempotency-key"] : null;
     const tool = req.params.name;
     log({ event: "request", tool, key, args, meta });
+    if (tool === "get_status" && args["announce_changes"] === true) {
+      await server.sendResourceListChanged();
+      await server.sendPromptListChanged();
+      await server.sendToolListChanged();
+    }
     if (tool === "get_status") {
       const effects = readEvents(file).filter((e) => e.event === "effect").length;
       return { content: [{ type: "text", text: `effects so far: ${effects}` }] };

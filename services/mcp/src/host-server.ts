@@ -23,7 +23,10 @@ import {
   ListToolsRequestSchema,
   LoggingMessageNotificationSchema,
   McpError,
+  PromptListChangedNotificationSchema,
   ReadResourceRequestSchema,
+  ResourceListChangedNotificationSchema,
+  ToolListChangedNotificationSchema,
   ResourceUpdatedNotificationSchema,
   SetLevelRequestSchema,
   SubscribeRequestSchema,
@@ -41,6 +44,8 @@ import type { GovernedTool } from "./governed-tools";
 import { GATEWAY_IMPLEMENTATION, type Upstream } from "./upstream";
 
 export interface HostServerOptions {
+  /** Told when an upstream says its tools changed (the gateway does not take them without a restart). */
+  logger?: { warn(fields: object, message: string): void };
   tools: readonly GovernedTool[];
   calls: CallPath;
   upstreams: readonly Upstream[];
@@ -78,10 +83,40 @@ export class ConnectedHosts {
 /**
  * Relays the upstreams' notifications to the hosts: log messages (`notifications/message`) to
  * every connected host, the upstream's name as the logger when the message names none; a
- * resource's `notifications/resources/updated` to the hosts that subscribed to it.
+ * resource's `notifications/resources/updated` to the hosts that subscribed to it; an
+ * upstream's resource and prompt `list_changed` to every host (those lists pass through, so
+ * the host lists again and sees the upstream's new ones). Tools are governed: the gateway
+ * checks them against the policy and registers them with the kernel at start, so an
+ * upstream's `tools/list_changed` is not passed on as if the new definitions were in force;
+ * it is logged, naming the restart that takes them (a changed governed definition then stops
+ * the start, as ADR 0023 and docs/mcp.md say).
  */
-export function relayNotifications(upstreams: readonly Upstream[], hosts: ConnectedHosts): void {
+export function relayNotifications(upstreams: readonly Upstream[], hosts: ConnectedHosts, logger?: HostServerOptions["logger"]): void {
   for (const u of upstreams) {
+    if (u.capabilities?.resources?.listChanged) {
+      u.onEachConnect((client) =>
+        client.setNotificationHandler(ResourceListChangedNotificationSchema, () => {
+          for (const server of hosts.servers) void server.sendResourceListChanged().catch(() => undefined);
+        }),
+      );
+    }
+    if (u.capabilities?.prompts?.listChanged) {
+      u.onEachConnect((client) =>
+        client.setNotificationHandler(PromptListChangedNotificationSchema, () => {
+          for (const server of hosts.servers) void server.sendPromptListChanged().catch(() => undefined);
+        }),
+      );
+    }
+    if (u.capabilities?.tools?.listChanged) {
+      u.onEachConnect((client) =>
+        client.setNotificationHandler(ToolListChangedNotificationSchema, () => {
+          logger?.warn(
+            { upstream: u.name },
+            `mcp: upstream ${u.name} says its tools changed; the gateway serves the tools it checked at start: restart keycap mcp to take the new ones (a changed governed tool then stops the start)`,
+          );
+        }),
+      );
+    }
     if (u.capabilities?.logging) {
       u.onEachConnect((client) =>
         client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => {
@@ -109,8 +144,15 @@ export function createHostServer(opts: HostServerOptions): Server {
     tools: {},
     ...(withLogging.length ? { logging: {} } : {}),
     ...(opts.upstreams.some((u) => u.capabilities?.completions) ? { completions: {} } : {}),
-    ...(withResources.length ? { resources: withResources.some((u) => u.capabilities?.resources?.subscribe) ? { subscribe: true } : {} } : {}),
-    ...(withPrompts.length ? { prompts: {} } : {}),
+    ...(withResources.length
+      ? {
+          resources: {
+            ...(withResources.some((u) => u.capabilities?.resources?.subscribe) ? { subscribe: true } : {}),
+            ...(withResources.some((u) => u.capabilities?.resources?.listChanged) ? { listChanged: true } : {}),
+          },
+        }
+      : {}),
+    ...(withPrompts.length ? { prompts: withPrompts.some((u) => u.capabilities?.prompts?.listChanged) ? { listChanged: true } : {} } : {}),
   };
   const server = new Server(GATEWAY_IMPLEMENTATION, {
     capabilities,

@@ -90,7 +90,7 @@ export async function runMcpGateway(policyFile: string, serve: ServeOptions = {}
       ...(runId !== undefined ? { defaultRunId: runId } : {}),
     });
     const hosts = new ConnectedHosts();
-    relayNotifications(upstreams, hosts);
+    relayNotifications(upstreams, hosts, logger);
     const newServer = (): Server => createHostServer({ tools, calls, upstreams, separator: policy.toolNameSeparator, hosts });
     const ready = {
       kernel: kernelAddress,
