@@ -2,7 +2,7 @@
  * Issue 28, the MCP gateway toward the host over Streamable HTTP: `keycap mcp --http
  * 127.0.0.1:0` serves MCP at /mcp, each host connection its own MCP session, all sessions
  * sharing one call path, so duplicates from two hosts are still one upstream effect. Off
- * loopback it refuses to start (the listener has no TLS or credential yet).
+ * loopback it starts only with HTTPS and a host token, which every request must carry.
  */
 import { expect } from "chai";
 import { spawn, type ChildProcess } from "node:child_process";
@@ -17,6 +17,8 @@ import { startLedgerStack, type LedgerStack } from "./support/ledger-harness";
 import { readEvents } from "./support/counting-mcp-server";
 import { connectHost, countingPolicy, writePolicy } from "./support/mcp-host";
 import { CLI_ENTRY, runCli, TEST_RUNTIME_TOKEN } from "./support/processes";
+import { createTestPki } from "./support/tls-certs";
+import { Agent, fetch as undiciFetch } from "undici";
 
 describe("MCP gateway over Streamable HTTP (issue 28)", function () {
   this.timeout(60_000);
@@ -125,10 +127,84 @@ describe("MCP gateway over Streamable HTTP (issue 28)", function () {
     }
   });
 
-  it("refuses to listen off loopback, before starting anything", async function () {
+  it("refuses to listen off loopback without TLS and a host token, naming what is missing, before starting anything", async function () {
     const r = await runCli(["mcp", "--policy", policyFile, "--http", "0.0.0.0:0"], env);
     expect(r.code).to.equal(2);
     expect(r.stderr).to.include("--http: 0.0.0.0 is not a loopback address");
+    expect(r.stderr).to.include("KEYCAP_MCP_TLS_CERT_FILE").and.include("KEYCAP_MCP_TOKEN");
     expect(r.stderr).to.not.include("upstream connected");
+    const pki = createTestPki(fs.mkdtempSync(path.join(dir, "pki-")));
+    const tlsOnly = await runCli(["mcp", "--policy", policyFile, "--http", "0.0.0.0:0"], {
+      ...env,
+      KEYCAP_MCP_TLS_CERT_FILE: pki.server.cert,
+      KEYCAP_MCP_TLS_KEY_FILE: pki.server.key,
+    });
+    expect(tlsOnly.code).to.equal(2);
+    expect(tlsOnly.stderr).to.include("KEYCAP_MCP_TOKEN").and.not.include("KEYCAP_MCP_TLS_CERT_FILE");
+  });
+
+  it("off loopback with HTTPS and a host token: a host with the token is served; without it, or with another, 401 with keycap's reason", async function () {
+    const pki = createTestPki(fs.mkdtempSync(path.join(dir, "pki-")));
+    const token = `mcp-host-token-${Date.now()}-0123456789`;
+    const child = spawn(process.execPath, [CLI_ENTRY, "mcp", "--policy", policyFile, "--http", "0.0.0.0:0"], {
+      env: { ...env, KEYCAP_MCP_TLS_CERT_FILE: pki.server.cert, KEYCAP_MCP_TLS_KEY_FILE: pki.server.key, KEYCAP_MCP_TOKEN: token },
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let log = "";
+    try {
+      const at = await new Promise<URL>((resolve, reject) => {
+        child.once("exit", (code) => reject(new Error(`keycap mcp exited ${code}:\n${log}`)));
+        readline.createInterface({ input: child.stderr }).on("line", (line) => {
+          log += line + "\n";
+          const rec = (() => {
+            try {
+              return JSON.parse(line) as { msg?: string; http?: string };
+            } catch {
+              return {};
+            }
+          })();
+          if (rec.msg === "ready" && rec.http) resolve(new URL(rec.http));
+        });
+      });
+      expect(at.protocol).to.equal("https:");
+      const mcp = new URL(`https://127.0.0.1:${at.port}${at.pathname}`);
+      const agent = new Agent({ connect: { ca: fs.readFileSync(pki.ca.cert) } });
+      const viaCa = ((url: string | URL, init?: RequestInit) => undiciFetch(url, { ...(init as object), dispatcher: agent })) as unknown as typeof fetch;
+      const client = new Client({ name: "keycap-test-https-host", version: "1.0.0" });
+      await client.connect(new StreamableHTTPClientTransport(mcp, { fetch: viaCa, requestInit: { headers: { authorization: `Bearer ${token}` } } }));
+      try {
+        const r = (await client.callTool({ name: "create_order", arguments: { order_id: "o-https", amount: 1 } })) as CallToolResult;
+        expect(r.isError).to.not.equal(true);
+      } finally {
+        await client.close();
+      }
+      const initialize = {
+        jsonrpc: "2.0",
+        id: 1,
+        method: "initialize",
+        params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "x", version: "1" } },
+      };
+      for (const [authorization, reason] of [
+        [undefined, "PRINCIPAL_CREDENTIAL_MISSING"],
+        [`Bearer ${token}x`, "PRINCIPAL_CREDENTIAL_INVALID"],
+      ] as const) {
+        const res = await viaCa(mcp, {
+          method: "POST",
+          headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...(authorization ? { authorization } : {}) },
+          body: JSON.stringify(initialize),
+        });
+        expect(res.status).to.equal(401);
+        expect(res.headers.get("www-authenticate")).to.match(/^Bearer /);
+        expect(((await res.json()) as { error: { data: { reason: string } } }).error.data.reason).to.equal(reason);
+      }
+      expect(log, "the token is never logged").to.not.include(token);
+      // Recorded like every listener's refusals, under service "mcp".
+      const { rejections } = await s.admin.listRejections({ service: "mcp", pageSize: 10 });
+      expect(rejections.map((r) => r.reason).sort()).to.deep.equal(["PRINCIPAL_CREDENTIAL_INVALID", "PRINCIPAL_CREDENTIAL_MISSING"]);
+    } finally {
+      const exited = new Promise((r) => child.once("exit", r));
+      child.kill("SIGTERM");
+      await exited;
+    }
   });
 });

@@ -19,7 +19,8 @@ import { startSharedMongoServer } from "../../common/src/shared-mongo";
 import { CallPath } from "./call-path";
 import { governTools, type UpstreamTool } from "./governed-tools";
 import { ConnectedHosts, createHostServer, relayNotifications } from "./host-server";
-import { assertLoopback, listenStreamableHttp, MCP_PATH } from "./http-listener";
+import { RejectionAudit } from "../../common/src/rejection-audit";
+import { assertListenable, listenStreamableHttp, MCP_PATH, type HttpSecurity } from "./http-listener";
 import { registerGovernedTools } from "./kernel-registration";
 import { mcpCallRecorder, NO_RECORDER } from "./mcp-metrics";
 import { loadMcpOptions } from "./mcp-options";
@@ -33,7 +34,7 @@ type Env = Readonly<Record<string, string | undefined>>;
 
 /** How the host reaches the gateway. */
 export interface ServeOptions {
-  /** Serve Streamable HTTP on this loopback host:port (overrides KEYCAP_MCP_LISTEN) instead of stdio. */
+  /** Serve Streamable HTTP on this host:port (overrides KEYCAP_MCP_LISTEN) instead of stdio; off loopback with TLS and a token. */
   http?: string;
 }
 
@@ -46,20 +47,23 @@ export async function runMcpGateway(policyFile: string, serve: ServeOptions = {}
   const options = loadMcpOptions(env);
   const listen = serve.http !== undefined ? parseHostPort("--http", serve.http) : options.listen;
   const listenSetting = serve.http !== undefined ? "--http" : "KEYCAP_MCP_LISTEN";
-  if (listen) assertLoopback(listen, listenSetting);
+  const security: HttpSecurity = { tls: options.tls, token: options.token };
+  if (listen) assertListenable(listen, listenSetting, security);
   const logger = createStderrLogger("mcp", config.logLevel);
   const policy = loadPolicy(path.resolve(policyFile));
   const upstreams: Upstream[] = [];
   // First, as every keycap process does: a metrics address that cannot be bound stops the start.
   const metrics = config.metricsListen ? new Metrics({ toolLabels: config.metricsToolLabels }) : undefined;
-  const metricsServer = metrics && config.metricsListen ? await startMetricsServer(config.metricsListen, metrics, logger) : undefined;
+  const metricsServer = metrics && config.metricsListen ? await startMetricsServer(config.metricsListen, metrics, logger, config.tls.metrics) : undefined;
   const recorder = metrics ? mcpCallRecorder(metrics) : NO_RECORDER;
   let kernel: KernelClient | undefined;
   let mongoServer: MongoServerHandle | undefined;
   let mongo: MongoConnection | undefined;
   let stopRetention = (): void => undefined;
+  let closeAudit = async (): Promise<void> => undefined;
   const release = async (): Promise<void> => {
     stopRetention();
+    await closeAudit().catch(() => undefined);
     await Promise.all(upstreams.map((u) => u.close()));
     kernel?.close();
     await mongo?.close().catch(() => undefined);
@@ -77,6 +81,11 @@ export async function runMcpGateway(policyFile: string, serve: ServeOptions = {}
     mongoServer = await openMongo(config.mongodbUri, config.dataDir, logger);
     mongo = await connectMongo(mongoServer.uri, config.mongodbDatabase, config.mongodbTimeoutMs, metrics ? { onCommand: metrics.mongoObserver("mcp") } : {});
     const store = await ResultStore.open(mongo.db);
+    // Refusals of the HTTP listener go to keycap's refusal store like every listener's (DESIGN §9).
+    const audit = await RejectionAudit.open(mongo.db, { service: "mcp", unauthenticatedPerMinute: config.unauthenticatedAuditPerMinute, logger });
+    closeAudit = () => audit.close();
+    security.onRefusal = (reason, message, peer) =>
+      audit.record({ method: `HTTP ${MCP_PATH}`, reason, code: "UNAUTHENTICATED", toolIdVerified: false, peer, message });
     stopRetention = startRetention(store, options.resultTtlSeconds, logger);
     const runId = options.runId ?? policy.runId;
     const calls = new CallPath({
@@ -102,9 +111,9 @@ export async function runMcpGateway(policyFile: string, serve: ServeOptions = {}
       process.once("SIGINT", resolve);
     });
     if (listen) {
-      const listener = await listenStreamableHttp(listen, listenSetting, newServer, logger);
+      const listener = await listenStreamableHttp(listen, listenSetting, newServer, logger, security);
       logger.info(
-        { ...ready, http: `http://${listener.address}${MCP_PATH}`, ...(metricsServer ? { metrics: formatHostPort(metricsServer.address) } : {}) },
+        { ...ready, http: `${listener.scheme}://${listener.address}${MCP_PATH}`, ...(metricsServer ? { metrics: formatHostPort(metricsServer.address) } : {}) },
         "ready",
       );
       await signalled;

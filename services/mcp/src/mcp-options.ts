@@ -3,6 +3,8 @@
  * directory and the runtime credential are the same settings every keycap process reads).
  * Each is validated at start; a bad value stops the start with one line naming it.
  */
+import * as fs from "node:fs";
+import * as path from "node:path";
 import { ConfigError, parseHostPort, type HostPort } from "../../common/src/config";
 
 export interface McpOptions {
@@ -14,8 +16,12 @@ export interface McpOptions {
   runId: string | undefined;
   /** KEYCAP_MCP_RESULT_TTL_SECONDS: how long a stored result is replayed; after it, the same key is a new call (and effect). Default 604800 (7 days); 0 keeps results forever. */
   resultTtlSeconds: number;
-  /** KEYCAP_MCP_LISTEN: serve Streamable HTTP here (loopback only) instead of stdio. Default: unset, stdio. */
+  /** KEYCAP_MCP_LISTEN: serve Streamable HTTP here instead of stdio (off loopback: with TLS and a token). Default: unset, stdio. */
   listen: HostPort | undefined;
+  /** KEYCAP_MCP_TLS_CERT_FILE / KEYCAP_MCP_TLS_KEY_FILE, else the all-listener KEYCAP_TLS_CERT_FILE / KEYCAP_TLS_KEY_FILE: HTTPS toward hosts. */
+  tls: { certFile: string; keyFile: string } | undefined;
+  /** KEYCAP_MCP_TOKEN, else the file KEYCAP_MCP_TOKEN_FILE: the bearer credential every HTTP request from a host must carry. */
+  token: string | undefined;
 }
 
 type Env = Readonly<Record<string, string | undefined>>;
@@ -29,7 +35,45 @@ export function loadMcpOptions(env: Env = process.env): McpOptions {
     runId,
     resultTtlSeconds: whole(env, "KEYCAP_MCP_RESULT_TTL_SECONDS", 604_800, 0, 10 * 365 * 86_400),
     listen: env["KEYCAP_MCP_LISTEN"]?.trim() ? parseHostPort("KEYCAP_MCP_LISTEN", env["KEYCAP_MCP_LISTEN"].trim()) : undefined,
+    tls: httpTls(env),
+    token: hostToken(env),
   };
+}
+
+function setting(env: Env, name: string): string | undefined {
+  const v = env[name]?.trim();
+  return v === undefined || v === "" ? undefined : v;
+}
+
+function httpTls(env: Env): McpOptions["tls"] {
+  const certFile = setting(env, "KEYCAP_MCP_TLS_CERT_FILE") ?? setting(env, "KEYCAP_TLS_CERT_FILE");
+  const keyFile = setting(env, "KEYCAP_MCP_TLS_KEY_FILE") ?? setting(env, "KEYCAP_TLS_KEY_FILE");
+  if (certFile === undefined && keyFile === undefined) return undefined;
+  if (certFile === undefined || keyFile === undefined) {
+    throw new ConfigError(
+      certFile === undefined ? "KEYCAP_MCP_TLS_CERT_FILE" : "KEYCAP_MCP_TLS_KEY_FILE",
+      "HTTPS needs both a certificate file and a key file",
+    );
+  }
+  return { certFile: path.resolve(certFile), keyFile: path.resolve(keyFile) };
+}
+
+/** The host credential: printable ASCII without spaces, at least 16 characters (it guards a listener off loopback). */
+function hostToken(env: Env): string | undefined {
+  let token = setting(env, "KEYCAP_MCP_TOKEN");
+  let from = "KEYCAP_MCP_TOKEN";
+  const file = setting(env, "KEYCAP_MCP_TOKEN_FILE");
+  if (token === undefined && file !== undefined) {
+    from = "KEYCAP_MCP_TOKEN_FILE";
+    try {
+      token = fs.readFileSync(path.resolve(file), "utf8").trim();
+    } catch (err) {
+      throw new ConfigError(from, `${file} cannot be read (${(err as NodeJS.ErrnoException).code ?? "unknown error"})`);
+    }
+  }
+  if (token === undefined) return undefined;
+  if (!/^[\x21-\x7e]{16,4096}$/.test(token)) throw new ConfigError(from, "must be 16 to 4096 printable ASCII characters without spaces");
+  return token;
 }
 
 function millis(env: Env, name: string, def: number, min: number, max: number): number {
