@@ -55,7 +55,11 @@ async function serveAll(env: Record<string, string>): Promise<{ child: ChildProc
   child.stdout!.on("data", () => undefined);
   return new Promise((resolve, reject) => {
     const lines = readline.createInterface({ input: child.stdout! });
-    const timer = setTimeout(() => reject(new Error("keycap serve all not ready within 120 s")), 120_000);
+    const timer = setTimeout(() => {
+      // Never leave a half-started service behind.
+      child.kill("SIGKILL");
+      reject(new Error("keycap serve all not ready within 120 s"));
+    }, 120_000);
     lines.on("line", (line) => {
       try {
         const rec = JSON.parse(line) as { msg?: string; endpoints?: { listener: string; address: string }[] };
