@@ -122,15 +122,16 @@ describe("operator reads at volume (issue 32)", function () {
     expect(table.stdout).to.match(/counted since\s*│?\s*\d{4}-\d\d-\d\dT/);
   });
 
-  it("stops a listing that must read every preloaded document at its time limit, and the CLI says so (not 'is keycap serve running')", async function () {
-    // No filter FerretDB can push down and a sort it does in memory: every refusal is read.
-    const r = await runCli(["rejections", "--reason", "NO_SUCH_REASON"], cliEnv());
+  it("stops a listing that must read and sort every preloaded document at its time limit, and the CLI says so (not 'is keycap serve running')", async function () {
+    // No filter at all and a sort FerretDB does in memory: every refusal is read and sorted
+    // (an equality filter, such as a reason, is pushed down to PostgreSQL and can be fast).
+    const r = await runCli(["rejections"], cliEnv());
     expect(r.code).to.equal(1);
     expect(r.stderr).to.include("stopped the query");
     expect(r.stderr).to.include("KEYCAP_OPERATOR_QUERY_TIMEOUT_MS");
     expect(r.stderr).not.to.include("is keycap serve running");
     const admin = new AdminClient(svc.endpoints.admin!, ADMIN);
-    const direct = await refusal(admin.listRejectionsPage({ reason: "NO_SUCH_REASON" }, "", 10, { retry: false })).finally(() => admin.close());
+    const direct = await refusal(admin.listRejectionsPage({}, "", 10, { retry: false })).finally(() => admin.close());
     expect({ code: direct.codeName, reason: direct.reason }).to.deep.equal({ code: "DEADLINE_EXCEEDED", reason: "OPERATOR_QUERY_TIMEOUT" });
   });
 
