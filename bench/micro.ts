@@ -19,8 +19,8 @@ import * as path from "node:path";
 import { CapabilityVerifier } from "../services/capability/src";
 import { parseJwks, type PublicKeySource } from "../services/capability/src";
 import { CapabilityMinter } from "../services/kernel/src/capability-minter";
-import { deriveKey, type KeyDerivationSpec } from "../services/kernel/src/domain/key-derivation";
-import { parseArguments } from "../services/kernel/src/domain/strict-json";
+import { deriveKey, type KeyDerivationSpec } from "../services/common/src/domain/key-derivation";
+import { parseArguments } from "../services/common/src/domain/strict-json";
 import { loadOrCreateSigningKeys } from "../services/kernel/src/signing-keys";
 
 /** One micro benchmark's result. */

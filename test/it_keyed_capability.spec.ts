@@ -169,7 +169,11 @@ describe("keyed capability: acceptance (real kernel, ledger and tool processes; 
   });
 
   it("3. duplicate call: same arguments again derive the identical key; still exactly one entry", async function () {
-    const first = await admin.getEntryByKey((await kernel.beginCall(charge.id, '{"order_id":"O-1","amount_cents":1250}', { runId: "run-A" })).call!.key);
+    const begun = await kernel.beginCall(charge.id, '{"order_id":"O-1","amount_cents":1250}', { runId: "run-A" });
+    const first = await admin.getEntryByKey(begun.call!.key);
+    // The capability states how its key was derived, so a sink holding only the arguments can re-derive it (ADR 0026).
+    const claims = JSON.parse(Buffer.from(begun.capability.split(".")[1]!, "base64url").toString()) as Record<string, unknown>;
+    expect(claims["derivation"]).to.deep.equal({ version: 1, fields: ["/order_id", "/amount_cents"], context: { run_id: "run-A" } });
     const { handle, output } = await runtime.run(charge.id, { amount_cents: 1250, order_id: "O-1", requested_at: "2026-12-02T12:00:00Z" }, { runId: "run-A" });
     expect(handle.key).to.equal(first?.key);
     expect(output).to.equal(`duplicate ${first?.entryId}`);

@@ -38,7 +38,7 @@ describe("lint: import boundaries (issue 14)", function () {
   });
 
   const plants: [string, string, string][] = [
-    ["domain-is-transport-free", "services/kernel/src/domain/json-pointer.ts", 'import "mongodb";\n'],
+    ["domain-is-transport-free", "services/common/src/domain/json-pointer.ts", 'import "mongodb";\n'],
     ["domain-is-transport-free", "services/ledger/src/domain/write-rule.ts", 'import "@grpc/grpc-js";\n'],
     ["errors-are-transport-free", "services/common/src/errors.ts", 'import "@grpc/grpc-js";\n'],
     ["storage-speaks-no-grpc", "services/kernel/src/call-journal.ts", 'import "@grpc/grpc-js";\n'],

@@ -7,6 +7,8 @@ import { expect } from "chai";
 import { calculateJwkThumbprint, createLocalJWKSet, jwtVerify, SignJWT } from "jose";
 import { CAPABILITY_TYP, DEFAULT_AUDIENCE, DEFAULT_ISSUER, parseBearer, type CapabilityClaims } from "../../services/capability/src";
 import { CapabilityMinter } from "../../services/kernel/src/capability-minter";
+import { deriveKey, derivationClaim, derivationOfClaim } from "../../services/common/src/domain/key-derivation";
+import { parseArguments } from "../../services/common/src/domain/strict-json";
 import { SigningKeyFileError, loadOrCreateSigningKeys, rotateSigningKeys, type SigningKeys } from "../../services/kernel/src/signing-keys";
 import { CapabilityRefusal, type CapabilityRefusalReason } from "../../services/capability/src";
 import { CapabilityVerifier } from "../../services/capability/src";
@@ -249,6 +251,30 @@ describe("capability", () => {
       expect(verified).to.not.have.property("key");
     });
 
+    it("carries the derivation of an idempotent key, so a sink re-derives the key from the arguments it received", async () => {
+      const spec = { fields: ["/order_id"], version: 2, contextFields: ["run_id" as const] };
+      const args = parseArguments('{"order_id":"A-17","amount":5}');
+      const key = deriveKey("payments.charge", spec, args, { runId: "run-1" });
+      const { token } = await minter.mint({
+        principal: "test-runtime",
+        toolId: "payments.charge",
+        effect: "idempotent",
+        callId: "call-1",
+        attempt: 1,
+        key,
+        derivation: derivationClaim(spec, { runId: "run-1" }),
+      });
+      const verified = await verifier.verify(bearer(token));
+      expect(verified.derivation).to.deep.equal({ version: 2, fields: ["/order_id"], context: { run_id: "run-1" } });
+      const stated = derivationOfClaim(verified.derivation!);
+      expect(deriveKey(verified.tool_id, stated.spec, args, stated.ctx)).to.equal(verified.key);
+      const other = parseArguments('{"order_id":"A-18","amount":5}');
+      expect(deriveKey(verified.tool_id, stated.spec, other, stated.ctx)).to.not.equal(verified.key);
+      // Without run_id in the derivation, the context stated is empty and so is the one derived with.
+      const unscoped = derivationClaim({ fields: ["/order_id"], version: 0, contextFields: [] }, { runId: "run-1" });
+      expect(unscoped).to.deep.equal({ version: 1, fields: ["/order_id"], context: {} });
+    });
+
     it("minting the same claims again yields the same token (Ed25519 is deterministic)", async () => {
       const first = await minter.mint({ principal: "test-runtime", toolId: "t", effect: "idempotent", callId: "c", attempt: 1, key: "k" });
       // Stored claims may come back in another member order (e.g. from MongoDB).
@@ -260,6 +286,15 @@ describe("capability", () => {
       const jwks = createLocalJWKSet(keys.publicJwks() as Parameters<typeof createLocalJWKSet>[0]);
       const inputs = [
         { principal: "test-runtime", toolId: "pay.charge", effect: "idempotent" as const, callId: "c-1", attempt: 1, key: "k".repeat(43) },
+        {
+          principal: "test-runtime",
+          toolId: "pay.charge",
+          effect: "idempotent" as const,
+          callId: "c-4",
+          attempt: 2,
+          key: "k".repeat(43),
+          derivation: { version: 3, fields: ["/order/id", "/a~1b"], context: { run_id: "run ✓" } },
+        },
         { principal: "rüntime ✓", toolId: "notify", effect: "queryable" as const, callId: "c-2", attempt: 3, requestId: 'req "quoted" \u2028' },
         { principal: "test-runtime", toolId: "t", effect: "unsafe" as const, callId: "c-3", attempt: 1, jti: "fixed-jti" },
       ];
@@ -385,6 +420,12 @@ describe("capability", () => {
         [{ tool_id: "" }, "tool_id"],
         [{ effect: "unsafe" }, "key"],
         [{ request_id: "r" }, "request_id"],
+        [{ effect: "queryable", key: undefined, request_id: "r", derivation: { version: 1, fields: ["/a"], context: {} } }, "derivation"],
+        [{ derivation: { version: 0, fields: ["/a"], context: {} } }, "derivation"],
+        [{ derivation: { version: 1, fields: [], context: {} } }, "derivation"],
+        [{ derivation: { version: 1, fields: ["/a"], context: { run_id: 7 } } }, "derivation"],
+        [{ derivation: { version: 1, fields: ["/a"], context: { user: "u" } } }, "derivation"],
+        [{ derivation: { version: 1, fields: ["/a"], context: {}, salt: "x" } }, "derivation"],
       ];
       for (const [change, claim] of cases) {
         const token = signEd25519(goodHeader(), { ...goodClaims(), ...change }, keys.privateKey);

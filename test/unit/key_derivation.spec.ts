@@ -5,8 +5,8 @@ import { BinaryWriter } from "@bufbuild/protobuf/wire";
 import { BeginCallRequest, KernelServiceService } from "../../gen/ts/keycap/kernel/v1/kernel";
 import { invalidArgument, KeycapError } from "../../services/common/src/errors";
 import { hadIllFormedUtf8, withUtf8Check } from "../../services/common/src/utf8-check";
-import { compileArgumentSchema } from "../../services/kernel/src/domain/argument-schema";
-import { formatJsonPointer, parseJsonPointer, resolveJsonPointer } from "../../services/kernel/src/domain/json-pointer";
+import { compileArgumentSchema } from "../../services/common/src/domain/argument-schema";
+import { formatJsonPointer, parseJsonPointer, resolveJsonPointer } from "../../services/common/src/domain/json-pointer";
 import {
   canonicalKeyDocument,
   deriveKey,
@@ -14,8 +14,8 @@ import {
   readRequestId,
   validateDerivation,
   type KeyDerivationSpec,
-} from "../../services/kernel/src/domain/key-derivation";
-import { DEFAULT_JSON_LIMITS, parseArguments, type JsonLimits } from "../../services/kernel/src/domain/strict-json";
+} from "../../services/common/src/domain/key-derivation";
+import { DEFAULT_JSON_LIMITS, parseArguments, type JsonLimits } from "../../services/common/src/domain/strict-json";
 
 // Tests run from the repository root (mocha's convention here); __dirname would
 // point into the compiled output, wherever that is.

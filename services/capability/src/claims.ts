@@ -48,10 +48,30 @@ export interface CapabilityClaims {
   key?: string;
   /** Request id the write must carry (queryable only). */
   request_id?: string;
+  /**
+   * How `key` was derived (idempotent only): with the arguments a sink receives, it lets the
+   * sink re-derive the key and refuse a capability carrying another call's arguments (ADR 0026).
+   * Absent on capabilities minted before it existed.
+   */
+  derivation?: DerivationClaim;
   /** Issued at, seconds since the epoch. */
   iat: number;
   /** Expiry, seconds since the epoch. */
   exp: number;
+}
+
+/**
+ * The `derivation` claim: the key's canonical document (ADR 0002) without the field values,
+ * which come from the call's arguments. `context` holds exactly the context fields the
+ * derivation names, with the values the kernel derived with.
+ */
+export interface DerivationClaim {
+  /** The derivation version hashed (≥ 1). */
+  version: number;
+  /** RFC 6901 pointers exactly as registered. */
+  fields: string[];
+  /** `{ run_id }` when the derivation names the run id; else `{}`. */
+  context: { run_id?: string };
 }
 
 /** Claims every capability must carry, whatever its effect. */
@@ -105,7 +125,26 @@ export function findClaimProblem(value: Record<string, unknown>): ClaimProblem |
   // capability would let a reader believe a write is keyed when nothing enforces it.
   const keyProblem = pairedClaimProblem(value, "key", effect === "idempotent", "idempotent");
   if (keyProblem) return keyProblem;
+  const derivationProblem = findDerivationProblem(value["derivation"], effect === "idempotent");
+  if (derivationProblem) return derivationProblem;
   return pairedClaimProblem(value, "request_id", effect === "queryable", "queryable");
+}
+
+/** The `derivation` claim is optional, allowed on idempotent capabilities only, and exactly shaped. */
+function findDerivationProblem(d: unknown, allowed: boolean): ClaimProblem | undefined {
+  if (d === undefined) return undefined;
+  const invalid = (detail: string): ClaimProblem => ({ kind: "invalid", claim: "derivation", detail: `capability claim "derivation" ${detail}` });
+  if (!allowed) return invalid("is only allowed when effect is idempotent");
+  if (typeof d !== "object" || d === null || Array.isArray(d)) return invalid("must be an object");
+  const { version, fields, context, ...rest } = d as Record<string, unknown>;
+  if (Object.keys(rest).length > 0) return invalid("has a member other than version, fields and context");
+  if (typeof version !== "number" || !Number.isSafeInteger(version) || version < 1) return invalid("version must be a positive integer");
+  if (!Array.isArray(fields) || fields.length === 0 || !fields.every((f) => typeof f === "string"))
+    return invalid("fields must be a non-empty array of pointers");
+  if (typeof context !== "object" || context === null || Array.isArray(context)) return invalid("context must be an object");
+  const { run_id: runId, ...otherContext } = context as Record<string, unknown>;
+  if (Object.keys(otherContext).length > 0 || (runId !== undefined && typeof runId !== "string")) return invalid("context may hold only run_id, a string");
+  return undefined;
 }
 
 function pairedClaimProblem(value: Record<string, unknown>, claim: string, required: boolean, effect: EffectName): ClaimProblem | undefined {

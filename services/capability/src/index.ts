@@ -18,6 +18,7 @@ export {
   findClaimProblem,
   type CapabilityClaims,
   type ClaimProblem,
+  type DerivationClaim,
   type EffectName,
 } from "./claims";
 export { parseBearer } from "../../common/src/bearer";

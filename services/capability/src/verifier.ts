@@ -198,6 +198,7 @@ export class CapabilityVerifier {
     };
     if (claims.key !== undefined) verified.key = claims.key;
     if (claims.request_id !== undefined) verified.request_id = claims.request_id;
+    if (claims.derivation !== undefined) verified.derivation = claims.derivation;
     return verified;
   }
 

@@ -25,6 +25,7 @@ import {
   MAX_LIFETIME_SECONDS,
   findClaimProblem,
   type CapabilityClaims,
+  type DerivationClaim,
   type EffectName,
 } from "../../capability/src";
 import { signEd25519 } from "./ed25519-sign";
@@ -55,6 +56,8 @@ export interface MintInput {
   key?: string;
   /** Request id; required iff `effect` is "queryable". */
   requestId?: string;
+  /** How `key` was derived (idempotent only; ADR 0026). */
+  derivation?: DerivationClaim;
   /** Capability id. Default a fresh `crypto.randomUUID()`. */
   jti?: string;
   /** Issued-at, seconds since the epoch. Default now. */
@@ -119,6 +122,7 @@ export class CapabilityMinter {
     };
     if (input.key !== undefined) claims.key = input.key;
     if (input.requestId !== undefined) claims.request_id = input.requestId;
+    if (input.derivation !== undefined) claims.derivation = input.derivation;
     return this.mintWithClaims(claims);
   }
 
@@ -177,5 +181,9 @@ function canonicalOrder(c: CapabilityClaims): CapabilityClaims {
   };
   if (c.key !== undefined) out.key = c.key;
   if (c.request_id !== undefined) out.request_id = c.request_id;
+  if (c.derivation !== undefined) {
+    const context = c.derivation.context.run_id !== undefined ? { run_id: c.derivation.context.run_id } : {};
+    out.derivation = { version: c.derivation.version, fields: [...c.derivation.fields], context };
+  }
   return out;
 }

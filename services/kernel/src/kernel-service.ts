@@ -27,14 +27,14 @@ import {
   type ResumeCallRequest,
   type ResumeCallResponse,
 } from "../../../gen/ts/keycap/kernel/v1/kernel";
-import type { CapabilityClaims } from "../../capability/src";
+import type { CapabilityClaims, DerivationClaim } from "../../capability/src";
 import { effectKindOf } from "../../common/src/effect-kind";
 import type { Logger } from "../../common/src/logger";
 import { decodePageToken, encodePageToken, pageSize } from "../../common/src/paging";
 import type { CallJournal, CallOutcomeName, CallRecord, JournalCursor, PendingPage } from "./call-journal";
 import type { CapabilityMinter, MintedCapability } from "./capability-minter";
-import { deriveKey, readRequestId } from "./domain/key-derivation";
-import { parseArguments, type JsonLimits, type ParsedArguments } from "./domain/strict-json";
+import { deriveKey, derivationClaim, readRequestId } from "../../common/src/domain/key-derivation";
+import { parseArguments, type JsonLimits, type ParsedArguments } from "../../common/src/domain/strict-json";
 import type { AccessPolicy } from "./access-policy";
 import type { Caller } from "./caller-auth";
 import { kernelBatchHandler, kernelHandler, type KernelEdge } from "./kernel-handlers";
@@ -234,8 +234,7 @@ export class Kernel {
       }
       case "idempotent": {
         if (req.lookupOnly) return leftPending(call);
-        const rederived = await this.rederive(tool, call);
-        return this.retry(call, tool, { key: rederived });
+        return this.retry(call, tool, await this.rederive(tool, call));
       }
       case "queryable": {
         const requestId = call.request_id ?? "";
@@ -264,22 +263,23 @@ export class Kernel {
     return { jwksJson: JSON.stringify(this.d.keys.publicJwks()), currentKeyId: this.d.keys.currentKid };
   }
 
-  private identify(tool: CompiledTool, args: ParsedArguments, runId: string): { key?: string; requestId?: string } {
+  private identify(tool: CompiledTool, args: ParsedArguments, runId: string): { key?: string; requestId?: string; derivation?: DerivationClaim } {
     const e = tool.definition.effect;
-    if (e.kind === "idempotent") return { key: deriveKey(tool.definition.toolId, e.key, args, { runId }) };
+    if (e.kind === "idempotent") return { key: deriveKey(tool.definition.toolId, e.key, args, { runId }), derivation: derivationClaim(e.key, { runId }) };
     if (e.kind === "queryable") return { requestId: readRequestId(args, e.requestIdField) };
     return {};
   }
 
-  private async rederive(tool: CompiledTool, call: CallRecord): Promise<string> {
-    let key: string | undefined;
+  private async rederive(tool: CompiledTool, call: CallRecord): Promise<{ key: string; derivation?: DerivationClaim }> {
+    let identity: { key?: string; derivation?: DerivationClaim } = {};
     let problem = "";
     try {
-      key = this.identify(tool, parseArguments(call.arguments_json, this.d.limits), call.run_id).key;
+      identity = this.identify(tool, parseArguments(call.arguments_json, this.d.limits), call.run_id);
     } catch (err) {
       problem = err instanceof Error ? err.message : String(err);
     }
-    if (key !== undefined && key === call.key) return key;
+    const key = identity.key;
+    if (key !== undefined && key === call.key) return { key, ...(identity.derivation ? { derivation: identity.derivation } : {}) };
     const message =
       `call ${call._id}: the key re-derived from the recorded arguments ` +
       (key === undefined ? `could not be computed (${problem})` : "differs from the journaled key") +
@@ -289,7 +289,11 @@ export class Kernel {
     throw refuse(Reasons.KEY_REDERIVATION_MISMATCH, message, { call_id: call._id, tool_id: call.tool_id });
   }
 
-  private async retry(call: CallRecord, tool: CompiledTool, identity: { key?: string; requestId?: string }): Promise<ResumeCallResponse> {
+  private async retry(
+    call: CallRecord,
+    tool: CompiledTool,
+    identity: { key?: string; requestId?: string; derivation?: DerivationClaim },
+  ): Promise<ResumeCallResponse> {
     // The capability names the principal that began the call, whoever resumes it.
     const minted: MintedCapability = await this.d.minter.mint({
       principal: call.principal ?? call.capability.sub ?? "unknown",

@@ -6,9 +6,9 @@ import { invalidArgument } from "../../common/src/errors";
 import type { EffectName } from "../../capability/src";
 import type { HttpDestination } from "../../../gen/ts/keycap/effect/v1/destination";
 import { normalizeDestination, type HttpDestinationSpec } from "../../common/src/domain/http-destination";
-import { compileArgumentSchema, type ArgumentSchema } from "./domain/argument-schema";
-import { parseJsonPointer } from "./domain/json-pointer";
-import { derivationVersion, validateDerivation, type ContextField as DomainContextField, type KeyDerivationSpec } from "./domain/key-derivation";
+import { compileArgumentSchema, type ArgumentSchema } from "../../common/src/domain/argument-schema";
+import { parseJsonPointer } from "../../common/src/domain/json-pointer";
+import { derivationVersion, validateDerivation, type ContextField as DomainContextField, type KeyDerivationSpec } from "../../common/src/domain/key-derivation";
 import { Reasons, refuse } from "../../common/src/refuse";
 
 /** A tool's effect class in domain terms (no protobuf types). */

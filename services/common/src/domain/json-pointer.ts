@@ -7,7 +7,7 @@
  * the effect; a derivation must name the members that do.
  */
 import type { JsonValue } from "./strict-json";
-import { Reasons, refuse } from "../../../common/src/refuse";
+import { Reasons, refuse } from "../refuse";
 
 // After "~", RFC 6901 allows only "0" (for "~") and "1" (for "/").
 const BAD_TILDE = /~(?![01])/;

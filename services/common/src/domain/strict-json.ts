@@ -17,9 +17,9 @@
  * top: strings and member names must be well-formed Unicode, numbers must be
  * finite IEEE 754 doubles, member names must be unique.
  */
-import { type KeycapError } from "../../../common/src/errors";
+import { type KeycapError } from "../errors";
 import { formatJsonPointer } from "./json-pointer";
-import { Reasons, refuse } from "../../../common/src/refuse";
+import { Reasons, refuse } from "../refuse";
 
 /** A JSON value as the parser returns it. */
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [k: string]: JsonValue };

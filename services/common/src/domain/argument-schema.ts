@@ -8,10 +8,10 @@
  */
 import Ajv2020, { type ErrorObject, type ValidateFunction } from "ajv/dist/2020";
 import addFormats from "ajv-formats";
-import { KeycapError } from "../../../common/src/errors";
+import { KeycapError } from "../errors";
 import { formatJsonPointer, parseJsonPointer, resolveJsonPointer } from "./json-pointer";
 import { parseStrictJson, type JsonObject, type JsonValue } from "./strict-json";
-import { Reasons, refuse } from "../../../common/src/refuse";
+import { Reasons, refuse } from "../refuse";
 
 /** The annotation keyword with which a schema marks a field volatile. */
 export const VOLATILE_KEYWORD = "x-keycap-volatile";

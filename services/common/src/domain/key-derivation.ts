@@ -33,11 +33,11 @@
  */
 import { createHash } from "node:crypto";
 import canonicalize from "canonicalize";
-import { invalidArgument, KeycapError } from "../../../common/src/errors";
+import { invalidArgument, KeycapError } from "../errors";
 import { parseJsonPointer, resolveJsonPointer } from "./json-pointer";
 import type { ArgumentSchema } from "./argument-schema";
 import type { JsonObject, JsonValue, ParsedArguments } from "./strict-json";
-import { Reasons, refuse } from "../../../common/src/refuse";
+import { Reasons, refuse } from "../refuse";
 
 /** The scheme's domain tag; hashed in front of every key's canonical document. */
 export const KEY_SCHEME = "keycap/idempotency-key/v1";
@@ -110,6 +110,24 @@ export function validateDerivation(spec: KeyDerivationSpec, schema?: ArgumentSch
 export function deriveKey(toolId: string, spec: KeyDerivationSpec, args: ParsedArguments, ctx: CallContext): string {
   const canonical = canonicalKeyDocument(toolId, spec, args, ctx);
   return createHash("sha256").update(DOMAIN_PREFIX).update(canonical, "utf8").digest("base64url");
+}
+
+/**
+ * The derivation as a capability's `derivation` claim carries it (ADR 0026): the key's
+ * canonical document without the field values. A sink holding the call's arguments
+ * re-derives the key from it with {@link derivationOfClaim}.
+ */
+export function derivationClaim(spec: KeyDerivationSpec, ctx: CallContext): { version: number; fields: string[]; context: { run_id?: string } } {
+  return { version: derivationVersion(spec), fields: [...spec.fields], context: spec.contextFields.includes("run_id") ? { run_id: ctx.runId } : {} };
+}
+
+/** The derivation and context a `derivation` claim states, ready for {@link deriveKey}. */
+export function derivationOfClaim(claim: { version: number; fields: readonly string[]; context: { run_id?: string } }): {
+  spec: KeyDerivationSpec;
+  ctx: CallContext;
+} {
+  const runId = claim.context.run_id;
+  return { spec: { fields: claim.fields, version: claim.version, contextFields: runId !== undefined ? ["run_id"] : [] }, ctx: { runId: runId ?? "" } };
 }
 
 /**
