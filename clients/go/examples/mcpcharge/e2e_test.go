@@ -162,8 +162,8 @@ func newDirectServer(t *testing.T, name string) *directServer {
 	t.Cleanup(func() { rec.Close(context.Background()) })
 	guard, err := mcpsink.New(mcpsink.Options{
 		Name: name, Tools: map[string]string{chargeserver.ChargeTool: "", chargeserver.ReceiptTool: ""},
-		Keys:     sink.NewKernelKeys(conn, sink.KernelKeysOptions{}),
-		Verifier: sink.VerifierOptions{Now: func() time.Time { return time.Now().Add(time.Duration(d.offset.Load())) }},
+		Keys:       sink.NewKernelKeys(conn, sink.KernelKeysOptions{}),
+		Verifier:   sink.VerifierOptions{Now: func() time.Time { return time.Now().Add(time.Duration(d.offset.Load())) }},
 		SpentStore: spent, Recorder: rec,
 	})
 	if err != nil {
