@@ -238,3 +238,14 @@ func quote(s string) []byte {
 	b, _ := json.Marshal(s)
 	return b
 }
+
+// Validate checks a derivation alone, as the kernel does at registration and
+// at every call: the reasons KEY_DERIVATION_NO_FIELDS, KEY_DERIVATION_BAD_VERSION,
+// KEY_DERIVATION_BAD_CONTEXT_FIELD, INVALID_JSON_POINTER and
+// KEY_DERIVATION_DUPLICATE_FIELD, as *Error.
+func Validate(d Derivation) error {
+	if _, err := checkDerivation(d); err != nil {
+		return err
+	}
+	return nil
+}

@@ -13,8 +13,9 @@
 //     reasons, ADR 0003), or has expired;
 //   - a capability for another tool (TOOL_NOT_ACCEPTED);
 //   - an Idempotent capability whose key does not re-derive from the arguments
-//     the server received, with the capability's signed derivation claim, or
-//     that has no such claim (KEY_MISMATCH);
+//     the server received, with the capability's signed derivation claim
+//     (KEY_MISMATCH), or that has no such claim (CLAIM_MISSING naming
+//     "derivation": it cannot be bound to any arguments);
 //   - an Unsafe or Queryable capability already spent (CAPABILITY_REUSED).
 //
 // A refusal is a JSON-RPC error whose data is {reason, domain, tool_id,

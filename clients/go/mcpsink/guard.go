@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/keycap/keycap/clients/go/sink"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -131,17 +132,23 @@ func (g *Guard) Admit(ctx context.Context, p *mcp.CallToolParamsRaw) (*sink.Capa
 func request(p *mcp.CallToolParamsRaw) sink.Request {
 	req := sink.Request{Method: "MCP tools/call " + p.Name}
 	meta := p.GetMeta()
-	if v, present := meta[MetaCapability]; present {
+	// Absent and null alike: no capability. (The TypeScript sink reads _meta the same way.)
+	if v := meta[MetaCapability]; v != nil {
 		token, isString := v.(string)
-		if !isString {
+		switch {
+		case !isString:
 			// Not a compact JWS at all: malformed, never "missing".
-			token = "\x00"
+			req.Authorization = []string{"\x00"}
+		case strings.TrimSpace(token) == "":
+			// Blank: the verifier calls that missing, as it does a blank header.
+			req.Authorization = []string{token}
+		default:
+			// _meta carries the bare token; the verifier reads a Bearer value.
+			req.Authorization = []string{"Bearer " + token}
 		}
-		// _meta carries the bare token; the verifier reads a Bearer value.
-		req.Authorization = []string{"Bearer " + token}
 	}
-	if v, present := meta[MetaIdempotencyKey]; present {
-		key, _ := v.(string)
+	// Only a string is a key to compare; the capability's own key is bound anyway.
+	if key, ok := meta[MetaIdempotencyKey].(string); ok {
 		req.IdempotencyKey, req.HasIdempotencyKey = key, true
 	}
 	return req

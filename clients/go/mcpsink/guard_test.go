@@ -81,6 +81,8 @@ func TestRefusesBeforeTheHandlerRuns(t *testing.T) {
 	delete(noDerivation, "derivation")
 	expired := chargeClaims(t, "j-exp", args)
 	expired["iat"], expired["exp"] = time.Now().Unix()-600, time.Now().Unix()-300
+	unusable := chargeClaims(t, "j-np", args)
+	unusable["derivation"] = map[string]any{"version": 1, "fields": []string{"order_id"}, "context": map[string]any{}}
 	runScoped := chargeClaims(t, "j-run", args)
 	runScoped["derivation"] = map[string]any{"version": 1, "fields": chargeDerivation.Fields, "context": map[string]any{"run_id": "run-B"}}
 	cases := []struct {
@@ -95,7 +97,9 @@ func TestRefusesBeforeTheHandlerRuns(t *testing.T) {
 		{"other amount", `{"order_id":"A-17","amount_cents":50000}`, withCapability(signer.Sign(chargeClaims(t, "j1", args))), sink.ReasonKeyMismatch},
 		{"key field dropped", `{"amount_cents":500}`, withCapability(signer.Sign(chargeClaims(t, "j2", args))), sink.ReasonKeyMismatch},
 		{"another run's key", args, withCapability(signer.Sign(runScoped)), sink.ReasonKeyMismatch},
-		{"no derivation claim", args, withCapability(signer.Sign(noDerivation)), sink.ReasonKeyMismatch},
+		{"no derivation claim", args, withCapability(signer.Sign(noDerivation)), sink.ReasonClaimMissing},
+		{"derivation no pointer", args, withCapability(signer.Sign(unusable)), sink.ReasonClaimInvalid},
+		{"blank capability", args, withCapability("  "), sink.ReasonCapabilityMissing},
 		{"expired", args, withCapability(signer.Sign(expired)), sink.ReasonExpired},
 		{"another tool's", args, withCapability(signer.Sign(capsigner.Claims(notifyID, "unsafe", "j3", time.Now()))), sink.ReasonToolNotAccepted},
 		{"a tool the server does not serve", args, withCapability(signer.Sign(capsigner.Claims("other.tool", "idempotent", "j4", time.Now()))), sink.ReasonToolNotAccepted},

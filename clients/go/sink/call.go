@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/keycap/keycap/clients/go/keyderive"
 )
 
@@ -23,8 +25,9 @@ type Call struct {
 // verification, in this order: the capability names call.ToolID
 // (TOOL_NOT_ACCEPTED); the request's own key, if any, is the capability's
 // (KEY_MISMATCH); an idempotent capability's key re-derives from
-// call.Arguments with its derivation claim (KEY_MISMATCH; a capability
-// without the claim cannot be bound and is refused the same way, ADR 0026);
+// call.Arguments with its derivation claim (KEY_MISMATCH; CLAIM_MISSING naming
+// "derivation" for a capability without the claim, which cannot be bound,
+// ADR 0026; CLAIM_INVALID for a claim that is no usable derivation);
 // unsafe and queryable capabilities are spent once. Refusals are recorded
 // against the capability's tool id, as Admit's are.
 func (s *Sink) AdmitCall(ctx context.Context, req Request, call Call) (*Capability, error) {
@@ -32,26 +35,53 @@ func (s *Sink) AdmitCall(ctx context.Context, req Request, call Call) (*Capabili
 }
 
 // bindArguments refuses an idempotent capability carried by arguments other
-// than those its key was derived from.
+// than those its key was derived from. Reasons and metadata are the
+// TypeScript sink's (services/sink/src/argument-binding.ts), so every
+// language gives one verdict.
 func bindArguments(c *Capability, arguments []byte) *Refusal {
 	if c.Derivation == nil {
-		return permissionDenied(ReasonKeyMismatch, "the capability carries no derivation claim, so these arguments cannot be bound to its key")
+		// Minted before the claim existed: its key cannot be tied to any arguments.
+		return claimRefusal(ReasonClaimMissing, `the capability has no "derivation" claim, so its key cannot be bound to these arguments; begin the call again with a current kernel`, nil)
+	}
+	if err := keyderive.Validate(c.Derivation.spec()); err != nil {
+		var e *keyderive.Error
+		errors.As(err, &e)
+		return claimRefusal(ReasonClaimInvalid, `capability claim "derivation" is not a usable derivation: `+e.Message, map[string]string{"problem": e.Reason})
+	}
+	if len(arguments) == 0 {
+		// tools/call without arguments: the empty object, as the SDKs read it.
+		arguments = []byte("{}")
 	}
 	key, err := c.Derivation.Key(c.ToolID, arguments)
 	if err != nil {
 		// Arguments the kernel would not key (a key field missing, not an
 		// object…) cannot be the ones it keyed.
-		r := permissionDenied(ReasonKeyMismatch, "the call's arguments do not derive the capability's key: "+err.Error())
+		r := permissionDenied(ReasonKeyMismatch, "the arguments received give no key under the capability's derivation ("+err.Error()+"); the capability was minted for other arguments")
 		var e *keyderive.Error
 		if errors.As(err, &e) {
-			r.Metadata = map[string]string{"derivation_error": e.Reason}
+			r.Metadata = map[string]string{"rederivation": e.Reason}
+			for k, v := range e.Metadata {
+				r.Metadata[k] = v
+			}
 		}
 		return r
 	}
 	if key != c.Key {
-		return permissionDenied(ReasonKeyMismatch, "the call's arguments derive another key than the capability's: the capability was minted for another call")
+		r := permissionDenied(ReasonKeyMismatch, "the key derived from the arguments received is not the capability's key: the capability was minted for other arguments")
+		r.Metadata = map[string]string{"derived_key": key}
+		return r
 	}
 	return nil
+}
+
+// claimRefusal is a refusal about a verified claim, naming it "derivation".
+func claimRefusal(reason, message string, metadata map[string]string) *Refusal {
+	r := &Refusal{Code: codes.Unauthenticated, Reason: reason, Message: message, SignatureVerified: true,
+		Metadata: map[string]string{"claim": "derivation"}}
+	for k, v := range metadata {
+		r.Metadata[k] = v
+	}
+	return r
 }
 
 // recordAgainst files a call's refusal under the tool that was called, which

@@ -24,13 +24,20 @@ type DerivationContext struct {
 // Key re-derives the key of a call to toolID with these raw JSON arguments,
 // as the kernel did; the error is the kernel's refusal (*keyderive.Error).
 func (d *Derivation) Key(toolID string, arguments []byte) (string, error) {
-	spec := keyderive.Derivation{Fields: d.Fields, Version: d.Version}
 	var ctx keyderive.Context
 	if d.Context.RunID != nil {
-		spec.ContextFields = []string{keyderive.ContextRunID}
 		ctx.RunID = *d.Context.RunID
 	}
-	return keyderive.Key(toolID, spec, arguments, ctx)
+	return keyderive.Key(toolID, d.spec(), arguments, ctx)
+}
+
+// spec is the derivation the claim states: the run id is named when present.
+func (d *Derivation) spec() keyderive.Derivation {
+	spec := keyderive.Derivation{Fields: d.Fields, Version: d.Version}
+	if d.Context.RunID != nil {
+		spec.ContextFields = []string{keyderive.ContextRunID}
+	}
+	return spec
 }
 
 // derivationProblem is the claim's shape check, the one the minter and every
