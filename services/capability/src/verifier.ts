@@ -32,7 +32,7 @@ import {
   type UnauthenticatedReason,
   type UnverifiedCapabilityInfo,
 } from "./refusal";
-import { parseCompactJws } from "./compact-jws";
+import { parseCompactJws, type ParsedCompactJws } from "./compact-jws";
 import { verifyEd25519 } from "./ed25519";
 import type { PublicKeySource } from "./key-sources/public-key-source";
 import { Reasons } from "../../common/src/refuse";
@@ -106,6 +106,30 @@ export class CapabilityVerifier {
    * @throws CapabilityRefusal on any failure; nothing else escapes.
    */
   async verify(authorization: string | undefined): Promise<VerifiedCapability> {
+    const token = this.bearerToken(authorization);
+    // Header and payload are decoded and parsed once, here; the same objects are checked
+    // after the signature. Nothing read from them is trusted before that.
+    const jws = parseCompactJws(token);
+    if ("problem" in jws) {
+      throw refuseCapability(
+        Reasons.CAPABILITY_MALFORMED,
+        jws.problem === "not-compact" ? "capability is not a compact JWS (three base64url parts)" : "capability is not canonical base64url",
+      );
+    }
+    const unverified = readUnverifiedInfo(jws.header, jws.payload);
+    const kid = checkHeader(jws, unverified);
+    await this.checkSignature(jws, kid, unverified);
+
+    // From here on the signature holds: the claims are the kernel's own words, and every
+    // refusal says so (signatureVerified).
+    if (!jws.payload || !isUtf8(jws.payloadBytes)) {
+      throw refuseCapability(Reasons.CAPABILITY_MALFORMED, "capability payload is not a JSON object", unverified, {}, true);
+    }
+    return verifiedOf(this.checkClaims(jws.payload, unverified), kid);
+  }
+
+  /** The token of a Bearer `authorization` value, refused when absent, oversized or not Bearer. */
+  private bearerToken(authorization: string | undefined): string {
     if (authorization === undefined || authorization.trim() === "") {
       throw refuseCapability(Reasons.CAPABILITY_MISSING, "no capability: expected authorization: Bearer <capability>");
     }
@@ -119,34 +143,12 @@ export class CapabilityVerifier {
     if (token.length > this.maxTokenBytes) {
       throw refuseCapability(Reasons.CAPABILITY_TOO_LARGE, `capability is larger than ${this.maxTokenBytes} bytes`);
     }
+    return token;
+  }
 
-    // Header and payload are decoded and parsed once, here; the same objects are checked
-    // after the signature. Nothing read from them is trusted before that.
-    const jws = parseCompactJws(token);
-    if ("problem" in jws) {
-      throw refuseCapability(
-        Reasons.CAPABILITY_MALFORMED,
-        jws.problem === "not-compact" ? "capability is not a compact JWS (three base64url parts)" : "capability is not canonical base64url",
-      );
-    }
-    const { header, payload } = jws;
-    const unverified = readUnverifiedInfo(header, payload);
+  /** Looks the key up by kid and checks the Ed25519 signature over the token as it came. */
+  private async checkSignature(jws: ParsedCompactJws, kid: string, unverified: UnverifiedCapabilityInfo): Promise<void> {
     const refuse = (reason: UnauthenticatedReason, message: string): CapabilityRefusal => refuseCapability(reason, message, unverified);
-    if (!header) throw refuse(Reasons.CAPABILITY_MALFORMED, "capability header is not a JSON object");
-
-    // The algorithm is decided here, not by the token: anything but the exact string
-    // "EdDSA" (none, HS256 keyed with our public key, "eddsa"...) is refused.
-    if (header["alg"] !== CAPABILITY_ALG) throw refuse(Reasons.ALGORITHM_NOT_ALLOWED, `capability algorithm must be ${CAPABILITY_ALG}`);
-    if (header["typ"] !== CAPABILITY_TYP) throw refuse(Reasons.WRONG_TOKEN_TYPE, `capability typ must be ${CAPABILITY_TYP}`);
-    const kid = header["kid"];
-    if (typeof kid !== "string" || kid.length === 0) throw refuse(Reasons.CAPABILITY_MALFORMED, "capability header has no key id (kid)");
-    for (const member of Object.keys(header)) {
-      if (!ALLOWED_HEADER_MEMBERS.has(member)) {
-        throw refuse(Reasons.CAPABILITY_MALFORMED, `capability header member "${member.slice(0, 32)}" is not allowed`);
-      }
-    }
-    if (jws.signatureB64.length === 0) throw refuse(Reasons.CAPABILITY_MALFORMED, "capability has no signature");
-
     let key: KeyObject | undefined;
     try {
       key = await this.source.getKey(kid);
@@ -175,31 +177,6 @@ export class CapabilityVerifier {
       throw refusal;
     }
     if (!signatureHolds) throw refuse(Reasons.BAD_SIGNATURE, "capability signature does not verify");
-
-    // From here on the signature holds: the claims are the kernel's own words, and every
-    // refusal says so (signatureVerified).
-    if (!payload || !isUtf8(jws.payloadBytes)) {
-      throw refuseCapability(Reasons.CAPABILITY_MALFORMED, "capability payload is not a JSON object", unverified, {}, true);
-    }
-    const claims = this.checkClaims(payload, unverified);
-
-    const verified: VerifiedCapability = {
-      iss: claims.iss,
-      aud: claims.aud,
-      sub: claims.sub,
-      tool_id: claims.tool_id,
-      effect: claims.effect,
-      call_id: claims.call_id,
-      attempt: claims.attempt,
-      jti: claims.jti,
-      iat: claims.iat,
-      exp: claims.exp,
-      kid,
-    };
-    if (claims.key !== undefined) verified.key = claims.key;
-    if (claims.request_id !== undefined) verified.request_id = claims.request_id;
-    if (claims.derivation !== undefined) verified.derivation = claims.derivation;
-    return verified;
   }
 
   /**
@@ -259,4 +236,47 @@ export class CapabilityVerifier {
     }
     return claims;
   }
+}
+
+/**
+ * The protected header's rules, before any key is looked up. The algorithm is decided here,
+ * not by the token: anything but the exact string "EdDSA" (none, HS256 keyed with our public
+ * key, "eddsa"...) is refused. Returns the key id.
+ */
+function checkHeader(jws: ParsedCompactJws, unverified: UnverifiedCapabilityInfo): string {
+  const refuse = (reason: UnauthenticatedReason, message: string): CapabilityRefusal => refuseCapability(reason, message, unverified);
+  const header = jws.header;
+  if (!header) throw refuse(Reasons.CAPABILITY_MALFORMED, "capability header is not a JSON object");
+  if (header["alg"] !== CAPABILITY_ALG) throw refuse(Reasons.ALGORITHM_NOT_ALLOWED, `capability algorithm must be ${CAPABILITY_ALG}`);
+  if (header["typ"] !== CAPABILITY_TYP) throw refuse(Reasons.WRONG_TOKEN_TYPE, `capability typ must be ${CAPABILITY_TYP}`);
+  const kid = header["kid"];
+  if (typeof kid !== "string" || kid.length === 0) throw refuse(Reasons.CAPABILITY_MALFORMED, "capability header has no key id (kid)");
+  for (const member of Object.keys(header)) {
+    if (!ALLOWED_HEADER_MEMBERS.has(member)) {
+      throw refuse(Reasons.CAPABILITY_MALFORMED, `capability header member "${member.slice(0, 32)}" is not allowed`);
+    }
+  }
+  if (jws.signatureB64.length === 0) throw refuse(Reasons.CAPABILITY_MALFORMED, "capability has no signature");
+  return kid;
+}
+
+/** The verified claims, copied member by member so nothing unchecked rides along. */
+function verifiedOf(claims: CapabilityClaims, kid: string): VerifiedCapability {
+  const verified: VerifiedCapability = {
+    iss: claims.iss,
+    aud: claims.aud,
+    sub: claims.sub,
+    tool_id: claims.tool_id,
+    effect: claims.effect,
+    call_id: claims.call_id,
+    attempt: claims.attempt,
+    jti: claims.jti,
+    iat: claims.iat,
+    exp: claims.exp,
+    kid,
+  };
+  if (claims.key !== undefined) verified.key = claims.key;
+  if (claims.request_id !== undefined) verified.request_id = claims.request_id;
+  if (claims.derivation !== undefined) verified.derivation = claims.derivation;
+  return verified;
 }

@@ -1,11 +1,12 @@
 import { AccessServiceService } from "../../../gen/ts/keycap/kernel/v1/access";
 import { KernelServiceService } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { loadAdminCredential } from "../../common/src/admin-credential";
-import { ConfigError, formatHostPort } from "../../common/src/config";
-import { startListener } from "../../common/src/grpc-server";
+import { ConfigError, formatHostPort, type KeycapConfig } from "../../common/src/config";
+import type { Logger } from "../../common/src/logger";
 import { connectMongo } from "../../common/src/mongo";
 import { RejectionAudit } from "../../common/src/rejection-audit";
 import { runServices, type RunningService, type ServiceDeps } from "../../common/src/service-runner";
+import { startScoped } from "../../common/src/service-scope";
 import { peerChannelCredentials } from "../../common/src/tls";
 import { AccessPolicy } from "./access-policy";
 import { Access, accessServiceImpl } from "./access-service";
@@ -34,65 +35,38 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
   const { config } = deps;
   const logger = deps.logger.child({ component: "kernel" });
   // Loaded at start and again on SIGHUP (after `keycap keys rotate`).
-  const loadKeys = async (): Promise<{ keys: SigningKeys; minter: CapabilityMinter }> => {
-    let keys: SigningKeys;
-    try {
-      keys = await loadOrCreateSigningKeys(config.signingKeyFile, { retiredGraceSeconds: config.retiredKeyGraceSeconds });
-    } catch (err) {
-      if (err instanceof SigningKeyFileError) throw new ConfigError("KEYCAP_SIGNING_KEY_FILE", err.message);
-      throw err;
-    }
-    if (keys.insecurePermissions) logger.warn({ path: keys.path }, "signing key file is readable by group or others; chmod 600 it");
-    logger.info({ path: keys.path, kid: keys.currentKid }, "signing key loaded");
-    const minter = new CapabilityMinter(keys, { issuer: config.issuer, audience: config.audience, lifetimeSeconds: config.capabilityTtlSeconds });
-    return { keys, minter };
-  };
-  const { keys, minter } = await loadKeys();
+  const { keys, minter } = await loadSigningKeys(config, logger);
   const admin = await loadAdminCredential(config, logger);
-
-  const mongo = await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs, { onCommand: deps.metrics?.mongoObserver("kernel") });
-  const ledger = new GrpcLedgerLookup(
-    () => config.ledgerAddress,
-    () => peerChannelCredentials(config.tls),
-  );
-  let audit: RejectionAudit | undefined;
-  let journal: CallJournal | undefined;
-  const release = async (): Promise<void> => {
-    await journal?.close();
-    ledger.close();
-    await audit?.close();
-    await mongo.close();
-  };
-  try {
+  return startScoped("kernel", async (scope) => {
+    const mongo = scope.own(
+      await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs, { onCommand: deps.metrics?.mongoObserver("kernel") }),
+      (m) => m.close(),
+    );
+    const audit = scope.own(
+      await RejectionAudit.open(mongo.db, { service: "kernel", unauthenticatedPerMinute: config.unauthenticatedAuditPerMinute, logger, metrics: deps.metrics }),
+      (a) => a.close(),
+    );
+    const ledger = scope.own(
+      new GrpcLedgerLookup(
+        () => config.ledgerAddress,
+        () => peerChannelCredentials(config.tls),
+      ),
+      (l) => l.close(),
+    );
     const cache = { cacheMs: config.principalCacheMs };
     const principals = await PrincipalStore.open(mongo.db, cache);
     const grants = await GrantStore.open(mongo.db, cache);
     const registry = await ToolRegistry.open(mongo.db);
-    audit = await RejectionAudit.open(mongo.db, {
-      service: "kernel",
-      unauthenticatedPerMinute: config.unauthenticatedAuditPerMinute,
-      logger,
-      metrics: deps.metrics,
-    });
     if (config.bootstrapRuntime) await bootstrapRuntime(principals, { token: config.runtimeToken, file: config.runtimeTokenFile, logger });
+    const journal = scope.own(await CallJournal.open(mongo.db, logger), (j) => j.close());
+    deps.metrics?.callGauges(() => journal.counts());
 
     const policy = new AccessPolicy(registry, grants);
     const edge = { auth: new CallerAuthenticator(principals, admin, config.tls.certPrincipals), audit, logger };
-    journal = await CallJournal.open(mongo.db, logger);
-    const counted = journal;
-    deps.metrics?.callGauges(() => counted.counts());
-    const kernel = new Kernel({
-      registry,
-      journal,
-      minter,
-      keys,
-      ledger,
-      limits: { maxBytes: config.maxArgumentsBytes, maxDepth: config.maxArgumentsDepth },
-      logger,
-      access: policy,
-    });
+    const limits = { maxBytes: config.maxArgumentsBytes, maxDepth: config.maxArgumentsDepth };
+    const kernel = new Kernel({ registry, journal, minter, keys, ledger, limits, logger, access: policy });
     const access = new Access({ principals, grants, registry, policy, logger });
-    const listener = await startListener({
+    const listener = await scope.listen({
       name: "kernel",
       address: config.kernelListen,
       setting: "KEYCAP_KERNEL_LISTEN",
@@ -105,25 +79,30 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
         { name: ACCESS_SERVICE_NAME, definition: AccessServiceService, implementation: accessServiceImpl(access, edge) },
       ],
     });
-    const removePidFile = writeKernelPidFile(config.dataDir, formatHostPort(listener.address));
+    scope.onStop(writeKernelPidFile(config.dataDir, formatHostPort(listener.address)));
     return {
-      name: "kernel",
-      listeners: [listener],
       reload: async () => {
-        const fresh = await loadKeys();
+        const fresh = await loadSigningKeys(config, logger);
         kernel.useSigningKeys(fresh.keys, fresh.minter);
         listener.reloadTls();
       },
-      stop: async (graceMs) => {
-        removePidFile();
-        await listener.shutdown(graceMs);
-        await release();
-      },
     };
+  });
+}
+
+/** The signing keys (created on first start) and a minter that signs with the current one. */
+async function loadSigningKeys(config: KeycapConfig, logger: Logger): Promise<{ keys: SigningKeys; minter: CapabilityMinter }> {
+  let keys: SigningKeys;
+  try {
+    keys = await loadOrCreateSigningKeys(config.signingKeyFile, { retiredGraceSeconds: config.retiredKeyGraceSeconds });
   } catch (err) {
-    await release();
+    if (err instanceof SigningKeyFileError) throw new ConfigError("KEYCAP_SIGNING_KEY_FILE", err.message);
     throw err;
   }
+  if (keys.insecurePermissions) logger.warn({ path: keys.path }, "signing key file is readable by group or others; chmod 600 it");
+  logger.info({ path: keys.path, kid: keys.currentKid }, "signing key loaded");
+  const minter = new CapabilityMinter(keys, { issuer: config.issuer, audience: config.audience, lifetimeSeconds: config.capabilityTtlSeconds });
+  return { keys, minter };
 }
 
 if (require.main === module) void runServices("kernel", [startKernel]);

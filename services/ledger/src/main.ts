@@ -1,10 +1,11 @@
 import { LedgerServiceService } from "../../../gen/ts/keycap/ledger/v1/ledger";
 import { LedgerAdminServiceService } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
-import { startListener, type RunningListener } from "../../common/src/grpc-server";
+import type { Logger } from "../../common/src/logger";
 import { connectMongo } from "../../common/src/mongo";
 import { readTotals } from "../../common/src/stats-counters";
 import { RejectionAudit } from "../../common/src/rejection-audit";
 import { runServices, type RunningService, type ServiceDeps } from "../../common/src/service-runner";
+import { startScoped } from "../../common/src/service-scope";
 import { loadAdminCredential } from "../../common/src/admin-credential";
 import { adminServiceImpl, LedgerAdmin } from "./admin-service";
 import { CapabilityVerifier } from "../../capability/src";
@@ -28,45 +29,20 @@ const PRUNE_INTERVAL_MS = 10 * 60_000;
 export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
   const { config } = deps;
   const logger = deps.logger.child({ component: "ledger" });
-
   const credential = await loadAdminCredential(config, logger);
-
-  const keys = await openKernelKeys(config, logger);
-  const keySource = keys.source;
-
-  const mongo = await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs, { onCommand: deps.metrics?.mongoObserver("ledger") });
-  const listeners: RunningListener[] = [];
-  let audit: RejectionAudit | undefined;
-  let entries: EntryStore | undefined;
-  let pruneTimer: NodeJS.Timeout | undefined;
-  const release = async (graceMs: number): Promise<void> => {
-    await Promise.all(listeners.map((l) => l.shutdown(graceMs)));
-    if (pruneTimer) clearInterval(pruneTimer);
-    await audit?.close();
-    await entries?.close();
-    keys.close();
-    await mongo.close();
-  };
-
-  try {
-    const store = (entries = await EntryStore.open(mongo.db, logger));
-    audit = await RejectionAudit.open(mongo.db, {
-      service: "ledger",
-      unauthenticatedPerMinute: config.unauthenticatedAuditPerMinute,
-      logger,
-      metrics: deps.metrics,
-    });
-    const prune = (): void => {
-      store.pruneSpentCapabilities().then(
-        (n) => n > 0 && logger.debug({ removed: n }, "forgot expired spent capability ids"),
-        (err: unknown) => logger.warn({ err }, "could not prune spent capability ids"),
-      );
-    };
-    prune();
-    pruneTimer = setInterval(prune, PRUNE_INTERVAL_MS);
-    pruneTimer.unref();
-
-    const verifier = new CapabilityVerifier(keySource, {
+  return startScoped("ledger", async (scope) => {
+    const keys = scope.own(await openKernelKeys(config, logger), (k) => k.close());
+    const mongo = scope.own(
+      await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs, { onCommand: deps.metrics?.mongoObserver("ledger") }),
+      (m) => m.close(),
+    );
+    const store = scope.own(await EntryStore.open(mongo.db, logger), (e) => e.close());
+    const audit = scope.own(
+      await RejectionAudit.open(mongo.db, { service: "ledger", unauthenticatedPerMinute: config.unauthenticatedAuditPerMinute, logger, metrics: deps.metrics }),
+      (a) => a.close(),
+    );
+    scope.own(pruneSpentCapabilities(store, logger), (timer) => clearInterval(timer));
+    const verifier = new CapabilityVerifier(keys.source, {
       issuer: config.issuer,
       audience: config.audience,
       maxLifetimeSeconds: config.capabilityMaxLifetimeSeconds,
@@ -81,55 +57,46 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
       logger,
       metrics: deps.metrics,
     });
+    await scope.listen({
+      name: "ledger",
+      address: config.ledgerListen,
+      setting: "KEYCAP_LEDGER_LISTEN",
+      logger,
+      tls: config.tls.ledger,
+      metrics: deps.metrics,
+      // Room above the payload limit, so an oversized payload reaches the ledger and is
+      // refused (and recorded) as PAYLOAD_TOO_LARGE rather than cut off by the transport.
+      maxReceiveBytes: 2 * config.maxPayloadBytes + 64 * 1024,
+      services: [{ name: LEDGER_SERVICE_NAME, definition: LedgerServiceService, implementation: ledgerServiceImpl(ledger, logger) }],
+    });
+    const admin = new LedgerAdmin(store, audit, { queryTimeMs: config.operatorQueryTimeoutMs, readTotals: (ms) => readTotals(mongo.db, ms) });
+    await scope.listen({
+      name: "admin",
+      address: config.adminListen,
+      setting: "KEYCAP_ADMIN_LISTEN",
+      logger,
+      tls: config.tls.admin,
+      metrics: deps.metrics,
+      services: [{ name: LEDGER_ADMIN_SERVICE_NAME, definition: LedgerAdminServiceService, implementation: adminServiceImpl(admin, credential, logger) }],
+    });
+    return {
+      reload: async () => {
+        for (const l of scope.listeners) l.reloadTls();
+      },
+    };
+  });
+}
 
-    listeners.push(
-      await startListener({
-        name: "ledger",
-        address: config.ledgerListen,
-        setting: "KEYCAP_LEDGER_LISTEN",
-        logger,
-        tls: config.tls.ledger,
-        metrics: deps.metrics,
-        // Room above the payload limit, so an oversized payload reaches the ledger and is
-        // refused (and recorded) as PAYLOAD_TOO_LARGE rather than cut off by the transport.
-        maxReceiveBytes: 2 * config.maxPayloadBytes + 64 * 1024,
-        services: [{ name: LEDGER_SERVICE_NAME, definition: LedgerServiceService, implementation: ledgerServiceImpl(ledger, logger) }],
-      }),
+/** Forgets spent capability ids whose capability has expired, now and every PRUNE_INTERVAL_MS. */
+function pruneSpentCapabilities(store: EntryStore, logger: Logger): NodeJS.Timeout {
+  const prune = (): void => {
+    store.pruneSpentCapabilities().then(
+      (n) => n > 0 && logger.debug({ removed: n }, "forgot expired spent capability ids"),
+      (err: unknown) => logger.warn({ err }, "could not prune spent capability ids"),
     );
-    listeners.push(
-      await startListener({
-        name: "admin",
-        address: config.adminListen,
-        setting: "KEYCAP_ADMIN_LISTEN",
-        logger,
-        tls: config.tls.admin,
-        metrics: deps.metrics,
-        services: [
-          {
-            name: LEDGER_ADMIN_SERVICE_NAME,
-            definition: LedgerAdminServiceService,
-            implementation: adminServiceImpl(
-              new LedgerAdmin(store, audit, { queryTimeMs: config.operatorQueryTimeoutMs, readTotals: (ms) => readTotals(mongo.db, ms) }),
-              credential,
-              logger,
-            ),
-          },
-        ],
-      }),
-    );
-  } catch (err) {
-    await release(0).catch(() => undefined);
-    throw err;
-  }
-
-  return {
-    name: "ledger",
-    listeners: [...listeners],
-    reload: async () => {
-      for (const l of listeners) l.reloadTls();
-    },
-    stop: release,
   };
+  prune();
+  return setInterval(prune, PRUNE_INTERVAL_MS).unref();
 }
 
 if (require.main === module) void runServices("ledger", [startLedger]);
