@@ -5,10 +5,14 @@
  * for the arguments its key was derived from, before any handler runs, with McpServer as with
  * the low-level Server.
  */
-import { createPrivateKey, sign, type JsonWebKey, type KeyObject } from "node:crypto";
+import { createPrivateKey, randomUUID, sign, type JsonWebKey, type KeyObject } from "node:crypto";
+import * as http from "node:http";
+import type { AddressInfo } from "node:net";
 import { expect } from "chai";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { InMemoryTransport } from "@modelcontextprotocol/sdk/inMemory.js";
+import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { CallToolRequestSchema, McpError, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
@@ -238,6 +242,49 @@ describe("MCP server middleware (issue 29)", () => {
         ["TOOL_NOT_ACCEPTED", "mcp:payments/charge", false],
         ["CAPABILITY_REUSED", "mcp:payments/send_receipt", true],
       ]);
+      await client.close();
+    });
+
+    it("admits and refuses the same way over Streamable HTTP", async () => {
+      const events: SinkRefusalEvent[] = [];
+      const { server, count } = countingServer();
+      const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: () => randomUUID() });
+      await server.connect(new McpSink(options(events)).guard(transport));
+      const listener = http.createServer((req, res) => void transport.handleRequest(req, res));
+      await new Promise<void>((resolve) => listener.listen(0, "127.0.0.1", resolve));
+      const client = new Client({ name: "http-client", version: "1.0.0" });
+      try {
+        await client.connect(new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${(listener.address() as AddressInfo).port}/mcp`)));
+        const args = { order_id: "H-1", amount_cents: 10 };
+        await client.callTool({ name: "charge", arguments: args, _meta: { "io.keycap/capability": charge("mcp:payments/charge", JSON.stringify(args)) } });
+        const refused = await refusalOf(client.callTool({ name: "charge", arguments: args }));
+        expect(refused.data.reason).to.equal("CAPABILITY_MISSING");
+        expect(count()).to.equal(1);
+        expect(events.map((e) => e.context.peer)).to.deep.equal([`mcp-session:${transport.sessionId!}`]);
+      } finally {
+        await client.close();
+        await new Promise((resolve) => listener.close(resolve));
+      }
+    });
+
+    it("drops a call its client cancelled while it was being admitted: the handler never runs", async () => {
+      let release!: () => void;
+      const keysReady = new Promise<void>((resolve) => (release = resolve));
+      const slowKeys = new RemoteJwksSource(async () => {
+        await keysReady;
+        return JSON.stringify(jwks);
+      });
+      const { server, count } = countingServer();
+      const client = await connect(new McpSink({ ...options([]), keys: slowKeys }), server);
+      const receipt = signCapability(capabilityFor("mcp:payments/send_receipt", undefined, undefined, { effect: "unsafe" }));
+      const abort = new AbortController();
+      const call = client.callTool({ name: "send_receipt", arguments: {}, _meta: { "io.keycap/capability": receipt } }, undefined, { signal: abort.signal });
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      abort.abort();
+      await call.catch(() => undefined);
+      release();
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      expect(count()).to.equal(0);
       await client.close();
     });
 
