@@ -113,7 +113,7 @@ export class McpSink {
    *
    * @example await server.connect(sink.guard(new StdioServerTransport()));
    */
-  guard<T extends Transport>(transport: T): GuardedTransport {
+  guard(transport: Transport): GuardedTransport {
     return new GuardedTransport(transport, this);
   }
 
