@@ -3,29 +3,12 @@
  * keycap's reason, so a host or framework branches on `data.reason`, never on the text.
  */
 import { status } from "@grpc/grpc-js";
-import { ErrorCode, McpError } from "@modelcontextprotocol/sdk/types.js";
-import { KeycapClientError, type Reason } from "../../../clients/ts/src";
-import { ERROR_DOMAIN } from "../../common/src/errors";
+import { ErrorCode, type McpError } from "@modelcontextprotocol/sdk/types.js";
+import { KeycapClientError } from "../../../clients/ts/src";
+import { keycapMcpError } from "../../common/src/mcp-contract";
 
-/** `McpError.data` of every keycap refusal. */
-export interface KeycapErrorData {
-  reason: string;
-  domain: typeof ERROR_DOMAIN;
-  /** The kernel tool id the refusal concerns. */
-  tool_id: string;
-  metadata: Record<string, string>;
-}
-
-/** An MCP error carrying keycap's reason. */
-export function keycapMcpError(code: ErrorCode, reason: Reason, message: string, toolId: string, metadata: Record<string, string> = {}): McpError {
-  return mcpErrorWithReason(code, reason, message, toolId, metadata);
-}
-
-/** As keycapMcpError, for a reason the kernel sent (a catalogue reason, or a gRPC code's name). */
-function mcpErrorWithReason(code: ErrorCode, reason: string, message: string, toolId: string, metadata: Record<string, string>): McpError {
-  const data: KeycapErrorData = { reason, domain: ERROR_DOMAIN, tool_id: toolId, metadata };
-  return new McpError(code, message, data);
-}
+// The error shape is shared with keycap-aware MCP servers (services/sink), so it lives in common.
+export { keycapMcpError, type KeycapErrorData } from "../../common/src/mcp-contract";
 
 /**
  * A kernel refusal (or failure) of BeginCall as the host sees it: INVALID_ARGUMENT (the call's
@@ -35,5 +18,5 @@ function mcpErrorWithReason(code: ErrorCode, reason: string, message: string, to
 export function fromKernelError(err: unknown, toolId: string): McpError {
   const e = KeycapClientError.from(err);
   const code = e.code === status.INVALID_ARGUMENT ? ErrorCode.InvalidParams : ErrorCode.InternalError;
-  return mcpErrorWithReason(code, e.reason, `keycap refused the call: ${e.summary}`, toolId, { ...e.metadata });
+  return keycapMcpError(code, e.reason, `keycap refused the call: ${e.summary}`, toolId, { ...e.metadata });
 }

@@ -6,6 +6,7 @@
  * cannot be Idempotent); a policy entry for a tool the upstream does not have, or a key
  * pointer into an argument the tool's input schema does not define, refuses it too.
  */
+import { kernelToolId } from "../../common/src/mcp-contract";
 import type { Policy, ToolPolicy } from "./policy";
 
 /** An upstream tool as its tools/list describes it (the parts the gateway reads). */
@@ -40,10 +41,8 @@ export class PolicyMismatchError extends Error {
   }
 }
 
-/** The kernel tool id of an upstream tool. */
-export function kernelToolId(upstream: string, tool: string): string {
-  return `mcp:${upstream}/${tool}`;
-}
+// Keycap-aware servers name their governed tools the same way, so the rule lives in common.
+export { kernelToolId } from "../../common/src/mcp-contract";
 
 /**
  * Checks the policy against each upstream's tools and returns the exposed tools.
