@@ -10,15 +10,15 @@ export const CAPABILITY_TYP = "keycap-capability+jwt";
 /** The only signature algorithm: Ed25519 (RFC 8037). Pinned, never read from a token. */
 export const CAPABILITY_ALG = "EdDSA";
 
-/** `iss` the kernel writes unless configured otherwise. */
-export const DEFAULT_ISSUER = "keycap-kernel";
-
-/** `aud` the kernel writes and the ledger expects unless configured otherwise. */
-export const DEFAULT_AUDIENCE = "keycap-ledger";
-
 // Lifetimes are configuration defaults and effect names the declaration's vocabulary: both
 // live below this module (services/common), which configuration and storage read too.
-export { CLOCK_TOLERANCE_SECONDS, DEFAULT_LIFETIME_SECONDS, MAX_LIFETIME_SECONDS } from "../../common/src/capability-lifetime";
+export {
+  CLOCK_TOLERANCE_SECONDS,
+  DEFAULT_AUDIENCE,
+  DEFAULT_ISSUER,
+  DEFAULT_LIFETIME_SECONDS,
+  MAX_LIFETIME_SECONDS,
+} from "../../common/src/capability-lifetime";
 export { EFFECT_NAMES, type EffectName } from "../../common/src/effect-kind";
 import { EFFECT_NAMES, type EffectName } from "../../common/src/effect-kind";
 

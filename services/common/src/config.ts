@@ -1,5 +1,5 @@
 import * as path from "node:path";
-import { MAX_LIFETIME_SECONDS } from "./capability-lifetime";
+import { CLOCK_TOLERANCE_SECONDS, DEFAULT_AUDIENCE, DEFAULT_ISSUER, DEFAULT_LIFETIME_SECONDS, MAX_LIFETIME_SECONDS } from "./capability-lifetime";
 import { resolveDataDir } from "./data-dir";
 import { LOG_FORMATS, type LogFormat, type LogLevel } from "./logger";
 import { loadTlsSettings, type TlsSettings } from "./tls-config";
@@ -109,6 +109,8 @@ export interface KeycapConfig {
   jwksFile: string | undefined;
   /** Where the kernel asks the ledger about Queryable request ids. */
   ledgerAddress: HostPort;
+  /** Which peer addresses were set explicitly (KEYCAP_*_ADDRESS): the others follow a listener bound in the same process. */
+  peerAddressesSet: { kernel: boolean; ledger: boolean; admin: boolean };
   issuer: string;
   audience: string;
   capabilityTtlSeconds: number;
@@ -127,6 +129,38 @@ export interface KeycapConfig {
   metricsListen: HostPort | undefined;
   /** KEYCAP_METRICS_TOOL_LABELS: tool ids that keep their own metric label (the most frequent); the rest are "other". */
   metricsToolLabels: number;
+}
+
+type CapabilitySettings = Pick<KeycapConfig, "issuer" | "audience" | "capabilityTtlSeconds" | "capabilityMaxLifetimeSeconds" | "clockToleranceSeconds">;
+
+/** What the kernel mints and every verifier checks. */
+function capabilitySettings(env: Env): CapabilitySettings {
+  // The minter's own ceiling (capability-minter.ts): a larger value used to pass here and then
+  // stop the kernel with a RangeError that named no setting.
+  const capabilityTtlSeconds = int(env, "KEYCAP_CAPABILITY_TTL_SECONDS", DEFAULT_LIFETIME_SECONDS, 5, MAX_LIFETIME_SECONDS);
+  const capabilityMaxLifetimeSeconds = int(env, "KEYCAP_CAPABILITY_MAX_LIFETIME_SECONDS", MAX_LIFETIME_SECONDS, 5, 86400);
+  if (capabilityTtlSeconds > capabilityMaxLifetimeSeconds) {
+    throw new ConfigError("KEYCAP_CAPABILITY_TTL_SECONDS", `must not exceed KEYCAP_CAPABILITY_MAX_LIFETIME_SECONDS (${capabilityMaxLifetimeSeconds})`);
+  }
+  return {
+    issuer: str(env, "KEYCAP_ISSUER") ?? DEFAULT_ISSUER,
+    audience: str(env, "KEYCAP_AUDIENCE") ?? DEFAULT_AUDIENCE,
+    capabilityTtlSeconds,
+    capabilityMaxLifetimeSeconds,
+    clockToleranceSeconds: int(env, "KEYCAP_CLOCK_TOLERANCE_SECONDS", CLOCK_TOLERANCE_SECONDS, 0, 300),
+  };
+}
+
+type GatewaySettings = Pick<KeycapConfig, "gatewayTimeoutMs" | "gatewayWaitMs" | "gatewayMaxRequestBytes" | "gatewayMaxResponseBytes">;
+
+/** The HTTP effect gateway's limits. */
+function gatewaySettings(env: Env): GatewaySettings {
+  return {
+    gatewayTimeoutMs: int(env, "KEYCAP_GATEWAY_TIMEOUT_MS", 10000, 100, 300000),
+    gatewayWaitMs: int(env, "KEYCAP_GATEWAY_WAIT_MS", 15000, 0, 600000),
+    gatewayMaxRequestBytes: int(env, "KEYCAP_GATEWAY_MAX_REQUEST_BYTES", 1024 * 1024, 0, 64 * 1024 * 1024),
+    gatewayMaxResponseBytes: int(env, "KEYCAP_GATEWAY_MAX_RESPONSE_BYTES", 1024 * 1024, 0, 64 * 1024 * 1024),
+  };
 }
 
 /** Reads and validates the environment. Throws ConfigError on the first bad value. */
@@ -155,14 +189,6 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
     throw new ConfigError("KEYCAP_LOG_FORMAT", `expected one of ${LOG_FORMATS.join(", ")}`);
   }
 
-  // The minter's own ceiling (capability.ts): a larger value used to pass here and then
-  // stop the kernel with a RangeError that named no setting.
-  const capabilityTtlSeconds = int(env, "KEYCAP_CAPABILITY_TTL_SECONDS", 300, 5, MAX_LIFETIME_SECONDS);
-  const capabilityMaxLifetimeSeconds = int(env, "KEYCAP_CAPABILITY_MAX_LIFETIME_SECONDS", 900, 5, 86400);
-  if (capabilityTtlSeconds > capabilityMaxLifetimeSeconds) {
-    throw new ConfigError("KEYCAP_CAPABILITY_TTL_SECONDS", `must not exceed KEYCAP_CAPABILITY_MAX_LIFETIME_SECONDS (${capabilityMaxLifetimeSeconds})`);
-  }
-
   const jwksFile = str(env, "KEYCAP_JWKS_FILE");
   const ledgerAddress = hostPort(env, "KEYCAP_LEDGER_ADDRESS", str(env, "KEYCAP_LEDGER_LISTEN") ?? "127.0.0.1:50052");
   const bootstrap = str(env, "KEYCAP_BOOTSTRAP_RUNTIME") ?? "1";
@@ -182,10 +208,7 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
     adminListen,
     consoleListen: consoleListen === undefined ? undefined : parseHostPort("KEYCAP_CONSOLE_LISTEN", consoleListen),
     gatewayListen,
-    gatewayTimeoutMs: int(env, "KEYCAP_GATEWAY_TIMEOUT_MS", 10000, 100, 300000),
-    gatewayWaitMs: int(env, "KEYCAP_GATEWAY_WAIT_MS", 15000, 0, 600000),
-    gatewayMaxRequestBytes: int(env, "KEYCAP_GATEWAY_MAX_REQUEST_BYTES", 1024 * 1024, 0, 64 * 1024 * 1024),
-    gatewayMaxResponseBytes: int(env, "KEYCAP_GATEWAY_MAX_RESPONSE_BYTES", 1024 * 1024, 0, 64 * 1024 * 1024),
+    ...gatewaySettings(env),
     adminAddress: hostPort(env, "KEYCAP_ADMIN_ADDRESS", str(env, "KEYCAP_ADMIN_LISTEN") ?? "127.0.0.1:50053"),
     mongodbUri,
     mongodbDatabase,
@@ -197,6 +220,11 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
     adminToken: str(env, "KEYCAP_ADMIN_TOKEN"),
     adminTokenFile: path.resolve(str(env, "KEYCAP_ADMIN_TOKEN_FILE") ?? path.join(dataDir, "admin-token")),
     kernelAddress: hostPort(env, "KEYCAP_KERNEL_ADDRESS", str(env, "KEYCAP_KERNEL_LISTEN") ?? "127.0.0.1:50051"),
+    peerAddressesSet: {
+      kernel: str(env, "KEYCAP_KERNEL_ADDRESS") !== undefined,
+      ledger: str(env, "KEYCAP_LEDGER_ADDRESS") !== undefined,
+      admin: str(env, "KEYCAP_ADMIN_ADDRESS") !== undefined,
+    },
     jwksFile: jwksFile === undefined ? undefined : path.resolve(jwksFile),
     ledgerAddress,
     runtimeToken,
@@ -204,11 +232,7 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
     bootstrapRuntime: bootstrap === "1",
     principalCacheMs: int(env, "KEYCAP_PRINCIPAL_CACHE_MS", 2000, 0, 60000),
     tls: loadTlsSettings(env, { kernelListen, ledgerListen, adminListen, ledgerAddress, gatewayListen, metricsListen }),
-    issuer: str(env, "KEYCAP_ISSUER") ?? "keycap-kernel",
-    audience: str(env, "KEYCAP_AUDIENCE") ?? "keycap-ledger",
-    capabilityTtlSeconds,
-    capabilityMaxLifetimeSeconds,
-    clockToleranceSeconds: int(env, "KEYCAP_CLOCK_TOLERANCE_SECONDS", 5, 0, 300),
+    ...capabilitySettings(env),
     maxArgumentsBytes: int(env, "KEYCAP_MAX_ARGUMENTS_BYTES", 65536, 2, 16 * 1024 * 1024),
     maxArgumentsDepth: int(env, "KEYCAP_MAX_ARGUMENTS_DEPTH", 32, 1, 1000),
     maxPayloadBytes: int(env, "KEYCAP_MAX_PAYLOAD_BYTES", 1024 * 1024, 1, 64 * 1024 * 1024),

@@ -102,38 +102,14 @@ export async function runServices(label: string, starters: ServiceStarter[]): Pr
     await mongo?.stop();
     failStart(err);
   }
-  const endpoints: { listener: string; address: string; transport: string }[] = running.flatMap((s) =>
+  const endpoints: Endpoint[] = running.flatMap((s) =>
     s.listeners.map((l) => ({ listener: l.name, address: formatHostPort(l.address), transport: l.transport })),
   );
   if (metricsServer) endpoints.push({ listener: "metrics", address: formatHostPort(metricsServer.address), transport: config.tls.metrics ? "https" : "http" });
   const mongoUri = redactUri(mongo.uri);
   // The banner first: the "ready" line is what scripts and tests wait for, and everything
   // printed for people must be out by then (stdout and stderr are separate pipes).
-  {
-    process.stderr.write(
-      `\nkeycap is running (MongoDB: ${mongo.backend})\n` +
-        endpoints
-          .map((e) =>
-            e.transport === "http" || e.transport === "https"
-              ? `  ${e.listener.padEnd(7)} ${e.transport}://${e.address}/metrics\n`
-              : `  ${e.listener.padEnd(7)} ${e.address} (${e.transport})\n`,
-          )
-          .join("") +
-        `  data    ${config.dataDir}\n` +
-        (config.mongodbUri === undefined
-          ? `  mongodb ${mongoUri} (embedded, shared by every keycap serve with this data directory)\n`
-          : `  mongodb ${mongoUri} (MONGODB_URI)\n`) +
-        endpoints
-          .filter((e) => e.listener === "console")
-          .map((e) => `  open the console at ${e.transport === "tls" ? "https" : "http"}://${e.address}/ (sign in with the admin credential)\n`)
-          .join("") +
-        (running.some((s) => s.name === "ledger") ? `  admin credential: ${config.adminToken ? "KEYCAP_ADMIN_TOKEN" : config.adminTokenFile}\n` : "") +
-        (running.some((s) => s.name === "kernel") && config.bootstrapRuntime
-          ? `  runtime credential (principal local-runtime): ${config.runtimeToken ? "KEYCAP_RUNTIME_TOKEN" : config.runtimeTokenFile}\n`
-          : "") +
-        `Press Ctrl-C to stop.\n\n`,
-    );
-  }
+  process.stderr.write(banner(config, endpoints, mongo.backend, mongoUri, new Set(running.map((s) => s.name))));
   logger.info({ endpoints, mongoBackend: mongo.backend, mongoUri, dataDir: config.dataDir }, "ready");
 }
 
@@ -148,6 +124,39 @@ function openMongo(config: KeycapConfig, logger: Logger): Promise<MongoServerHan
   return startSharedMongoServer({ logger, dir, start: (listen) => startMongoServer({ logger, uri: "", dataDir: dir, ...(listen ? { listen } : {}) }) });
 }
 
+interface Endpoint {
+  listener: string;
+  address: string;
+  transport: string;
+}
+
+/** What a person starting keycap needs to read: where each listener is, where data and credentials are. */
+function banner(config: KeycapConfig, endpoints: Endpoint[], backend: string, mongoUri: string, services: Set<string>): string {
+  const lines = [`\nkeycap is running (MongoDB: ${backend})`];
+  for (const e of endpoints) {
+    lines.push(
+      e.transport === "http" || e.transport === "https"
+        ? `  ${e.listener.padEnd(7)} ${e.transport}://${e.address}/metrics`
+        : `  ${e.listener.padEnd(7)} ${e.address} (${e.transport})`,
+    );
+  }
+  lines.push(`  data    ${config.dataDir}`);
+  lines.push(
+    config.mongodbUri === undefined
+      ? `  mongodb ${mongoUri} (embedded, shared by every keycap serve with this data directory)`
+      : `  mongodb ${mongoUri} (MONGODB_URI)`,
+  );
+  for (const e of endpoints.filter((e) => e.listener === "console")) {
+    lines.push(`  open the console at ${e.transport === "tls" ? "https" : "http"}://${e.address}/ (sign in with the admin credential)`);
+  }
+  if (services.has("ledger")) lines.push(`  admin credential: ${config.adminToken ? "KEYCAP_ADMIN_TOKEN" : config.adminTokenFile}`);
+  if (services.has("kernel") && config.bootstrapRuntime) {
+    lines.push(`  runtime credential (principal local-runtime): ${config.runtimeToken ? "KEYCAP_RUNTIME_TOKEN" : config.runtimeTokenFile}`);
+  }
+  lines.push("Press Ctrl-C to stop.\n\n");
+  return lines.join("\n");
+}
+
 /**
  * When kernel and ledger run in one process and their peer addresses were not
  * set explicitly, each dials the other's real bound address (port 0 included).
@@ -155,9 +164,9 @@ function openMongo(config: KeycapConfig, logger: Logger): Promise<MongoServerHan
  */
 function wirePeers(config: KeycapConfig, service: RunningService): void {
   for (const l of service.listeners) {
-    if (l.name === "kernel" && !process.env["KEYCAP_KERNEL_ADDRESS"]) config.kernelAddress = dialable(l.address);
-    if (l.name === "ledger" && !process.env["KEYCAP_LEDGER_ADDRESS"]) config.ledgerAddress = dialable(l.address);
-    if (l.name === "admin" && !process.env["KEYCAP_ADMIN_ADDRESS"]) config.adminAddress = dialable(l.address);
+    if (l.name === "kernel" && !config.peerAddressesSet.kernel) config.kernelAddress = dialable(l.address);
+    if (l.name === "ledger" && !config.peerAddressesSet.ledger) config.ledgerAddress = dialable(l.address);
+    if (l.name === "admin" && !config.peerAddressesSet.admin) config.adminAddress = dialable(l.address);
   }
 }
 

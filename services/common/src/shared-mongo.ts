@@ -95,16 +95,46 @@ export async function startSharedMongoServer(opts: SharedMongoOptions): Promise<
   const uri = first.record.uri;
 
   // Keep it alive: whoever notices the server gone starts it again, on the same address.
+  const timer = keepAlive(
+    recordPath,
+    uri,
+    () => ensure(false),
+    () => stopped,
+    opts,
+  );
+  return {
+    uri,
+    backend: first.record.backend,
+    reason: first.started ? first.record.reason : `shared with process ${first.record.ownerPid} (${path.join(opts.dir, RECORD_FILE)})`,
+    pid: first.record.pid,
+    ...(owned?.exited ? { exited: owned.exited } : {}),
+    stop: async () => {
+      stopped = true;
+      clearInterval(timer);
+      // Only our own child: the others start it again if they still need it.
+      await owned?.stop();
+    },
+  };
+}
+
+/** Every watch interval: when the recorded server has exited, `ensure` starts it again (under the lock). */
+function keepAlive(
+  recordPath: string,
+  uri: string,
+  ensure: () => Promise<{ record: SharedServerRecord; started: boolean }>,
+  stopped: () => boolean,
+  opts: SharedMongoOptions,
+): NodeJS.Timeout {
   let checking = false;
   const timer = setInterval(() => {
-    if (checking || stopped) return;
+    if (checking || stopped()) return;
     const record = readRecord(recordPath);
     if (record && isAlive(record.pid)) return;
     checking = true;
-    ensure(false).then(
+    ensure().then(
       (r) => {
         checking = false;
-        if (r.started && !stopped) {
+        if (r.started && !stopped()) {
           opts.logger.warn(
             { uri: r.record.uri, pid: r.record.pid, previousOwner: record?.ownerPid },
             "the shared embedded MongoDB had exited; started it again",
@@ -120,21 +150,7 @@ export async function startSharedMongoServer(opts: SharedMongoOptions): Promise<
       },
     );
   }, opts.watchIntervalMs ?? 500);
-  timer.unref();
-
-  return {
-    uri,
-    backend: first.record.backend,
-    reason: first.started ? first.record.reason : `shared with process ${first.record.ownerPid} (${path.join(opts.dir, RECORD_FILE)})`,
-    pid: first.record.pid,
-    ...(owned?.exited ? { exited: owned.exited } : {}),
-    stop: async () => {
-      stopped = true;
-      clearInterval(timer);
-      // Only our own child: the others start it again if they still need it.
-      await owned?.stop();
-    },
-  };
+  return timer.unref();
 }
 
 /** Runs `fn` holding `<dir>/server.lock`; waits (saying so) while a live process holds it. */
