@@ -28,6 +28,14 @@ module.exports = {
       to: { path: "node_modules/@grpc/grpc-js/" },
     },
     {
+      name: "service-logic-is-wire-free",
+      comment:
+        "The kernel's and the ledger's service logic (kernel.ts, ledger.ts) take and return their own types: the wire's messages are mapped in *-proto.ts and grpc-js is bound in *-grpc.ts.",
+      severity: "error",
+      from: { path: "^services/(kernel/src/kernel|ledger/src/ledger)\\.ts$" },
+      to: { path: "(^gen/|node_modules/@grpc/grpc-js/)" },
+    },
+    {
       name: "client-is-not-the-server",
       comment: "The TypeScript client ships to users: it may use generated stubs, never service code.",
       severity: "error",

@@ -18,7 +18,8 @@ $(NPM_STAMP): package.json package-lock.json
 
 install: $(NPM_STAMP)
 
-## generate: every language's stubs from proto/ (TypeScript + descriptor set; Go and Python, committed)
+## generate: every language's stubs from proto/ (TypeScript + descriptor set; Go and Python, committed,
+## with the reason catalogue as clients/go/reasons and keycap_client.reasons)
 generate: generate-ts
 	clients/go/generate.sh
 	bash clients/python/generate.sh
@@ -93,7 +94,7 @@ test-ts-pg: build
 ## test-python: Python client (stubs drift check, e2e against real services with pytest)
 test-python: build
 	bash clients/python/generate.sh
-	@out="$$(git status --porcelain --untracked-files=all -- clients/python/src/keycap_client/_gen)"; \
+	@out="$$(git status --porcelain --untracked-files=all -- clients/python/src/keycap_client/_gen clients/python/src/keycap_client/reasons.py)"; \
 	  if [ -n "$$out" ]; then echo "$$out"; echo "Python stubs out of date: run make generate and commit"; exit 1; fi
 	bash clients/python/test.sh
 

@@ -20,7 +20,8 @@ import { connectMongo } from "../services/common/src/mongo";
 import { runServices, type RunningService, type ServiceDeps } from "../services/common/src/service-runner";
 import { idempotentEffectId } from "../services/ledger/src/domain/write-rule";
 import { EntryStore, type EntryDoc } from "../services/ledger/src/entry-store";
-import { entryToProto, newEntryId } from "../services/ledger/src/ledger-service";
+import { newEntryId } from "../services/ledger/src/ledger";
+import { entryToProto } from "../services/ledger/src/ledger-proto";
 import { BASELINE_TOOL_ID, BENCH_PRINCIPAL } from "./bench-ids";
 
 /** Fully-qualified name of the baseline service. */

@@ -21,3 +21,10 @@ node_modules/.bin/buf generate --template clients/go/buf.gen.yaml \
   --path proto/keycap/effect --path proto/keycap/kernel --path proto/keycap/ledger --path proto/keycap/gateway --path proto/keycap/rules
 # The example sink's own service (not in proto/: it is a user's, not keycap's).
 node_modules/.bin/buf generate --template clients/go/buf.gen.example.yaml clients/go/examples/payments/proto
+# The reason catalogue as package reasons (reasons_gen.go), by the plugin that writes
+# the TypeScript one (tools/protoc-gen-keycap-valid; built here when missing), gofmt'd.
+if [ ! -f tools/protoc-gen-keycap-valid/dist/main.js ]; then
+  node_modules/.bin/tsc -p tools/protoc-gen-keycap-valid
+fi
+node_modules/.bin/buf generate --template clients/go/buf.gen.reasons.yaml --path proto/keycap/rules/v1/reasons.proto
+gofmt -w clients/go/reasons/reasons_gen.go

@@ -26,8 +26,8 @@ go mod tidy -diff
 echo "== generate (drift check)"
 snapshot="$(mktemp -d)"
 trap 'rm -rf "$snapshot"' EXIT
-# keycap's stubs, and the example sink's own (examples/payments/gen).
-stubs=(gen examples/payments/gen)
+# keycap's stubs, the example sink's own (examples/payments/gen), and the reason catalogue (reasons).
+stubs=(gen examples/payments/gen reasons)
 for d in "${stubs[@]}"; do
   mkdir -p "$snapshot/$(dirname "$d")"
   cp -R "$d" "$snapshot/$d"

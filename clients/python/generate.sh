@@ -102,4 +102,16 @@ rm -rf "$OUT"
 mkdir -p "$(dirname "$OUT")"
 cp -R "$STAGE" "$OUT"
 chmod -R u+rwX,go+rX "$OUT"
+
+# The reason catalogue as keycap_client.reasons (src/keycap_client/reasons.py), by the
+# plugin that writes the TypeScript one (tools/protoc-gen-keycap-valid, built here when
+# missing; needs the repo's npm install for buf and tsc).
+if [ ! -x node_modules/.bin/buf ]; then
+  echo "generate.sh: node_modules/.bin/buf missing; run 'npm ci' (or 'make install') first" >&2
+  exit 1
+fi
+if [ ! -f tools/protoc-gen-keycap-valid/dist/main.js ]; then
+  node_modules/.bin/tsc -p tools/protoc-gen-keycap-valid
+fi
+node_modules/.bin/buf generate --template clients/python/buf.gen.reasons.yaml --path proto/keycap/rules/v1/reasons.proto
 echo "python stubs: $(find "$OUT" -name '*_pb2.py' | wc -l | tr -d ' ') modules in $OUT"

@@ -20,6 +20,7 @@ import (
 	ledgerv1 "github.com/keycap/keycap/clients/go/gen/keycap/ledger/v1"
 	"github.com/keycap/keycap/clients/go/internal/e2estack"
 	"github.com/keycap/keycap/clients/go/keycap"
+	"github.com/keycap/keycap/clients/go/reasons"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -139,6 +140,10 @@ func requireRefusal(t *testing.T, err error, code codes.Code, reason string) *ke
 	}
 	if kerr.Domain != keycap.Domain {
 		t.Fatalf("ErrorInfo domain = %q, want %q", kerr.Domain, keycap.Domain)
+	}
+	// The real service's refusal is the generated catalogue's: the reason is in it, with this code.
+	if want, ok := reasons.Code(kerr.Reason); !ok || want != kerr.Code {
+		t.Fatalf("refusal %s %s: the catalogue (package reasons) has %s (in it: %t)", kerr.Code, kerr.Reason, want, ok)
 	}
 	return kerr
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/keycap/keycap/clients/go/reasons"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -18,49 +19,51 @@ const Domain = "keycap.dev"
 // the reason is the one it would give.
 const ClientDomain = "keycap.dev/client"
 
-// Reasons a client commonly branches on (google.rpc.ErrorInfo.reason). The
-// services may send others; Error.Reason carries whatever was sent.
+// Reasons a client commonly branches on (google.rpc.ErrorInfo.reason), kept here
+// by name for the code that uses them; every reason of the catalogue, with its
+// gRPC code, is in package reasons (generated from proto/keycap/rules/v1/reasons.proto).
+// The services may send others; Error.Reason carries whatever was sent.
 const (
 	// The ledger: a write carried a key other than the capability's.
-	ReasonKeyMismatch = "KEY_MISMATCH"
+	ReasonKeyMismatch = reasons.KeyMismatch
 	// The ledger: an Idempotent write carried no key.
-	ReasonKeyMissing = "KEY_MISSING"
+	ReasonKeyMissing = reasons.KeyMissing
 	// The ledger: a Queryable write carried another request id.
-	ReasonRequestIDMismatch = "REQUEST_ID_MISMATCH"
+	ReasonRequestIDMismatch = reasons.RequestIDMismatch
 	// The ledger: no capability was presented.
-	ReasonCapabilityMissing = "CAPABILITY_MISSING"
+	ReasonCapabilityMissing = reasons.CapabilityMissing
 	// The ledger: a single-use capability (Queryable, Unsafe) was used again.
-	ReasonCapabilityReused = "CAPABILITY_REUSED"
+	ReasonCapabilityReused = reasons.CapabilityReused
 	// The ledger: the capability's signature did not verify.
-	ReasonBadSignature = "BAD_SIGNATURE"
+	ReasonBadSignature = reasons.BadSignature
 	// The ledger: the capability has expired.
-	ReasonExpired = "EXPIRED"
+	ReasonExpired = reasons.Expired
 	// The ledger: the write's shape does not fit the capability's effect class.
-	ReasonEffectClassMismatch = "EFFECT_CLASS_MISMATCH"
+	ReasonEffectClassMismatch = reasons.EffectClassMismatch
 	// The kernel: an Unsafe call cannot be resumed automatically.
-	ReasonUnsafeNotResumable = "UNSAFE_NOT_RESUMABLE"
+	ReasonUnsafeNotResumable = reasons.UnsafeNotResumable
 	// The kernel: no bearer secret and no TLS client certificate was presented.
-	ReasonPrincipalCredentialMissing = "PRINCIPAL_CREDENTIAL_MISSING"
+	ReasonPrincipalCredentialMissing = reasons.PrincipalCredentialMissing
 	// The kernel: the bearer secret belongs to no principal (or several
 	// authorization values were sent).
-	ReasonPrincipalCredentialInvalid = "PRINCIPAL_CREDENTIAL_INVALID"
+	ReasonPrincipalCredentialInvalid = reasons.PrincipalCredentialInvalid
 	// The kernel: the principal was revoked.
-	ReasonPrincipalRevoked = "PRINCIPAL_REVOKED"
+	ReasonPrincipalRevoked = reasons.PrincipalRevoked
 	// The kernel: the TLS client certificate maps to no principal.
-	ReasonCertificateNotMapped = "CERTIFICATE_NOT_MAPPED"
+	ReasonCertificateNotMapped = reasons.CertificateNotMapped
 	// The kernel: the runtime neither owns the tool nor was granted it.
-	ReasonToolNotGranted = "TOOL_NOT_GRANTED"
+	ReasonToolNotGranted = reasons.ToolNotGranted
 	// The kernel: the tool is registered by another principal.
-	ReasonToolOwnedByOther = "TOOL_OWNED_BY_OTHER"
+	ReasonToolOwnedByOther = reasons.ToolOwnedByOther
 	// The kernel: the RPC is for runtimes, and the caller is an operator.
-	ReasonRuntimeRequired = "RUNTIME_REQUIRED"
+	ReasonRuntimeRequired = reasons.RuntimeRequired
 	// The kernel: the RPC needs an operator, and the caller is a runtime.
-	ReasonOperatorRequired = "OPERATOR_REQUIRED"
+	ReasonOperatorRequired = reasons.OperatorRequired
 	// Any service: a request rule written in proto/ failed, and the proto
 	// states no reason for it (keycap.rules.v1). The rules' own reasons
 	// (KEY_DERIVATION_REQUIRED, …) are read from the descriptors, not copied
 	// here.
-	ReasonRequestInvalid = "REQUEST_INVALID"
+	ReasonRequestInvalid = reasons.RequestInvalid
 )
 
 // Error is every RPC failure this package returns: the gRPC code, and the

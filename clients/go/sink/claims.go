@@ -23,9 +23,13 @@ type Capability struct {
 	Key string `json:"key,omitempty"`
 	// RequestID is the request id (queryable only).
 	RequestID string `json:"request_id,omitempty"`
-	IssuedAt  int64  `json:"iat"`
-	ExpiresAt int64  `json:"exp"`
-	KeyID     string `json:"kid"`
+	// Derivation is how Key was derived (idempotent only, ADR 0026): with the
+	// call's arguments it lets a sink re-derive the key. Nil on capabilities
+	// minted before the claim existed.
+	Derivation *Derivation `json:"derivation,omitempty"`
+	IssuedAt   int64       `json:"iat"`
+	ExpiresAt  int64       `json:"exp"`
+	KeyID      string      `json:"kid"`
 }
 
 // Expiry is ExpiresAt as a time.
@@ -117,6 +121,7 @@ func (v *Verifier) checkClaims(p map[string]any, u unverifiedInfo, kid string) (
 	if r, ok := p["request_id"].(string); ok {
 		c.RequestID = r
 	}
+	c.Derivation = derivationOf(p["derivation"])
 	return c, nil
 }
 
@@ -167,6 +172,9 @@ func findClaimProblem(p map[string]any) (kind, claim, detail string) {
 	// The grant is the pairing of effect and key/request id.
 	if kind, claim, detail := pairedClaimProblem(p, "key", effect == EffectIdempotent, EffectIdempotent); kind != "" {
 		return kind, claim, detail
+	}
+	if detail := derivationProblem(p, effect == EffectIdempotent); detail != "" {
+		return "invalid", "derivation", `capability claim "derivation" ` + detail
 	}
 	return pairedClaimProblem(p, "request_id", effect == EffectQueryable, EffectQueryable)
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keycap/keycap/clients/go/reasons"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -52,8 +53,8 @@ const RejectionsCollection = "rejections"
 
 // Summary reasons (the ledger's).
 const (
-	ReasonRateLimitedRefusals = "RATE_LIMITED_REFUSALS"
-	ReasonUnavailableRefusals = "UNAVAILABLE_REFUSALS"
+	ReasonRateLimitedRefusals = reasons.RateLimitedRefusals
+	ReasonUnavailableRefusals = reasons.UnavailableRefusals
 )
 
 // Refusals caused by keycap's own unavailability, not by the caller: counted per

@@ -3,6 +3,7 @@ package sink
 import (
 	"fmt"
 
+	"github.com/keycap/keycap/clients/go/reasons"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -11,29 +12,30 @@ import (
 // Domain is the google.rpc.ErrorInfo domain of every keycap refusal.
 const Domain = "keycap.dev"
 
-// Reasons a sink refuses with (proto/keycap/rules/v1/reasons.proto), beside the
-// ledger's verification reasons (CAPABILITY_MISSING … SIGNING_KEYS_UNAVAILABLE).
+// Reasons a sink refuses with, beside the ledger's verification reasons
+// (CAPABILITY_MISSING … SIGNING_KEYS_UNAVAILABLE): names of package reasons, generated
+// from proto/keycap/rules/v1/reasons.proto with each one's gRPC code.
 const (
-	ReasonCapabilityMissing      = "CAPABILITY_MISSING"
-	ReasonCapabilityMalformed    = "CAPABILITY_MALFORMED"
-	ReasonCapabilityTooLarge     = "CAPABILITY_TOO_LARGE"
-	ReasonAlgorithmNotAllowed    = "ALGORITHM_NOT_ALLOWED"
-	ReasonWrongTokenType         = "WRONG_TOKEN_TYPE"
-	ReasonUnknownKeyID           = "UNKNOWN_KEY_ID"
-	ReasonBadSignature           = "BAD_SIGNATURE"
-	ReasonExpired                = "EXPIRED"
-	ReasonNotYetValid            = "NOT_YET_VALID"
-	ReasonWrongIssuer            = "WRONG_ISSUER"
-	ReasonWrongAudience          = "WRONG_AUDIENCE"
-	ReasonClaimMissing           = "CLAIM_MISSING"
-	ReasonClaimInvalid           = "CLAIM_INVALID"
-	ReasonLifetimeTooLong        = "LIFETIME_TOO_LONG"
-	ReasonSigningKeysUnavailable = "SIGNING_KEYS_UNAVAILABLE"
-	ReasonToolNotAccepted        = "TOOL_NOT_ACCEPTED"
-	ReasonKeyMismatch            = "KEY_MISMATCH"
-	ReasonEffectClassMismatch    = "EFFECT_CLASS_MISMATCH"
-	ReasonCapabilityReused       = "CAPABILITY_REUSED"
-	ReasonDatabaseUnavailable    = "DATABASE_UNAVAILABLE"
+	ReasonCapabilityMissing      = reasons.CapabilityMissing
+	ReasonCapabilityMalformed    = reasons.CapabilityMalformed
+	ReasonCapabilityTooLarge     = reasons.CapabilityTooLarge
+	ReasonAlgorithmNotAllowed    = reasons.AlgorithmNotAllowed
+	ReasonWrongTokenType         = reasons.WrongTokenType
+	ReasonUnknownKeyID           = reasons.UnknownKeyID
+	ReasonBadSignature           = reasons.BadSignature
+	ReasonExpired                = reasons.Expired
+	ReasonNotYetValid            = reasons.NotYetValid
+	ReasonWrongIssuer            = reasons.WrongIssuer
+	ReasonWrongAudience          = reasons.WrongAudience
+	ReasonClaimMissing           = reasons.ClaimMissing
+	ReasonClaimInvalid           = reasons.ClaimInvalid
+	ReasonLifetimeTooLong        = reasons.LifetimeTooLong
+	ReasonSigningKeysUnavailable = reasons.SigningKeysUnavailable
+	ReasonToolNotAccepted        = reasons.ToolNotAccepted
+	ReasonKeyMismatch            = reasons.KeyMismatch
+	ReasonEffectClassMismatch    = reasons.EffectClassMismatch
+	ReasonCapabilityReused       = reasons.CapabilityReused
+	ReasonDatabaseUnavailable    = reasons.DatabaseUnavailable
 )
 
 // Refusal is every admission failure: the gRPC code, the machine-readable

@@ -104,6 +104,11 @@ func (s *Sink) Service() string { return s.service }
 // several rules gets the same reason every time: verification, the tool
 // allow-list, the idempotency key, then single use.
 func (s *Sink) Admit(ctx context.Context, req Request) (*Capability, error) {
+	return s.admit(ctx, req, nil)
+}
+
+// admit is Admit, and with a call (AdmitCall) the call's own checks too.
+func (s *Sink) admit(ctx context.Context, req Request, call *Call) (*Capability, error) {
 	var c *Capability
 	var r *Refusal
 	switch len(req.Authorization) {
@@ -116,30 +121,39 @@ func (s *Sink) Admit(ctx context.Context, req Request) (*Capability, error) {
 	}
 	if r != nil {
 		u := r.unverified
-		s.report(ctx, r, req, RefusalRecord{
+		rec := RefusalRecord{
 			ToolID: u.toolID, ToolIDVerified: r.SignatureVerified, CapabilityKey: u.key,
 			CapabilityRequestID: u.requestID, CallID: u.callID, CapabilityID: u.jti, KeyID: u.kid, Effect: u.effect,
-		})
+		}
+		s.report(ctx, r, req, call.recordAgainst(rec))
 		return nil, r
 	}
-	if r := s.checkVerified(ctx, c, req); r != nil {
-		s.report(ctx, r, req, RefusalRecord{
+	if r := s.checkVerified(ctx, c, req, call); r != nil {
+		rec := RefusalRecord{
 			ToolID: c.ToolID, ToolIDVerified: true, Principal: c.Subject, CapabilityKey: c.Key,
 			CapabilityRequestID: c.RequestID, CallID: c.CallID, CapabilityID: c.JTI, KeyID: c.KeyID, Effect: c.Effect,
-		})
+		}
+		s.report(ctx, r, req, call.recordAgainst(rec))
 		return nil, r
 	}
 	return c, nil
 }
 
-func (s *Sink) checkVerified(ctx context.Context, c *Capability, req Request) *Refusal {
+func (s *Sink) checkVerified(ctx context.Context, c *Capability, req Request, call *Call) *Refusal {
 	if !s.tools[c.ToolID] {
 		return permissionDenied(ReasonToolNotAccepted, fmt.Sprintf("sink %s does not serve tool %s", s.name, strconv.Quote(clip(c.ToolID, 128))))
+	}
+	if call != nil && c.ToolID != call.ToolID {
+		// A genuine capability for a sibling tool is still another tool's.
+		return permissionDenied(ReasonToolNotAccepted, fmt.Sprintf("the capability is for tool %s, not %s", strconv.Quote(clip(c.ToolID, 128)), strconv.Quote(clip(call.ToolID, 128))))
 	}
 	if req.HasIdempotencyKey && req.IdempotencyKey != c.Key {
 		return permissionDenied(ReasonKeyMismatch, "the request's idempotency key is not the capability's key")
 	}
 	if c.Effect == EffectIdempotent {
+		if call != nil {
+			return bindArguments(c, call.Arguments)
+		}
 		return nil
 	}
 	if s.opts.SpentStore == nil {

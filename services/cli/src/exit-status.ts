@@ -1,6 +1,6 @@
 /**
  * The CLI's exit statuses, so a script can tell "fix the command line" and "not there"
- * from "keycap could not do it". The README's Operating section lists them.
+ * from "keycap could not do it". docs/operating.md ("The `keycap` command") lists them.
  */
 export const EXIT = {
   OK: 0,

@@ -34,7 +34,7 @@ export function buildProgram(): Command {
 
   program
     .command("serve")
-    .description("run services in the foreground (configuration from the environment, see README)")
+    .description("run services in the foreground (configuration from the environment, see docs/configuration.md)")
     .argument("[service]", "all | kernel | ledger | gateway", "all")
     .action(async (service: string) => {
       switch (service) {

@@ -214,18 +214,19 @@ function addLedgerReadCommands(program: Command): void {
 
 /** tools, tools show: the registered tools as the kernel holds them. */
 function addToolCommands(program: Command): void {
-  const withKernel = async <T>(o: OperatorOptions, fn: (k: KernelClient, a: AccessClient) => Promise<T>): Promise<T> => {
+  // The access client is opened only by the command that reads grants (`tools show`).
+  const withKernel = async <T>(o: OperatorOptions, fn: (k: KernelClient, access: () => AccessClient) => Promise<T>): Promise<T> => {
     const at = kernelAddress(o);
     const tls = tlsOptions(o);
     const kernel = new KernelClient(at.address, { token: adminToken(o), ...(tls ? { tls } : {}) });
-    const access = new AccessClient(at.address, adminToken(o), tls ? { tls } : {});
+    let access: AccessClient | undefined;
     try {
-      return await fn(kernel, access);
+      return await fn(kernel, () => (access ??= new AccessClient(at.address, adminToken(o), tls ? { tls } : {})));
     } catch (err) {
       throw explain(err, "kernel", at);
     } finally {
       kernel.close();
-      access.close();
+      access?.close();
     }
   };
 
@@ -253,7 +254,7 @@ function addToolCommands(program: Command): void {
           if (KeycapClientError.from(err).reason === "TOOL_NOT_FOUND") return undefined;
           throw err;
         });
-        return tool ? { tool: toolView(tool), grants: (await a.listGrants({ toolId })).map((g) => g.principal) } : undefined;
+        return tool ? { tool: toolView(tool), grants: (await a().listGrants({ toolId })).map((g) => g.principal) } : undefined;
       });
       if (!found) throw new NotFoundError(`no tool ${JSON.stringify(toolId)} is registered (keycap tools lists them)`, "TOOL_NOT_FOUND");
       const v = { ...found.tool, grants: found.grants };

@@ -6,11 +6,10 @@
  * (which must exist when set explicitly); else `$KEYCAP_DATA_DIR/admin-token`, generated
  * on first start (32 random bytes, base64url, mode 0600). Only the path is ever logged.
  */
-import { registerSecret } from "./secret-redaction";
 import { join } from "node:path";
-import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { open } from "node:fs/promises";
-import { parseBearer } from "./bearer";
+import { BearerSecret } from "./bearer-secret";
 import { ConfigError } from "./config";
 import { SecretFileWriteError, writeSecretFile } from "./secret-file";
 
@@ -22,15 +21,13 @@ export type AdminCheck = "ok" | "ADMIN_CREDENTIAL_MISSING" | "ADMIN_CREDENTIAL_I
 
 /** The loaded credential. Holds only its SHA-256 digest (the log redactor holds the value). */
 export class AdminCredential {
-  private readonly digest: Buffer;
+  private readonly secret: BearerSecret;
 
   private constructor(
     secret: string,
     readonly source: AdminCredentialSource,
   ) {
-    this.digest = sha256(secret);
-    // The log redactor keeps the value so it can take it out of any line (DESIGN §13).
-    registerSecret(secret);
+    this.secret = new BearerSecret(secret);
   }
 
   /**
@@ -66,24 +63,14 @@ export class AdminCredential {
 
   /** Whether a presented bearer token is the admin credential (constant time). */
   matches(token: string): boolean {
-    return timingSafeEqual(sha256(token), this.digest);
+    return this.secret.matches(token);
   }
 
-  /**
-   * Checks `authorization` metadata values. Digests are compared in constant time, so
-   * the comparison leaks neither the secret nor its length.
-   */
+  /** Checks `authorization` metadata values (see {@link BearerSecret.check}). */
   check(authorization: string[]): AdminCheck {
-    if (authorization.length === 0 || authorization.every((v) => v.trim() === "")) return "ADMIN_CREDENTIAL_MISSING";
-    if (authorization.length > 1) return "ADMIN_CREDENTIAL_INVALID";
-    const presented = parseBearer(authorization[0]);
-    if (presented === undefined) return "ADMIN_CREDENTIAL_INVALID";
-    return timingSafeEqual(sha256(presented), this.digest) ? "ok" : "ADMIN_CREDENTIAL_INVALID";
+    const checked = this.secret.check(authorization);
+    return checked === "ok" ? "ok" : checked === "missing" ? "ADMIN_CREDENTIAL_MISSING" : "ADMIN_CREDENTIAL_INVALID";
   }
-}
-
-function sha256(s: string): Buffer {
-  return createHash("sha256").update(s, "utf8").digest();
 }
 
 // What parseBearer accepts, so a configured token can actually be presented.

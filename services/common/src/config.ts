@@ -61,7 +61,7 @@ function hostPort(env: Env, name: string, def: string): HostPort {
 
 const LOG_LEVELS: readonly LogLevel[] = ["debug", "info", "warn", "error", "silent"];
 
-/** Every setting of DESIGN §8 and the limits the README states, defaults applied. */
+/** Every setting of DESIGN §8 and the limits docs/operating.md states, defaults applied. */
 export interface KeycapConfig {
   kernelListen: HostPort;
   ledgerListen: HostPort;

@@ -29,6 +29,13 @@ export const Code = {
 /** One of {@link Code}. */
 export type KeycapCode = (typeof Code)[keyof typeof Code];
 
+const CODE_NAMES: Record<number, string> = Object.fromEntries(Object.entries(Code).map(([name, n]) => [n, name]));
+
+/** A code's name as refusal records store it, e.g. 7 → PERMISSION_DENIED. */
+export function codeName(code: number): string {
+  return CODE_NAMES[code] ?? "UNKNOWN";
+}
+
 /**
  * A deliberate refusal: the only kind of error whose message reaches a client.
  * Domain code throws it with a machine-readable `reason` (UPPER_SNAKE_CASE);

@@ -22,7 +22,7 @@ import type { AdminCredential } from "../../common/src/admin-credential";
 import { idempotentEffectId } from "./domain/write-rule";
 import type { EntryStore } from "./entry-store";
 import { effectKindOf } from "../../common/src/effect-kind";
-import { entryToProto } from "./ledger-service";
+import { entryToProto } from "./ledger-proto";
 import type { RejectionAudit, RejectionDoc } from "../../common/src/rejection-audit";
 import type { StatsTotals } from "../../common/src/stats-counters";
 import { Reasons, refuse } from "../../common/src/refuse";

@@ -10,7 +10,8 @@ import { adminServiceImpl, LedgerAdmin } from "./admin-service";
 import { CapabilityVerifier } from "../../capability/src";
 import { EntryStore } from "./entry-store";
 import { openKernelKeys } from "../../capability/src";
-import { Ledger, ledgerServiceImpl } from "./ledger-service";
+import { Ledger } from "./ledger";
+import { ledgerServiceImpl } from "./ledger-grpc";
 
 export const LEDGER_SERVICE_NAME = "keycap.ledger.v1.LedgerService";
 export const LEDGER_ADMIN_SERVICE_NAME = "keycap.ledger.v1.LedgerAdminService";

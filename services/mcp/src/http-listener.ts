@@ -6,7 +6,7 @@
  * token that every request must carry. Without a token, DNS-rebinding protection admits only
  * requests whose Host header names the bound address (a web page cannot reach the gateway).
  */
-import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
+import { randomUUID } from "node:crypto";
 import * as fs from "node:fs";
 import * as http from "node:http";
 import * as https from "node:https";
@@ -14,7 +14,7 @@ import type { AddressInfo } from "node:net";
 import type { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import { isInitializeRequest } from "@modelcontextprotocol/sdk/types.js";
-import { parseBearer } from "../../common/src/bearer";
+import { BearerSecret } from "../../common/src/bearer-secret";
 import { ConfigError, type HostPort } from "../../common/src/config";
 import type { Logger } from "../../common/src/logger";
 import { Reasons } from "../../common/src/refuse";
@@ -51,7 +51,7 @@ export async function listenStreamableHttp(
   assertListenable(listen, setting, security);
   const sessions = new Map<string, StreamableHTTPServerTransport>();
   let allowedHosts: string[] = [];
-  const tokenDigest = security.token === undefined ? undefined : sha256(security.token);
+  const hostToken = security.token === undefined ? undefined : new BearerSecret(security.token);
   const onRequest: http.RequestListener = (req, res) => {
     void handle(req, res).catch((err: unknown) => {
       logger.error({ err: err instanceof Error ? err.message : String(err) }, "mcp: HTTP request failed");
@@ -63,8 +63,8 @@ export async function listenStreamableHttp(
     : http.createServer(onRequest);
   const handle = async (req: http.IncomingMessage, res: http.ServerResponse): Promise<void> => {
     if (new URL(req.url ?? "/", "http://x").pathname !== MCP_PATH) return void res.writeHead(404).end();
-    if (tokenDigest) {
-      const refused = credentialRefusal(req.headers.authorization, tokenDigest);
+    if (hostToken) {
+      const refused = credentialRefusal(req.headers.authorization, hostToken);
       if (refused) {
         const peer = `${req.socket.remoteAddress ?? ""}:${req.socket.remotePort ?? ""}`;
         const message =
@@ -90,7 +90,7 @@ export async function listenStreamableHttp(
       onsessioninitialized: (sid) => void sessions.set(sid, transport),
       // With a token a page cannot make the request count (it has no token); without one the
       // Host must name the bound address.
-      enableDnsRebindingProtection: tokenDigest === undefined,
+      enableDnsRebindingProtection: hostToken === undefined,
       allowedHosts,
     });
     transport.onclose = () => {
@@ -130,16 +130,11 @@ export function assertListenable(listen: HostPort, setting: string, security: Ht
   throw new ConfigError(setting, `${listen.host} is not a loopback address; off loopback the MCP listener needs ${missing.join(" and ")}`);
 }
 
-function sha256(text: string): Buffer {
-  return createHash("sha256").update(text, "utf8").digest();
-}
-
-/** Why a request's credential is refused, or undefined when it is the token (compared in constant time). */
-function credentialRefusal(header: string | undefined, digest: Buffer): string | undefined {
-  if (header === undefined) return Reasons.PRINCIPAL_CREDENTIAL_MISSING;
-  const token = parseBearer(header);
-  if (token === undefined || !timingSafeEqual(sha256(token), digest)) return Reasons.PRINCIPAL_CREDENTIAL_INVALID;
-  return undefined;
+/** Why a request's credential is refused, or undefined when it is the host token. */
+function credentialRefusal(header: string | undefined, token: BearerSecret): string | undefined {
+  const checked = token.check(header === undefined ? [] : [header]);
+  if (checked === "missing") return Reasons.PRINCIPAL_CREDENTIAL_MISSING;
+  return checked === "invalid" ? Reasons.PRINCIPAL_CREDENTIAL_INVALID : undefined;
 }
 
 async function readJson(req: http.IncomingMessage): Promise<unknown> {

@@ -5,17 +5,15 @@
  * derived key (`key:<key>`), a Queryable call's request id (`request:<tool>:<id>`), or an
  * Unsafe call in flight (`unsafe:<fingerprint>`, removed when it ends).
  *
- * States: `sending` (one tools/call holds a lease), `retryable` (the last attempt got no
- * answer; another may send under the same key), `done` (the upstream's CallToolResult,
- * stored as JSON text and replayed), `indeterminate` (an Unsafe or Queryable call lost in a
- * crash: never sent again; an operator settles it). Every change after the insert is a
- * compare-and-set on `attempts`, so a call that lost its lease cannot overwrite the attempt
- * that took over.
+ * States (common/src/leased-slots.ts): `sending` (one tools/call holds a lease), `retryable`
+ * (the last attempt got no answer; another may send under the same key), `done` (the
+ * upstream's CallToolResult, stored as JSON text and replayed), `indeterminate` (an Unsafe or
+ * Queryable call lost in a crash: never sent again; an operator settles it).
  */
-import type { Collection, Db } from "mongodb";
-import { isDuplicateKey } from "../../common/src/mongo";
+import type { Db } from "mongodb";
+import { LeasedSlots, type SlotDocument, type SlotState } from "../../common/src/leased-slots";
 
-export type SlotState = "sending" | "retryable" | "done" | "indeterminate";
+export type { SlotState };
 
 /** The gateway process that holds a slot's lease: on the same host, a retry can see it is gone without waiting the lease out. */
 export interface Holder {
@@ -25,24 +23,16 @@ export interface Holder {
   instance: string;
 }
 
-interface SlotDoc {
-  _id: string;
+interface SlotDoc extends SlotDocument {
   tool_id: string;
   /** The kernel call of the attempt that holds (or last held) the slot. */
   call_id: string;
-  state: SlotState;
-  attempts: number;
-  lease_until: Date;
   holder?: Holder;
   /** SHA-256 of the canonical arguments of the call that claimed the slot: a replay to other arguments is flagged. */
   arguments_sha256?: string;
-  created_at: Date;
-  updated_at: Date;
   /** The stored CallToolResult as JSON text: MCP content nests arrays, which FerretDB does not store. */
   result_json?: string;
   is_error?: boolean;
-  recorded_at?: Date;
-  last_error?: string;
 }
 
 /** A slot as the gateway reads it. */
@@ -61,14 +51,14 @@ export interface SlotRecord {
 }
 
 export class ResultStore {
-  private constructor(private readonly docs: Collection<SlotDoc>) {}
+  private constructor(private readonly slots: LeasedSlots<SlotDoc>) {}
 
   /** Opens `mcp_results` and awaits its indexes. */
   static async open(db: Db): Promise<ResultStore> {
     const docs = db.collection<SlotDoc>("mcp_results");
     await docs.createIndex({ tool_id: 1, created_at: -1 });
     await docs.createIndex({ state: 1, recorded_at: 1 });
-    return new ResultStore(docs);
+    return new ResultStore(new LeasedSlots(docs));
   }
 
   /**
@@ -76,88 +66,48 @@ export class ResultStore {
    * such a key is sent again, as a new effect. Slots in flight, retryable or indeterminate are
    * never deleted. Returns how many were deleted.
    */
-  async expire(before: Date): Promise<number> {
-    const res = await this.docs.deleteMany({ state: "done", recorded_at: { $lt: before } }, { writeConcern: { w: "majority" } });
-    return res.deletedCount;
+  expire(before: Date): Promise<number> {
+    return this.slots.expireDone(before);
   }
 
   async get(slot: string): Promise<SlotRecord | undefined> {
-    const doc = await this.docs.findOne({ _id: slot });
+    const doc = await this.slots.get(slot);
     return doc ? recordOf(doc) : undefined;
   }
 
   /** Inserts the slot as `sending` (attempt 1) with a lease; false when it exists. */
-  async claimNew(slot: string, toolId: string, callId: string, leaseUntil: Date, holder: Holder, argumentsSha256: string): Promise<boolean> {
-    const now = new Date();
-    try {
-      await this.docs.insertOne(
-        {
-          _id: slot,
-          tool_id: toolId,
-          call_id: callId,
-          state: "sending",
-          attempts: 1,
-          lease_until: leaseUntil,
-          holder,
-          arguments_sha256: argumentsSha256,
-          created_at: now,
-          updated_at: now,
-        },
-        { writeConcern: { w: "majority" } },
-      );
-      return true;
-    } catch (err) {
-      if (isDuplicateKey(err)) return false;
-      throw err;
-    }
+  claimNew(slot: string, toolId: string, callId: string, leaseUntil: Date, holder: Holder, argumentsSha256: string): Promise<boolean> {
+    return this.slots.claimNew(slot, { tool_id: toolId, call_id: callId, holder, arguments_sha256: argumentsSha256 }, leaseUntil);
   }
 
   /** Takes a retryable slot, or a sending one whose lease ran out, for a new attempt; true when this caller won it. */
-  async takeOver(seen: SlotRecord, callId: string, leaseUntil: Date, holder: Holder): Promise<boolean> {
-    // attempts is set, not $inc'ed: FerretDB v1.24 has no atomic $inc; the filter on the seen value is the compare-and-set.
-    const res = await this.docs.updateOne(
-      { _id: seen.slot, attempts: seen.attempts, state: seen.state },
-      { $set: { state: "sending", call_id: callId, attempts: seen.attempts + 1, lease_until: leaseUntil, holder, updated_at: new Date() } },
-      { writeConcern: { w: "majority" } },
-    );
-    return res.modifiedCount === 1;
+  takeOver(seen: SlotRecord, callId: string, leaseUntil: Date, holder: Holder): Promise<boolean> {
+    return this.slots.takeOver(seenOf(seen), leaseUntil, { call_id: callId, holder });
   }
 
   /** Stores the upstream's result for `attempt`; undefined when another attempt has taken the slot since. */
-  async complete(slot: string, attempt: number, resultJson: string, isError: boolean): Promise<Date | undefined> {
-    const recordedAt = new Date();
-    const res = await this.docs.updateOne(
-      { _id: slot, attempts: attempt, state: "sending" },
-      { $set: { state: "done", result_json: resultJson, is_error: isError, recorded_at: recordedAt, updated_at: recordedAt } },
-      { writeConcern: { w: "majority" } },
-    );
-    return res.modifiedCount === 1 ? recordedAt : undefined;
+  complete(slot: string, attempt: number, resultJson: string, isError: boolean): Promise<Date | undefined> {
+    return this.slots.complete(slot, attempt, { result_json: resultJson, is_error: isError });
   }
 
   /** Leaves the slot retryable after an attempt that got no answer. */
-  async release(slot: string, attempt: number, error: string): Promise<void> {
-    await this.docs.updateOne(
-      { _id: slot, attempts: attempt, state: "sending" },
-      { $set: { state: "retryable", lease_until: new Date(), last_error: error.slice(0, 512), updated_at: new Date() } },
-      { writeConcern: { w: "majority" } },
-    );
+  release(slot: string, attempt: number, error: string): Promise<void> {
+    return this.slots.release(slot, attempt, error);
   }
 
   /** Marks a slot whose outcome is unknown as indeterminate (compare-and-set on what was seen). */
-  async markIndeterminate(seen: SlotRecord, why: string): Promise<boolean> {
-    const res = await this.docs.updateOne(
-      { _id: seen.slot, attempts: seen.attempts, state: seen.state },
-      { $set: { state: "indeterminate", last_error: why.slice(0, 512), updated_at: new Date() } },
-      { writeConcern: { w: "majority" } },
-    );
-    return res.modifiedCount === 1 || seen.state === "indeterminate";
+  markIndeterminate(seen: SlotRecord, why: string): Promise<boolean> {
+    return this.slots.markIndeterminate(seenOf(seen), why);
   }
 
   /** Removes a slot (an Unsafe call that ended, or an indeterminate one an operator settled), if unchanged since seen. */
-  async remove(slot: string, attempt: number, state: SlotState): Promise<boolean> {
-    const res = await this.docs.deleteOne({ _id: slot, attempts: attempt, state }, { writeConcern: { w: "majority" } });
-    return res.deletedCount === 1;
+  remove(slot: string, attempt: number, state: SlotState): Promise<boolean> {
+    return this.slots.remove(slot, attempt, state);
   }
+}
+
+function seenOf(seen: SlotRecord): { id: string; attempts: number; state: SlotState } {
+  return { id: seen.slot, attempts: seen.attempts, state: seen.state };
 }
 
 function recordOf(doc: SlotDoc): SlotRecord {

@@ -7,7 +7,7 @@
  * configured, to keycap's refusal store under `sink:<name>`.
  */
 import { CLOCK_TOLERANCE_SECONDS } from "../../capability/src";
-import { Code, KeycapError } from "../../common/src/errors";
+import { KeycapError, codeName } from "../../common/src/errors";
 import type { RejectionInput } from "../../common/src/rejection-audit";
 import { sinkService } from "../../common/src/sink-name";
 import { CapabilityRefusal } from "../../capability/src";
@@ -218,10 +218,4 @@ export class Sink {
   get refusalService(): string {
     return this.service;
   }
-}
-
-const CODE_NAMES: Record<number, string> = Object.fromEntries(Object.entries(Code).map(([name, n]) => [n, name]));
-
-function codeName(code: number): string {
-  return CODE_NAMES[code] ?? "UNKNOWN";
 }

@@ -9,10 +9,12 @@ grants. Kernel calls carry the runtime credential (``KEYCAP_RUNTIME_TOKEN``, its
 or ``.keycap/runtime-token``); every client takes :class:`TlsOptions`. Every error is a :class:`KeycapError`
 carrying the gRPC code and the ``google.rpc.ErrorInfo`` reason. Requests are checked
 against the rules in ``proto/`` before they are sent (:mod:`keycap_client.request_rules`),
-and refused with the reason the kernel would give. The same clients on
-asyncio (``grpc.aio``) are in :mod:`keycap_client.aio`.
+and refused with the reason the kernel would give. Every reason keycap refuses with,
+and its gRPC code, is in :mod:`keycap_client.reasons` (generated from ``proto/``). The same
+clients on asyncio (``grpc.aio``) are in :mod:`keycap_client.aio`.
 """
 
+from keycap_client import reasons
 from keycap_client.access_client import AccessClient
 from keycap_client.admin_client import AdminClient
 from keycap_client.capability_handle import CapabilityHandle
@@ -42,4 +44,5 @@ __all__ = [
     "Queryable",
     "ToolDefinition",
     "Unsafe",
+    "reasons",
 ]

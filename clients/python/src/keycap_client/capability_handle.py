@@ -2,119 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal
 
-from google.protobuf import timestamp_pb2
-
-from keycap_client._gen.keycap.effect.v1 import effect_pb2
+from keycap_client._core.handle import HandleBase
 from keycap_client._gen.keycap.kernel.v1 import kernel_pb2
 from keycap_client._gen.keycap.ledger.v1 import ledger_pb2
-from keycap_client._rpc import client_error
 
 if TYPE_CHECKING:
     from keycap_client.kernel_client import KernelClient
     from keycap_client.ledger_client import LedgerClient
 
 __all__ = ["CapabilityHandle"]
-
-_Ledger = TypeVar("_Ledger")
-_Kernel = TypeVar("_Kernel")
-
-
-def handle_parts(
-    call: kernel_pb2.Call | None, expires_at: timestamp_pb2.Timestamp | datetime | None
-) -> tuple[kernel_pb2.Call, datetime | None]:
-    """``handle_for``'s checks: the kernel answered with a call; the expiry as a UTC datetime."""
-    if call is None or not call.call_id:
-        raise client_error("CALL_MISSING", "the kernel answered without a call")
-    if isinstance(expires_at, timestamp_pb2.Timestamp):
-        expires_at = expires_at.ToDatetime(tzinfo=timezone.utc)
-    return call, expires_at
-
-
-class HandleBase(Generic[_Ledger, _Kernel]):
-    """What every handle holds (sync :class:`CapabilityHandle`, asyncio
-    :class:`~keycap_client.aio.AsyncCapabilityHandle`): the call, its capability in a
-    name-mangled slot with no accessor, and the clients it writes and completes through."""
-
-    __slots__ = ("_call", "__capability", "_expires_at", "_ledger", "_kernel")
-
-    def __init__(
-        self,
-        call: kernel_pb2.Call,
-        capability: str,
-        expires_at: datetime | None,
-        ledger: _Ledger | None,
-        kernel: _Kernel,
-    ) -> None:
-        snapshot = kernel_pb2.Call()
-        snapshot.CopyFrom(call)
-        self._call = snapshot
-        self.__capability = capability
-        self._expires_at = expires_at
-        self._ledger = ledger
-        self._kernel = kernel
-
-    @property
-    def call(self) -> kernel_pb2.Call:
-        """A copy of the journaled call."""
-        c = kernel_pb2.Call()
-        c.CopyFrom(self._call)
-        return c
-
-    @property
-    def call_id(self) -> str:
-        return self._call.call_id
-
-    @property
-    def tool_id(self) -> str:
-        return self._call.tool_id
-
-    @property
-    def key(self) -> str:
-        """The kernel-derived idempotency key ("" unless Idempotent)."""
-        return self._call.key
-
-    @property
-    def request_id(self) -> str:
-        """The request id ("" unless Queryable)."""
-        return self._call.request_id
-
-    @property
-    def attempt(self) -> int:
-        return self._call.attempt
-
-    @property
-    def effect_kind(self) -> effect_pb2.EffectKind:
-        return self._call.effect_kind
-
-    @property
-    def expires_at(self) -> datetime | None:
-        """When the capability expires (UTC), if the kernel said."""
-        return self._expires_at
-
-    def _capability(self) -> str:
-        return self.__capability
-
-    def _retry_write(self) -> bool:
-        # A single-use capability's write is not retried blindly: had the first try taken
-        # effect with only its answer lost, the retry would be refused CAPABILITY_REUSED.
-        return self._call.effect_kind == effect_pb2.EFFECT_KIND_IDEMPOTENT
-
-    def _require_ledger(self) -> _Ledger:
-        if self._ledger is None:
-            raise client_error(
-                "LEDGER_ADDRESS_MISSING",
-                f"{type(self._kernel).__name__} was created without ledger_address; handles cannot write",
-            )
-        return self._ledger
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(tool_id={self.tool_id!r}, call_id={self.call_id!r}, "
-            f"key={self.key!r}, attempt={self.attempt})"
-        )
 
 
 class CapabilityHandle(HandleBase["LedgerClient", "KernelClient"]):
@@ -134,12 +32,7 @@ class CapabilityHandle(HandleBase["LedgerClient", "KernelClient"]):
         already recorded (nothing new was written).
         """
         return self._require_ledger().write_with_capability(
-            self._capability(),
-            key=self._call.key,
-            request_id=self._call.request_id,
-            payload=payload,
-            timeout=timeout,
-            retry=self._retry_write(),
+            self._capability(), payload=payload, timeout=timeout, **self._write_target()
         )
 
     def lookup(self, *, timeout: float | None = None) -> ledger_pb2.LookupRequestResponse:

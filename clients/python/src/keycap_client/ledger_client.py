@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import grpc
 
-from keycap_client import _wire
 from keycap_client._gen.keycap.ledger.v1 import ledger_pb2, ledger_pb2_grpc
-from keycap_client._rpc import DEFAULT_TIMEOUT_S, ChannelClient, call_unary, open_channel
+from keycap_client._core import ledger
+from keycap_client._core.call import DEFAULT_TIMEOUT_S
+from keycap_client._rpc import ChannelClient
 from keycap_client.credentials import TlsOptions, resolve_credentials
 
 __all__ = ["LedgerClient"]
@@ -30,10 +31,7 @@ class LedgerClient(ChannelClient):
         timeout: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         credentials = resolve_credentials(tls, credentials)
-        self.address = address
-        self.timeout = timeout
-        self._channel = open_channel(address, credentials)
-        self.raw = ledger_pb2_grpc.LedgerServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self.raw = self._connect(address, credentials, timeout, ledger_pb2_grpc.LedgerServiceStub)
 
     def write_with_capability(
         self,
@@ -46,23 +44,11 @@ class LedgerClient(ChannelClient):
         retry: bool = True,
     ) -> ledger_pb2.WriteResponse:
         """Write with ``capability`` (None: send no capability at all); ``retry`` as in call_unary."""
-        res: ledger_pb2.WriteResponse = call_unary(
-            self.raw.Write,
-            _wire.write(key, request_id, payload),
-            bearer=capability,
-            timeout=self.timeout if timeout is None else timeout,
-            retry=retry,
-        )
-        return res
+        flow = ledger.write_with_capability(capability, key=key, request_id=request_id, payload=payload, retry=retry)
+        return self._run(flow, timeout)
 
     def lookup_with_capability(
         self, capability: str | None, request_id: str, *, timeout: float | None = None
     ) -> ledger_pb2.LookupRequestResponse:
         """Whether the effect of ``request_id`` took effect (needs a Queryable capability for it)."""
-        res: ledger_pb2.LookupRequestResponse = call_unary(
-            self.raw.LookupRequest,
-            ledger_pb2.LookupRequestRequest(request_id=request_id),
-            bearer=capability,
-            timeout=self.timeout if timeout is None else timeout,
-        )
-        return res
+        return self._run(ledger.lookup_with_capability(capability, request_id), timeout)

@@ -1,22 +1,23 @@
-"""The asyncio twin of :mod:`keycap_client._rpc`: the same call policy over ``grpc.aio``.
+"""The asyncio runtime of the client core: the twin of :mod:`keycap_client._rpc` over ``grpc.aio``.
 
-Only the waiting differs (``await`` the call, ``asyncio.sleep`` between tries); the metadata,
-the deadline and the retry decision are the sync module's own functions.
+Only the waiting differs (``await`` the call, ``asyncio.sleep`` between tries); the call
+policy, requests, paging and results are :mod:`keycap_client._core`'s, as for the sync clients.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
 
-from keycap_client._rpc import Item, PageT, bearer_metadata, deadline_after, retry_delay, time_left
-from keycap_client.errors import KeycapError
-from keycap_client.request_rules import check as check_request_rules
+from keycap_client._core.call import Attempts, Flow
+
+T = TypeVar("T")
+Stub = TypeVar("Stub")
 
 
 async def call_unary(
@@ -27,43 +28,30 @@ async def call_unary(
     timeout: float | None,
     retry: bool = True,
 ) -> Any:
-    """Awaits ``method`` (a generated stub's multicallable on a ``grpc.aio`` channel).
-
-    Exactly :func:`keycap_client._rpc.call_unary`'s policy: the request's rules checked
-    before anything is sent, ``authorization: Bearer``
-    metadata, one deadline ``timeout`` seconds from now for every try, wait-for-ready,
-    and an UNAVAILABLE answer retried with capped, jittered exponential backoff within
-    the deadline unless ``retry`` is False (a single-use capability's write). Between
-    tries it sleeps with ``asyncio.sleep``: the event loop keeps running.
+    """Awaits ``method`` (a generated stub's multicallable on a ``grpc.aio`` channel) under
+    :func:`keycap_client._rpc.call_unary`'s policy; between tries it sleeps with
+    ``asyncio.sleep``: the event loop keeps running.
     """
-    check_request_rules(request)
-    metadata = bearer_metadata(bearer)
-    deadline = deadline_after(timeout)
-    attempt = 0
+    attempts = Attempts(request, bearer=bearer, timeout=timeout, retry=retry)
     while True:
         try:
-            return await method(request, timeout=time_left(deadline), metadata=metadata, wait_for_ready=True)
+            return await method(request, **attempts.options())
         except grpc.RpcError as err:
-            error = KeycapError.from_rpc_error(err)
-            delay = retry_delay(error, attempt=attempt, deadline=deadline, retry=retry)
-            if delay is None:
-                raise error from err
-            await asyncio.sleep(delay)
-            attempt += 1
+            await asyncio.sleep(attempts.backoff(err))
 
 
-async def collect_pages(
-    fetch: Callable[[str], Awaitable[PageT]], items: Callable[[PageT], Iterable[Item]]
-) -> list[Item]:
-    """Every item of a paged listing: ``await fetch(page_token)`` from "" until no next token."""
-    out: list[Item] = []
-    token = ""
+async def run(flow: Flow[T], stub: Any, timeout: float | None) -> T:
+    """Runs ``flow`` to its result, awaiting each call it yields on ``stub`` with :func:`call_unary`."""
+    res: Any = None
     while True:
-        page = await fetch(token)
-        out.extend(items(page))
-        token = page.next_page_token
-        if not token:
-            return out
+        try:
+            rpc = flow.send(res)
+        except StopIteration as done:
+            result: T = done.value
+            return result
+        res = await call_unary(
+            getattr(stub, rpc.method), rpc.request, bearer=rpc.bearer, timeout=timeout, retry=rpc.retry
+        )
 
 
 def open_channel(address: str, credentials: grpc.ChannelCredentials | None) -> grpc.aio.Channel:
@@ -80,9 +68,30 @@ _Client = TypeVar("_Client", bound="AsyncChannelClient")
 
 
 class AsyncChannelClient:
-    """Owns one ``grpc.aio`` channel; closes it on ``await close()`` or at the end of an ``async with`` block."""
+    """Owns one ``grpc.aio`` channel and its stub; closes it on ``await close()`` or at the end of an ``async with`` block."""
 
+    address: str
+    timeout: float
     _channel: grpc.aio.Channel
+    _stub: Any
+
+    def _connect(
+        self,
+        address: str,
+        credentials: grpc.ChannelCredentials | None,
+        timeout: float,
+        stub: Callable[[grpc.aio.Channel], Stub],
+    ) -> Stub:
+        self.address = address
+        self.timeout = timeout
+        self._channel = open_channel(address, credentials)
+        made = stub(self._channel)
+        self._stub = made
+        return made
+
+    async def _run(self, flow: Flow[T], timeout: float | None) -> T:
+        """``flow``'s result; ``timeout`` None is the client's own."""
+        return await run(flow, self._stub, self.timeout if timeout is None else timeout)
 
     async def close(self) -> None:
         await self._channel.close()

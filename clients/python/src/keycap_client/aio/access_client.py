@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import grpc
 
-from keycap_client import _wire
 from keycap_client._gen.keycap.kernel.v1 import access_pb2, access_pb2_grpc
-from keycap_client._rpc import DEFAULT_TIMEOUT_S
-from keycap_client.aio._rpc import AsyncChannelClient, call_unary, collect_pages, open_channel
+from keycap_client._core.access import AccessCore
+from keycap_client._core.call import DEFAULT_TIMEOUT_S
+from keycap_client.aio._rpc import AsyncChannelClient
 from keycap_client.credentials import TlsOptions, resolve_credentials
 
 __all__ = ["AsyncAccessClient"]
@@ -32,67 +32,30 @@ class AsyncAccessClient(AsyncChannelClient):
         credentials: grpc.ChannelCredentials | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
     ) -> None:
-        self.address = address
-        self.timeout = timeout
-        self.__token = token or None
-        self._channel = open_channel(address, resolve_credentials(tls, credentials))
-        self.raw = access_pb2_grpc.AccessServiceStub(self._channel)  # type: ignore[no-untyped-call]
-
-    async def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
-        return await call_unary(
-            method, request, bearer=self.__token, timeout=self.timeout if timeout is None else timeout
-        )
+        self._core = AccessCore(token or None)
+        self.raw = self._connect(address, resolve_credentials(tls, credentials), timeout, access_pb2_grpc.AccessServiceStub)
 
     async def create_principal(
         self, name: str, role: Literal["runtime", "operator"], *, timeout: float | None = None
     ) -> access_pb2.CreatePrincipalResponse:
         """Creates a principal; the response's ``secret`` is shown only this once."""
-        res: access_pb2.CreatePrincipalResponse = await self._call(
-            self.raw.CreatePrincipal, _wire.create_principal(name, role), timeout
-        )
-        return res
+        return await self._run(self._core.create_principal(name, role), timeout)
 
     async def list_principals(self, *, timeout: float | None = None) -> list[access_pb2.Principal]:
-        async def page(token: str) -> access_pb2.ListPrincipalsResponse:
-            res: access_pb2.ListPrincipalsResponse = await self._call(
-                self.raw.ListPrincipals, _wire.list_principals(token), timeout
-            )
-            return res
-
-        return await collect_pages(page, lambda res: res.principals)
+        return await self._run(self._core.list_principals(), timeout)
 
     async def revoke_principal(self, name: str, *, timeout: float | None = None) -> access_pb2.RevokePrincipalResponse:
-        res: access_pb2.RevokePrincipalResponse = await self._call(
-            self.raw.RevokePrincipal, access_pb2.RevokePrincipalRequest(name=name), timeout
-        )
-        return res
+        return await self._run(self._core.revoke_principal(name), timeout)
 
     async def add_grant(self, tool_id: str, principal: str, *, timeout: float | None = None) -> access_pb2.AddGrantResponse:
-        res: access_pb2.AddGrantResponse = await self._call(
-            self.raw.AddGrant, access_pb2.AddGrantRequest(tool_id=tool_id, principal=principal), timeout
-        )
-        return res
+        return await self._run(self._core.add_grant(tool_id, principal), timeout)
 
-    async def remove_grant(
-        self, tool_id: str, principal: str, *, timeout: float | None = None
-    ) -> access_pb2.RemoveGrantResponse:
-        res: access_pb2.RemoveGrantResponse = await self._call(
-            self.raw.RemoveGrant, access_pb2.RemoveGrantRequest(tool_id=tool_id, principal=principal), timeout
-        )
-        return res
+    async def remove_grant(self, tool_id: str, principal: str, *, timeout: float | None = None) -> access_pb2.RemoveGrantResponse:
+        return await self._run(self._core.remove_grant(tool_id, principal), timeout)
 
-    async def list_grants(
-        self, *, tool_id: str = "", principal: str = "", timeout: float | None = None
-    ) -> list[access_pb2.Grant]:
-        async def page(token: str) -> access_pb2.ListGrantsResponse:
-            res: access_pb2.ListGrantsResponse = await self._call(
-                self.raw.ListGrants, _wire.list_grants(tool_id, principal, token), timeout
-            )
-            return res
-
-        return await collect_pages(page, lambda res: res.grants)
+    async def list_grants(self, *, tool_id: str = "", principal: str = "", timeout: float | None = None) -> list[access_pb2.Grant]:
+        return await self._run(self._core.list_grants(tool_id, principal), timeout)
 
     async def who_am_i(self, *, timeout: float | None = None) -> access_pb2.WhoAmIResponse:
         """The principal the kernel sees for this client, and how it was proven."""
-        res: access_pb2.WhoAmIResponse = await self._call(self.raw.WhoAmI, access_pb2.WhoAmIRequest(), timeout)
-        return res
+        return await self._run(self._core.who_am_i(), timeout)

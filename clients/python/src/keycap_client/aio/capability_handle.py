@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
+from keycap_client._core.handle import HandleBase
 from keycap_client._gen.keycap.kernel.v1 import kernel_pb2
 from keycap_client._gen.keycap.ledger.v1 import ledger_pb2
-from keycap_client.capability_handle import HandleBase
 
 if TYPE_CHECKING:
     from keycap_client.aio.kernel_client import AsyncKernelClient
@@ -30,12 +30,7 @@ class AsyncCapabilityHandle(HandleBase["AsyncLedgerClient", "AsyncKernelClient"]
         already recorded (nothing new was written).
         """
         return await self._require_ledger().write_with_capability(
-            self._capability(),
-            key=self._call.key,
-            request_id=self._call.request_id,
-            payload=payload,
-            timeout=timeout,
-            retry=self._retry_write(),
+            self._capability(), payload=payload, timeout=timeout, **self._write_target()
         )
 
     async def lookup(self, *, timeout: float | None = None) -> ledger_pb2.LookupRequestResponse:

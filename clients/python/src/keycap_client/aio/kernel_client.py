@@ -9,13 +9,13 @@ from typing import Any, Literal
 import grpc
 from google.protobuf import timestamp_pb2
 
-from keycap_client import _wire
+from keycap_client._core.call import DEFAULT_TIMEOUT_S
+from keycap_client._core.handle import handle_parts
+from keycap_client._core.kernel import KernelCore
 from keycap_client._gen.keycap.kernel.v1 import kernel_pb2, kernel_pb2_grpc
-from keycap_client._rpc import DEFAULT_TIMEOUT_S
-from keycap_client.aio._rpc import AsyncChannelClient, call_unary, collect_pages, open_channel
+from keycap_client.aio._rpc import AsyncChannelClient
 from keycap_client.aio.capability_handle import AsyncCapabilityHandle
 from keycap_client.aio.ledger_client import AsyncLedgerClient
-from keycap_client.capability_handle import handle_parts
 from keycap_client.credentials import TlsOptions, resolve_credentials, runtime_bearer
 from keycap_client.tool_definition import ToolDefinition
 
@@ -49,45 +49,26 @@ class AsyncKernelClient(AsyncChannelClient):
         credentials: grpc.ChannelCredentials | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
     ) -> None:
-        self.address = address
-        self.timeout = timeout
-        self.__token = runtime_bearer(token)
+        self._core = KernelCore(runtime_bearer(token))
         credentials = resolve_credentials(tls, credentials)
-        self._channel = open_channel(address, credentials)
-        self.raw = kernel_pb2_grpc.KernelServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self.raw = self._connect(address, credentials, timeout, kernel_pb2_grpc.KernelServiceStub)
         self._ledger = (
             AsyncLedgerClient(ledger_address, credentials=credentials, timeout=timeout) if ledger_address else None
-        )
-
-    async def _call(self, method: Any, request: Any, timeout: float | None) -> Any:
-        return await call_unary(
-            method, request, bearer=self.__token, timeout=self.timeout if timeout is None else timeout
         )
 
     async def register_tool(
         self, tool: ToolDefinition | kernel_pb2.Tool, *, timeout: float | None = None
     ) -> kernel_pb2.RegisterToolResponse:
         """Registers a tool; the same definition again is a no-op (``already_registered``)."""
-        res: kernel_pb2.RegisterToolResponse = await self._call(
-            self.raw.RegisterTool, _wire.register_tool(tool), timeout
-        )
-        return res
+        return await self._run(self._core.register_tool(tool), timeout)
 
     async def get_tool(self, tool_id: str, *, timeout: float | None = None) -> kernel_pb2.Tool:
         """One tool; KeycapError NOT_FOUND when unknown."""
-        res: kernel_pb2.GetToolResponse = await self._call(
-            self.raw.GetTool, kernel_pb2.GetToolRequest(tool_id=tool_id), timeout
-        )
-        return res.tool
+        return await self._run(self._core.get_tool(tool_id), timeout)
 
     async def list_tools(self, *, timeout: float | None = None) -> list[kernel_pb2.Tool]:
         """Every registered tool, ordered by id."""
-
-        async def page(token: str) -> kernel_pb2.ListToolsResponse:
-            res: kernel_pb2.ListToolsResponse = await self._call(self.raw.ListTools, _wire.list_tools(token), timeout)
-            return res
-
-        return await collect_pages(page, lambda res: res.tools)
+        return await self._run(self._core.list_tools(), timeout)
 
     async def begin_call(
         self,
@@ -99,9 +80,7 @@ class AsyncKernelClient(AsyncChannelClient):
         timeout: float | None = None,
     ) -> kernel_pb2.BeginCallResponse:
         """BeginCall in its wire form (the capability is in the response)."""
-        req = _wire.begin_call_request(tool_id, arguments_json, call_id, run_id)
-        res: kernel_pb2.BeginCallResponse = await self._call(self.raw.BeginCall, req, timeout)
-        return res
+        return await self._run(self._core.begin_call(tool_id, arguments_json, call_id=call_id, run_id=run_id), timeout)
 
     async def begin(
         self,
@@ -116,12 +95,7 @@ class AsyncKernelClient(AsyncChannelClient):
 
         ``args`` is a mapping (serialised to JSON here) or JSON text sent exactly as given.
         """
-        res = await self.begin_call(
-            tool_id, _wire.arguments_json(args), call_id=call_id, run_id=run_id, timeout=timeout
-        )
-        return self.handle_for(
-            res.call, res.capability, res.capability_expires_at if res.HasField("capability_expires_at") else None
-        )
+        return self.handle_for(*await self._run(self._core.begin(tool_id, args, call_id=call_id, run_id=run_id), timeout))
 
     async def complete_call(
         self,
@@ -132,35 +106,19 @@ class AsyncKernelClient(AsyncChannelClient):
         timeout: float | None = None,
     ) -> kernel_pb2.CompleteCallResponse:
         """Marks a call done; the same outcome again is a no-op (``already_completed``)."""
-        res: kernel_pb2.CompleteCallResponse = await self._call(
-            self.raw.CompleteCall, _wire.complete_call(call_id, outcome, detail), timeout
-        )
-        return res
+        return await self._run(self._core.complete_call(call_id, outcome, detail), timeout)
 
     async def list_pending_calls(self, tool_id: str = "", *, timeout: float | None = None) -> list[kernel_pb2.Call]:
         """Every call begun and not completed (of one tool, or all), oldest first."""
-
-        async def page(token: str) -> kernel_pb2.ListPendingCallsResponse:
-            res: kernel_pb2.ListPendingCallsResponse = await self._call(
-                self.raw.ListPendingCalls, _wire.list_pending_calls(tool_id, token), timeout
-            )
-            return res
-
-        return await collect_pages(page, lambda res: res.calls)
+        return await self._run(self._core.list_pending_calls(tool_id), timeout)
 
     async def resume_call(self, call_id: str, *, timeout: float | None = None) -> kernel_pb2.ResumeCallResponse:
         """The recovery path; with RESUME_ACTION_RETRY pass the result to :meth:`handle_for`."""
-        res: kernel_pb2.ResumeCallResponse = await self._call(
-            self.raw.ResumeCall, kernel_pb2.ResumeCallRequest(call_id=call_id), timeout
-        )
-        return res
+        return await self._run(self._core.resume_call(call_id), timeout)
 
     async def signing_keys(self, *, timeout: float | None = None) -> tuple[str, str]:
         """The kernel's public JWKS (JSON text) and the current key id."""
-        res: kernel_pb2.GetSigningKeysResponse = await self._call(
-            self.raw.GetSigningKeys, kernel_pb2.GetSigningKeysRequest(), timeout
-        )
-        return res.jwks_json, res.current_key_id
+        return await self._run(self._core.signing_keys(), timeout)
 
     def handle_for(
         self,

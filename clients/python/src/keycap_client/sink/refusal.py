@@ -12,38 +12,38 @@ from typing import Final
 
 import grpc
 
+from keycap_client import reasons
 from keycap_client.errors import ERROR_DOMAIN, KeycapError
 from keycap_client.sink._jws import js_length
 
 __all__ = ["SinkRefusal", "UnverifiedInfo", "REASON_CODES"]
 
-#: The gRPC code of every reason a sink refuses with (proto/keycap/rules/v1/reasons.proto).
+#: The gRPC code of every reason a sink refuses with: the catalogue's
+#: (:mod:`keycap_client.reasons`, generated from proto/keycap/rules/v1/reasons.proto).
 REASON_CODES: Final[Mapping[str, grpc.StatusCode]] = {
-    **{
-        r: grpc.StatusCode.UNAUTHENTICATED
-        for r in (
-            "CAPABILITY_MISSING",
-            "CAPABILITY_MALFORMED",
-            "CAPABILITY_TOO_LARGE",
-            "ALGORITHM_NOT_ALLOWED",
-            "WRONG_TOKEN_TYPE",
-            "UNKNOWN_KEY_ID",
-            "BAD_SIGNATURE",
-            "EXPIRED",
-            "NOT_YET_VALID",
-            "WRONG_ISSUER",
-            "WRONG_AUDIENCE",
-            "CLAIM_MISSING",
-            "CLAIM_INVALID",
-            "LIFETIME_TOO_LONG",
-        )
-    },
-    "SIGNING_KEYS_UNAVAILABLE": grpc.StatusCode.UNAVAILABLE,
-    "DATABASE_UNAVAILABLE": grpc.StatusCode.UNAVAILABLE,
-    "TOOL_NOT_ACCEPTED": grpc.StatusCode.PERMISSION_DENIED,
-    "KEY_MISMATCH": grpc.StatusCode.PERMISSION_DENIED,
-    "CAPABILITY_REUSED": grpc.StatusCode.PERMISSION_DENIED,
-    "EFFECT_CLASS_MISMATCH": grpc.StatusCode.PERMISSION_DENIED,
+    r: reasons.CODES[r]
+    for r in (
+        reasons.CAPABILITY_MISSING,
+        reasons.CAPABILITY_MALFORMED,
+        reasons.CAPABILITY_TOO_LARGE,
+        reasons.ALGORITHM_NOT_ALLOWED,
+        reasons.WRONG_TOKEN_TYPE,
+        reasons.UNKNOWN_KEY_ID,
+        reasons.BAD_SIGNATURE,
+        reasons.EXPIRED,
+        reasons.NOT_YET_VALID,
+        reasons.WRONG_ISSUER,
+        reasons.WRONG_AUDIENCE,
+        reasons.CLAIM_MISSING,
+        reasons.CLAIM_INVALID,
+        reasons.LIFETIME_TOO_LONG,
+        reasons.SIGNING_KEYS_UNAVAILABLE,
+        reasons.DATABASE_UNAVAILABLE,
+        reasons.TOOL_NOT_ACCEPTED,
+        reasons.KEY_MISMATCH,
+        reasons.CAPABILITY_REUSED,
+        reasons.EFFECT_CLASS_MISMATCH,
+    )
 }
 
 # Longest string copied from a token into a record: a hostile token cannot bloat it.

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from keycap_client import reasons
 from keycap_client.sink.claims import VerifiedCapability
 from keycap_client.sink.keys import PublicKeySource
 from keycap_client.sink.refusal import SinkRefusal
@@ -138,18 +139,18 @@ class Sink:
     def _check_claims(self, cap: VerifiedCapability, context: AdmissionContext) -> SinkRefusal | None:
         if cap.tool_id not in self.tools:
             return SinkRefusal(
-                "TOOL_NOT_ACCEPTED",
+                reasons.TOOL_NOT_ACCEPTED,
                 f"sink {self.name} does not serve tool {cap.tool_id[:128]!r}",
                 signature_verified=True,
             )
         if context.idempotency_key is not None and context.idempotency_key != cap.key:
             return SinkRefusal(
-                "KEY_MISMATCH", "the request's idempotency key is not the capability's key", signature_verified=True
+                reasons.KEY_MISMATCH, "the request's idempotency key is not the capability's key", signature_verified=True
             )
         if cap.effect != "idempotent" and self.spent_store is None:
             # Running an unsafe effect without single use would be the double charge keycap exists to stop.
             return SinkRefusal(
-                "EFFECT_CLASS_MISMATCH",
+                reasons.EFFECT_CLASS_MISMATCH,
                 f"sink {self.name} has no spent store, so it accepts idempotent capabilities only",
                 signature_verified=True,
             )
@@ -172,12 +173,12 @@ class Sink:
         except SinkRefusal as err:
             return err
         except Exception as err:
-            refusal = SinkRefusal("DATABASE_UNAVAILABLE", "the spent-capability store failed; retry")
+            refusal = SinkRefusal(reasons.DATABASE_UNAVAILABLE, "the spent-capability store failed; retry")
             refusal.__cause__ = err
             return refusal
         if not first:
             return SinkRefusal(
-                "CAPABILITY_REUSED",
+                reasons.CAPABILITY_REUSED,
                 f"this {cap.effect} capability was already used at sink {self.name}",
                 signature_verified=True,
             )

@@ -17,6 +17,7 @@ from pymongo.collection import Collection
 from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
+from keycap_client import reasons
 from keycap_client.sink.refusal import SinkRefusal
 
 __all__ = ["SpentCapability", "SpentStore", "InMemorySpentStore", "MongoSpentStore", "SPENT_COLLECTION"]
@@ -121,10 +122,10 @@ class MongoSpentStore:
         except PyMongoError as err:
             # Any other failure leaves first use undecided: refuse, retryably, and run nothing.
             raise SinkRefusal(
-                "DATABASE_UNAVAILABLE", f"the spent-capability store failed ({type(err).__name__}); retry"
+                reasons.DATABASE_UNAVAILABLE, f"the spent-capability store failed ({type(err).__name__}); retry"
             ) from err
         if not res.acknowledged:
-            raise SinkRefusal("DATABASE_UNAVAILABLE", "the spent-capability insert was not acknowledged; retry")
+            raise SinkRefusal(reasons.DATABASE_UNAVAILABLE, "the spent-capability insert was not acknowledged; retry")
         return True
 
     def sweep(self) -> int:

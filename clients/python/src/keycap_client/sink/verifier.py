@@ -20,6 +20,7 @@ from typing import cast
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from keycap_client import reasons
 from keycap_client.sink._jws import ParsedJws, b64url_decode, is_utf8, js_length, parse_compact_jws
 from keycap_client.sink.claims import DerivationClaim, Effect, VerifiedCapability
 from keycap_client.sink.keys import PublicKeySource
@@ -116,20 +117,20 @@ class CapabilityVerifier:
     def _check_unsigned(self, authorization: str | None) -> _Checked:
         opts = self.options
         if authorization is None or authorization.strip(_JS_WHITESPACE) == "":
-            raise SinkRefusal("CAPABILITY_MISSING", "no capability: expected authorization: Bearer <capability>")
+            raise SinkRefusal(reasons.CAPABILITY_MISSING, "no capability: expected authorization: Bearer <capability>")
         # Checked before any parsing, so an oversized header costs nothing but its length.
         if len(authorization) > opts.max_token_bytes + 64 and js_length(authorization) > opts.max_token_bytes + 64:
-            raise SinkRefusal("CAPABILITY_TOO_LARGE", f"capability is larger than {opts.max_token_bytes} bytes")
+            raise SinkRefusal(reasons.CAPABILITY_TOO_LARGE, f"capability is larger than {opts.max_token_bytes} bytes")
         token = parse_bearer(authorization)
         if token is None:
-            raise SinkRefusal("CAPABILITY_MALFORMED", "authorization is not a Bearer credential")
+            raise SinkRefusal(reasons.CAPABILITY_MALFORMED, "authorization is not a Bearer credential")
         if len(token) > opts.max_token_bytes:  # ASCII by now: length is size in bytes
-            raise SinkRefusal("CAPABILITY_TOO_LARGE", f"capability is larger than {opts.max_token_bytes} bytes")
+            raise SinkRefusal(reasons.CAPABILITY_TOO_LARGE, f"capability is larger than {opts.max_token_bytes} bytes")
         jws = parse_compact_jws(token)
         if jws == "not-compact":
-            raise SinkRefusal("CAPABILITY_MALFORMED", "capability is not a compact JWS (three base64url parts)")
+            raise SinkRefusal(reasons.CAPABILITY_MALFORMED, "capability is not a compact JWS (three base64url parts)")
         if jws == "not-canonical-base64url":
-            raise SinkRefusal("CAPABILITY_MALFORMED", "capability is not canonical base64url")
+            raise SinkRefusal(reasons.CAPABILITY_MALFORMED, "capability is not canonical base64url")
         assert isinstance(jws, ParsedJws)
         header = jws.header
         unverified = UnverifiedInfo.read(header, jws.payload)
@@ -138,20 +139,20 @@ class CapabilityVerifier:
             return SinkRefusal(reason, message, unverified=unverified)
 
         if header is None:
-            raise refuse("CAPABILITY_MALFORMED", "capability header is not a JSON object")
+            raise refuse(reasons.CAPABILITY_MALFORMED, "capability header is not a JSON object")
         # The algorithm is decided here, not by the token: anything but exactly "EdDSA" is refused.
         if header.get("alg") != CAPABILITY_ALG:
-            raise refuse("ALGORITHM_NOT_ALLOWED", f"capability algorithm must be {CAPABILITY_ALG}")
+            raise refuse(reasons.ALGORITHM_NOT_ALLOWED, f"capability algorithm must be {CAPABILITY_ALG}")
         if header.get("typ") != CAPABILITY_TYP:
-            raise refuse("WRONG_TOKEN_TYPE", f"capability typ must be {CAPABILITY_TYP}")
+            raise refuse(reasons.WRONG_TOKEN_TYPE, f"capability typ must be {CAPABILITY_TYP}")
         kid = header.get("kid")
         if not isinstance(kid, str) or kid == "":
-            raise refuse("CAPABILITY_MALFORMED", "capability header has no key id (kid)")
+            raise refuse(reasons.CAPABILITY_MALFORMED, "capability header has no key id (kid)")
         for member in header:
             if member not in _ALLOWED_HEADER_MEMBERS:
-                raise refuse("CAPABILITY_MALFORMED", f'capability header member "{member[:32]}" is not allowed')
+                raise refuse(reasons.CAPABILITY_MALFORMED, f'capability header member "{member[:32]}" is not allowed')
         if jws.signature_b64 == "":
-            raise refuse("CAPABILITY_MALFORMED", "capability has no signature")
+            raise refuse(reasons.CAPABILITY_MALFORMED, "capability has no signature")
         return _Checked(jws, kid, unverified)
 
     @staticmethod
@@ -163,11 +164,11 @@ class CapabilityVerifier:
             raise SinkRefusal(err.reason, err.message, unverified=checked.unverified) from None
         except Exception:
             raise SinkRefusal(
-                "SIGNING_KEYS_UNAVAILABLE", "the signing key source failed", unverified=checked.unverified
+                reasons.SIGNING_KEYS_UNAVAILABLE, "the signing key source failed", unverified=checked.unverified
             ) from None
         if key is None:
             raise SinkRefusal(
-                "UNKNOWN_KEY_ID",
+                reasons.UNKNOWN_KEY_ID,
                 "capability is signed with a key id this sink does not know",
                 unverified=checked.unverified,
             )
@@ -178,22 +179,22 @@ class CapabilityVerifier:
     def _check_signed(self, checked: _Checked, key: Ed25519PublicKey) -> VerifiedCapability:
         jws, unverified = checked.jws, checked.unverified
         if not isinstance(key, Ed25519PublicKey):
-            raise SinkRefusal("BAD_SIGNATURE", "capability could not be verified", unverified=unverified)
+            raise SinkRefusal(reasons.BAD_SIGNATURE, "capability could not be verified", unverified=unverified)
         # After the key lookup, so that a header with stray bytes keeps the reason it has
         # always had (its typ, its unknown kid...).
         if not is_utf8(jws.header_bytes):
-            raise SinkRefusal("CAPABILITY_MALFORMED", "capability header is not valid UTF-8", unverified=unverified)
+            raise SinkRefusal(reasons.CAPABILITY_MALFORMED, "capability header is not valid UTF-8", unverified=unverified)
         try:
             key.verify(b64url_decode(jws.signature_b64), f"{jws.header_b64}.{jws.payload_b64}".encode("ascii"))
         except InvalidSignature:
-            raise SinkRefusal("BAD_SIGNATURE", "capability signature does not verify", unverified=unverified) from None
+            raise SinkRefusal(reasons.BAD_SIGNATURE, "capability signature does not verify", unverified=unverified) from None
         except Exception:
-            raise SinkRefusal("BAD_SIGNATURE", "capability could not be verified", unverified=unverified) from None
+            raise SinkRefusal(reasons.BAD_SIGNATURE, "capability could not be verified", unverified=unverified) from None
         # From here on the signature holds: every refusal says so (signature_verified).
         payload = jws.payload
         if payload is None or not is_utf8(jws.payload_bytes):
             raise SinkRefusal(
-                "CAPABILITY_MALFORMED",
+                reasons.CAPABILITY_MALFORMED,
                 "capability payload is not a JSON object",
                 unverified=unverified,
                 signature_verified=True,
@@ -214,47 +215,47 @@ class CapabilityVerifier:
 
         for claim in _PRESENCE_ORDER:
             if claim not in payload:
-                raise refuse("CLAIM_MISSING", f'capability claim "{claim}" is missing', claim)
+                raise refuse(reasons.CLAIM_MISSING, f'capability claim "{claim}" is missing', claim)
         if payload["iss"] != opts.issuer:
-            raise refuse("WRONG_ISSUER", "capability was not issued by the expected kernel")
+            raise refuse(reasons.WRONG_ISSUER, "capability was not issued by the expected kernel")
         aud = payload["aud"]
         if aud != opts.audience and not (isinstance(aud, list) and opts.audience in aud):
-            raise refuse("WRONG_AUDIENCE", "capability is not addressed to this sink")
+            raise refuse(reasons.WRONG_AUDIENCE, "capability is not addressed to this sink")
 
         # NumericDate comparisons in whole seconds, skew tolerated both ways.
         now_f = opts.clock()
         if not math.isfinite(now_f):
             # A broken clock would make every comparison pass: fail closed, not the token's fault.
-            raise SinkRefusal("BAD_SIGNATURE", "capability could not be verified", unverified=unverified)
+            raise SinkRefusal(reasons.BAD_SIGNATURE, "capability could not be verified", unverified=unverified)
         now = math.floor(now_f)
         tolerance = opts.clock_tolerance_seconds
         iat, nbf, exp = payload["iat"], payload.get("nbf"), payload["exp"]
         if not _is_number(iat):
-            raise refuse("CLAIM_INVALID", 'capability claim "iat" must be a number', "iat")
+            raise refuse(reasons.CLAIM_INVALID, 'capability claim "iat" must be a number', "iat")
         if "nbf" in payload and not _is_number(nbf):
-            raise refuse("CLAIM_INVALID", 'capability claim "nbf" must be a number', "nbf")
+            raise refuse(reasons.CLAIM_INVALID, 'capability claim "nbf" must be a number', "nbf")
         if _is_number(nbf) and cast(float, nbf) > now + tolerance:
-            raise refuse("NOT_YET_VALID", "capability is not valid yet (nbf)")
+            raise refuse(reasons.NOT_YET_VALID, "capability is not valid yet (nbf)")
         if not _is_number(exp):
-            raise refuse("CLAIM_INVALID", 'capability claim "exp" must be a number', "exp")
+            raise refuse(reasons.CLAIM_INVALID, 'capability claim "exp" must be a number', "exp")
         if cast(float, exp) <= now - tolerance:
-            raise refuse("EXPIRED", "capability has expired")
+            raise refuse(reasons.EXPIRED, "capability has expired")
         # Age bounds replay of an old token even if its exp were far off.
         age = now - cast(float, iat)
         if age - tolerance > opts.max_lifetime_seconds:
-            raise refuse("EXPIRED", "capability has expired")
+            raise refuse(reasons.EXPIRED, "capability has expired")
         if age < -tolerance:
-            raise refuse("NOT_YET_VALID", "capability is not valid yet (issued in the future)")
+            raise refuse(reasons.NOT_YET_VALID, "capability is not valid yet (issued in the future)")
         if not isinstance(aud, str):
             # An array naming this audience passed above; the profile says one string.
-            raise refuse("WRONG_AUDIENCE", "capability audience must be a single string")
+            raise refuse(reasons.WRONG_AUDIENCE, "capability audience must be a single string")
         problem = _claim_problem(payload)
         if problem is not None:
             kind, claim, detail = problem
-            raise refuse("CLAIM_MISSING" if kind == "missing" else "CLAIM_INVALID", detail, claim)
+            raise refuse(reasons.CLAIM_MISSING if kind == "missing" else reasons.CLAIM_INVALID, detail, claim)
         iat_i, exp_i = _whole(payload["iat"]), _whole(payload["exp"])
         if exp_i - iat_i > opts.max_lifetime_seconds:
-            raise refuse("LIFETIME_TOO_LONG", f"capability lifetime exceeds {opts.max_lifetime_seconds:g} s")
+            raise refuse(reasons.LIFETIME_TOO_LONG, f"capability lifetime exceeds {opts.max_lifetime_seconds:g} s")
         key, request_id = payload.get("key"), payload.get("request_id")
         return VerifiedCapability(
             iss=opts.issuer,

@@ -1,6 +1,6 @@
-"""Requests whose building is more than naming their fields, shared by the sync clients and
-their asyncio twins (:mod:`keycap_client.aio`), so both send the same bytes for the same
-arguments: encodings, enum mappings, client-side validation, the listings' page size."""
+"""Requests whose building is more than naming their fields (encodings, enum mappings,
+client-side validation, the listings' page size): part of the client core, so the sync
+clients and their asyncio twins send the same bytes for the same arguments."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from google.protobuf import timestamp_pb2
 from keycap_client._gen.keycap.kernel.v1 import access_pb2, kernel_pb2
 from keycap_client._gen.keycap.ledger.v1 import ledger_admin_pb2, ledger_pb2
 from keycap_client.errors import CLIENT_ERROR_DOMAIN, KeycapError
-from keycap_client._rpc import LIST_PAGE_SIZE, client_error
+from keycap_client._core.call import LIST_PAGE_SIZE, client_error
 from keycap_client.tool_definition import ToolDefinition
 
 _OUTCOMES = {

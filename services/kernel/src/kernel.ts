@@ -1,34 +1,5 @@
 import { randomUUID } from "node:crypto";
-import {
-  CallOutcome,
-  CallState,
-  ResumeAction,
-  type BeginCallRequest,
-  type BeginCallResponse,
-  type BeginCallsRequest,
-  type BeginCallsResponse,
-  type Call,
-  type CompleteCallRequest,
-  type CompleteCallResponse,
-  type CompleteCallsRequest,
-  type CompleteCallsResponse,
-  type GetSigningKeysResponse,
-  type GetToolRequest,
-  type GetToolResponse,
-  type KernelServiceServer,
-  type ListIndeterminateCallsRequest,
-  type ListIndeterminateCallsResponse,
-  type ListPendingCallsRequest,
-  type ListPendingCallsResponse,
-  type ListToolsRequest,
-  type ListToolsResponse,
-  type RegisterToolRequest,
-  type RegisterToolResponse,
-  type ResumeCallRequest,
-  type ResumeCallResponse,
-} from "../../../gen/ts/keycap/kernel/v1/kernel";
-import type { CapabilityClaims, DerivationClaim } from "../../capability/src";
-import { effectKindOf } from "../../common/src/effect-kind";
+import type { DerivationClaim } from "../../capability/src";
 import type { Logger } from "../../common/src/logger";
 import { decodePageToken, encodePageToken, pageSize } from "../../common/src/paging";
 import type { CallJournal, CallOutcomeName, CallRecord, JournalCursor, PendingPage } from "./call-journal";
@@ -37,10 +8,9 @@ import { deriveKey, derivationClaim, readRequestId } from "../../common/src/doma
 import { parseArguments, type JsonLimits, type ParsedArguments } from "../../common/src/domain/strict-json";
 import type { AccessPolicy } from "./access-policy";
 import type { Caller } from "./caller-auth";
-import { kernelBatchHandler, kernelHandler, type KernelEdge } from "./kernel-handlers";
 import type { LedgerLookup } from "./ledger-lookup";
 import type { SigningKeys } from "./signing-keys";
-import { checkToolId, definitionFromProto, toolToProto, type CompiledTool } from "./tool-definition";
+import { checkToolId, type CompiledTool } from "./tool-definition";
 import type { ToolRegistry } from "./tool-registry";
 import { Reasons, refuse } from "../../common/src/refuse";
 
@@ -55,13 +25,61 @@ export interface KernelDeps {
   access: AccessPolicy;
 }
 
+/** BeginCall's input: the call as the runtime recorded it. */
+export interface BeginCallInput {
+  toolId: string;
+  /** The runtime's own call id, or "" for one the kernel picks. */
+  callId: string;
+  runId: string;
+  argumentsJson: string;
+}
+
+/** A begun call: its journal record and the capability of its current attempt. */
+export interface BegunCall {
+  call: CallRecord;
+  capability: MintedCapability;
+  /** The call id was begun before: the same call and the same capability grant. */
+  existing: boolean;
+}
+
+/** CompleteCall's input. */
+export interface CompleteCallInput {
+  callId: string;
+  outcome: CallOutcomeName;
+  outcomeDetail: string;
+}
+
+/** ResumeCall's input. */
+export interface ResumeCallInput {
+  callId: string;
+  /** Only find out whether the call is done; never move it to its next attempt. */
+  lookupOnly: boolean;
+}
+
+/** What recovery decided for a call. */
+export type ResumeOutcome =
+  { action: "already_completed" | "done" | "left_pending"; call: CallRecord } | { action: "retry"; call: CallRecord; capability: MintedCapability };
+
+/** One page of a listing and the token of the next ("" at the end). */
+export interface Page<T> {
+  items: T[];
+  nextPageToken: string;
+}
+
+/** A paged listing's input. */
+export interface PageRequest {
+  pageSize: number;
+  pageToken: string;
+}
+
 const CALL_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 const MAX_RUN_ID = 256;
 const MAX_OUTCOME_DETAIL = 4096;
 
 /**
- * The kernel's behaviour, independent of transport: the only place keys are
- * derived and capabilities minted.
+ * The kernel's behaviour, independent of transport and of the wire's types (kernel-proto.ts
+ * maps them, kernel-grpc.ts binds grpc-js): the only place keys are derived and capabilities
+ * minted.
  */
 export class Kernel {
   constructor(private readonly d: KernelDeps) {}
@@ -76,24 +94,28 @@ export class Kernel {
     this.d.minter = minter;
   }
 
-  async registerTool(req: RegisterToolRequest, caller: Caller): Promise<RegisterToolResponse> {
+  /**
+   * @param compile the definition, compiled only once the caller is known to be a runtime: a
+   *   caller that may not register is told so, not what is wrong with its definition.
+   */
+  async registerTool(compile: () => CompiledTool, caller: Caller): Promise<{ tool: CompiledTool; alreadyRegistered: boolean }> {
     this.d.access.requireRuntime(caller, "RegisterTool");
-    const compiled = definitionFromProto(req.tool);
+    const compiled = compile();
     const { tool, alreadyRegistered } = await this.d.registry.register(compiled, caller.name, (existing) => this.d.access.requireRegistrable(caller, existing));
     if (!alreadyRegistered) this.d.logger.info({ tool_id: tool.definition.toolId, effect: tool.definition.effect.kind, owner: caller.name }, "tool registered");
-    return { tool: toolToProto(tool), alreadyRegistered };
+    return { tool, alreadyRegistered };
   }
 
   /** A runtime reads only tools it owns or is granted; operators read any (issue 32). */
-  async getTool(req: GetToolRequest, caller: Caller): Promise<GetToolResponse> {
-    checkToolId(req.toolId, "tool_id");
-    const tool = await this.d.registry.require(req.toolId);
+  async getTool(toolId: string, caller: Caller): Promise<CompiledTool> {
+    checkToolId(toolId, "tool_id");
+    const tool = await this.d.registry.require(toolId);
     await this.d.access.requireTool(caller, tool, "read", { operatorsToo: true });
-    return { tool: toolToProto(tool) };
+    return tool;
   }
 
   /** Ordered by tool id; a runtime sees only the tools it owns or is granted, operators all. */
-  async listTools(req: ListToolsRequest, caller: Caller): Promise<ListToolsResponse> {
+  async listTools(req: PageRequest, caller: Caller): Promise<Page<CompiledTool>> {
     const limit = pageSize(req.pageSize);
     const cursor = decodePageToken(req.pageToken, { after: "id" });
     const visible = await this.d.access.visibleTools(caller);
@@ -107,12 +129,12 @@ export class Kernel {
     const page = tools.slice(0, limit);
     const last = page[page.length - 1];
     return {
-      tools: page.map(toolToProto),
+      items: page,
       nextPageToken: tools.length > limit && last ? encodePageToken({ after: last.definition.toolId }) : "",
     };
   }
 
-  async beginCall(req: BeginCallRequest, caller: Caller): Promise<BeginCallResponse> {
+  async beginCall(req: BeginCallInput, caller: Caller): Promise<BegunCall> {
     this.d.access.requireRuntime(caller, "BeginCall");
     checkToolId(req.toolId, "tool_id");
     if (req.callId !== "" && !CALL_ID.test(req.callId)) {
@@ -159,11 +181,11 @@ export class Kernel {
     // it has not): an Unsafe call cannot gain a second single-use capability by
     // beginning again, and a late retry never gets an already-expired one.
     const capability = existing ? await this.d.minter.mintWithClaims(this.d.minter.renewed(call.capability)) : minted;
-    return { call: callToProto(call), capability: capability.token, capabilityExpiresAt: capability.expiresAt, existingCall: existing };
+    return { call, capability, existing };
   }
 
-  async completeCall(req: CompleteCallRequest, caller: Caller): Promise<CompleteCallResponse> {
-    const outcome = outcomeName(req.outcome);
+  async completeCall(req: CompleteCallInput, caller: Caller): Promise<{ call: CallRecord; alreadyCompleted: boolean }> {
+    const outcome = req.outcome;
     if (req.outcomeDetail.length > MAX_OUTCOME_DETAIL) {
       throw refuse(Reasons.OUTCOME_DETAIL_TOO_LONG, `outcome_detail must be at most ${MAX_OUTCOME_DETAIL} characters`, { field: "outcome_detail" });
     }
@@ -172,14 +194,14 @@ export class Kernel {
       const tool = await this.d.registry.require(c.tool_id);
       await this.d.access.requireTool(caller, tool, "complete calls of", { operatorsToo: true, callId: c._id });
     });
-    return { call: callToProto(call), alreadyCompleted };
+    return { call, alreadyCompleted };
   }
 
-  listPendingCalls(req: ListPendingCallsRequest, caller: Caller): Promise<ListPendingCallsResponse> {
+  listPendingCalls(req: PageRequest & { toolId: string }, caller: Caller): Promise<Page<CallRecord>> {
     return this.listCalls(req, caller, (toolId, after, limit) => this.d.journal.listPending(toolId, after, limit));
   }
 
-  listIndeterminateCalls(req: ListIndeterminateCallsRequest, caller: Caller): Promise<ListIndeterminateCallsResponse> {
+  listIndeterminateCalls(req: PageRequest & { toolId: string }, caller: Caller): Promise<Page<CallRecord>> {
     return this.listCalls(req, caller, (toolId, after, limit) => this.d.journal.listIndeterminate(toolId, after, limit));
   }
 
@@ -188,7 +210,7 @@ export class Kernel {
     req: { toolId: string; pageSize: number; pageToken: string },
     caller: Caller,
     list: (toolId: string | readonly string[], after: JournalCursor | undefined, limit: number) => Promise<PendingPage>,
-  ): Promise<{ calls: Call[]; nextPageToken: string }> {
+  ): Promise<Page<CallRecord>> {
     let tools: string | readonly string[] = req.toolId;
     if (req.toolId) {
       checkToolId(req.toolId, "tool_id");
@@ -199,7 +221,7 @@ export class Kernel {
     const cursor = decodePageToken(req.pageToken, { t: "time", i: "id" });
     const page = await list(tools, cursor ? { createdAt: cursor.t, id: cursor.i } : undefined, pageSize(req.pageSize));
     return {
-      calls: page.calls.map(callToProto),
+      items: page.calls,
       nextPageToken: page.next ? encodePageToken({ t: page.next.createdAt, i: page.next.id }) : "",
     };
   }
@@ -211,13 +233,13 @@ export class Kernel {
    * Queryable: the ledger is asked; done → completed, else retry. Unsafe:
    * refused, and the call is marked indeterminate for an operator.
    */
-  async resumeCall(req: ResumeCallRequest, caller: Caller): Promise<ResumeCallResponse> {
+  async resumeCall(req: ResumeCallInput, caller: Caller): Promise<ResumeOutcome> {
     this.d.access.requireRuntime(caller, "ResumeCall");
     requireCallId(req.callId);
     const call = await this.d.journal.require(req.callId);
     await this.d.access.requireTool(caller, await this.d.registry.require(call.tool_id), "resume calls of", { operatorsToo: false, callId: call._id });
     if (call.state === "completed") {
-      return { call: callToProto(call), action: ResumeAction.RESUME_ACTION_ALREADY_COMPLETED, capability: "", capabilityExpiresAt: undefined };
+      return { action: "already_completed", call };
     }
     if (call.state === "indeterminate") {
       throw refuse(Reasons.CALL_INDETERMINATE, `call ${call._id} is indeterminate: whether it took effect is unknown; an operator must complete it`, {
@@ -233,7 +255,7 @@ export class Kernel {
         throw refuse(Reasons.UNSAFE_NOT_RESUMABLE, message, { call_id: call._id, tool_id: call.tool_id });
       }
       case "idempotent": {
-        if (req.lookupOnly) return leftPending(call);
+        if (req.lookupOnly) return { action: "left_pending", call };
         return this.retry(call, tool, await this.rederive(tool, call));
       }
       case "queryable": {
@@ -249,17 +271,18 @@ export class Kernel {
         const { found, entryId } = await this.d.ledger.lookup(requestId, probe.token);
         if (found) {
           const { call: done } = await this.d.journal.complete(call._id, "succeeded", `recovery: the ledger holds request ${requestId} (entry ${entryId})`);
-          return { call: callToProto(done), action: ResumeAction.RESUME_ACTION_DONE, capability: "", capabilityExpiresAt: undefined };
+          return { action: "done", call: done };
         }
         // Minting the retry capability moves the call to its next attempt; a caller that
         // cannot run the retry would use one up on every pass.
-        if (req.lookupOnly) return leftPending(call);
+        if (req.lookupOnly) return { action: "left_pending", call };
         return this.retry(call, tool, { requestId });
       }
     }
   }
 
-  getSigningKeys(): GetSigningKeysResponse {
+  /** The published keys (JWKS) and the id of the one signing now. */
+  getSigningKeys(): { jwksJson: string; currentKeyId: string } {
     return { jwksJson: JSON.stringify(this.d.keys.publicJwks()), currentKeyId: this.d.keys.currentKid };
   }
 
@@ -293,7 +316,7 @@ export class Kernel {
     call: CallRecord,
     tool: CompiledTool,
     identity: { key?: string; requestId?: string; derivation?: DerivationClaim },
-  ): Promise<ResumeCallResponse> {
+  ): Promise<ResumeOutcome> {
     // The capability names the principal that began the call, whoever resumes it.
     const minted: MintedCapability = await this.d.minter.mint({
       principal: call.principal ?? call.capability.sub ?? "unknown",
@@ -305,82 +328,10 @@ export class Kernel {
     });
     const advanced = await this.d.journal.advanceAttempt(call, minted.claims);
     this.d.logger.info({ call_id: call._id, tool_id: call.tool_id, attempt: advanced.attempt }, "call resumed");
-    return { call: callToProto(advanced), action: ResumeAction.RESUME_ACTION_RETRY, capability: minted.token, capabilityExpiresAt: minted.expiresAt };
+    return { action: "retry", call: advanced, capability: minted };
   }
 }
 
 function requireCallId(callId: string): void {
   if (!CALL_ID.test(callId)) throw refuse(Reasons.INVALID_CALL_ID, "call_id is required (1-128 of [A-Za-z0-9._:-])", { field: "call_id" });
 }
-
-function outcomeName(outcome: CallOutcome): CallOutcomeName {
-  if (outcome === CallOutcome.CALL_OUTCOME_SUCCEEDED) return "succeeded";
-  if (outcome === CallOutcome.CALL_OUTCOME_FAILED) return "failed";
-  throw refuse(Reasons.OUTCOME_REQUIRED, "outcome is required: CALL_OUTCOME_SUCCEEDED or CALL_OUTCOME_FAILED", { field: "outcome" });
-}
-
-/** A journal record as the wire Call. */
-export function callToProto(c: CallRecord): Call {
-  return {
-    callId: c._id,
-    toolId: c.tool_id,
-    runId: c.run_id,
-    argumentsJson: c.arguments_json,
-    effectKind: effectKindOf(c.effect),
-    key: c.key ?? "",
-    requestId: c.request_id ?? "",
-    attempt: c.attempt,
-    state: c.state === "pending" ? CallState.CALL_STATE_PENDING : c.state === "completed" ? CallState.CALL_STATE_COMPLETED : CallState.CALL_STATE_INDETERMINATE,
-    outcome:
-      c.outcome === "succeeded"
-        ? CallOutcome.CALL_OUTCOME_SUCCEEDED
-        : c.outcome === "failed"
-          ? CallOutcome.CALL_OUTCOME_FAILED
-          : CallOutcome.CALL_OUTCOME_UNSPECIFIED,
-    outcomeDetail: c.outcome_detail ?? "",
-    createdAt: c.created_at,
-    updatedAt: c.updated_at,
-    principal: c.principal ?? "",
-  };
-}
-
-function leftPending(call: CallRecord): ResumeCallResponse {
-  return { call: callToProto(call), action: ResumeAction.RESUME_ACTION_LEFT_PENDING, capability: "", capabilityExpiresAt: undefined };
-}
-
-/** The gRPC binding of the kernel: every RPC but GetSigningKeys authenticates its caller (kernel-handlers). */
-export function kernelServiceImpl(kernel: Kernel, edge: KernelEdge): KernelServiceServer {
-  const handle = <Req, Res>(method: string, fn: (r: Req, c: Caller) => Promise<Res>) => kernelHandler(edge, method, fn);
-  return {
-    registerTool: handle("RegisterTool", (r: RegisterToolRequest, c) => kernel.registerTool(r, c)),
-    getTool: handle("GetTool", (r: GetToolRequest, c) => kernel.getTool(r, c)),
-    listTools: handle("ListTools", (r: ListToolsRequest, c) => kernel.listTools(r, c)),
-    beginCall: handle("BeginCall", (r: BeginCallRequest, c) => kernel.beginCall(r, c)),
-    completeCall: handle("CompleteCall", (r: CompleteCallRequest, c) => kernel.completeCall(r, c)),
-    beginCalls: kernelBatchHandler<BeginCallsRequest, BeginCallsResponse, BeginCallRequest, BeginCallResponse>(
-      edge,
-      "BeginCalls",
-      "BeginCall",
-      (r, c) => kernel.beginCall(r, c),
-      (results) => ({
-        results: results.map((r) => ({ result: r.$case === "ok" ? { $case: "begun", value: r.value } : { $case: "errorStatus", value: r.status } })),
-      }),
-    ),
-    completeCalls: kernelBatchHandler<CompleteCallsRequest, CompleteCallsResponse, CompleteCallRequest, CompleteCallResponse>(
-      edge,
-      "CompleteCalls",
-      "CompleteCall",
-      (r, c) => kernel.completeCall(r, c),
-      (results) => ({
-        results: results.map((r) => ({ result: r.$case === "ok" ? { $case: "completed", value: r.value } : { $case: "errorStatus", value: r.status } })),
-      }),
-    ),
-    listPendingCalls: handle("ListPendingCalls", (r: ListPendingCallsRequest, c) => kernel.listPendingCalls(r, c)),
-    resumeCall: handle("ResumeCall", (r: ResumeCallRequest, c) => kernel.resumeCall(r, c)),
-    listIndeterminateCalls: handle("ListIndeterminateCalls", (r: ListIndeterminateCallsRequest, c) => kernel.listIndeterminateCalls(r, c)),
-    // The JWKS is public (kernel.proto): its authenticity comes from the channel, not the caller.
-    getSigningKeys: kernelHandler(edge, "GetSigningKeys", async () => kernel.getSigningKeys(), { anonymous: true }),
-  };
-}
-
-export type { CapabilityClaims };

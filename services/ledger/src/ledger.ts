@@ -1,27 +1,17 @@
 /**
- * LedgerService: Write and LookupRequest, enforcing the capability (one verification
- * function) and the write rule, recording every refusal before it is returned.
+ * The ledger's Write and LookupRequest, enforcing the capability (one verification function)
+ * and the write rule, recording every refusal before it is returned. Free of the transport
+ * and of the wire's types: ledger-grpc.ts binds it to grpc-js, ledger-proto.ts maps results.
  */
 import { faultPoint } from "../../common/src/fault-points";
 import { Reasons } from "../../common/src/refuse";
 import { createHash, randomUUID } from "node:crypto";
-import { status, type Metadata, type ServerUnaryCall } from "@grpc/grpc-js";
-import type {
-  Entry,
-  LedgerServiceServer,
-  LookupRequestRequest,
-  LookupRequestResponse,
-  WriteRequest,
-  WriteResponse,
-} from "../../../gen/ts/keycap/ledger/v1/ledger";
-import { KeycapError, type KeycapCode } from "../../common/src/errors";
-import { effectKindOf } from "../../common/src/effect-kind";
-import { unaryHandler } from "../../common/src/grpc-status";
+import { Code, KeycapError, codeName, type KeycapCode } from "../../common/src/errors";
 import type { Logger } from "../../common/src/logger";
 import { CapabilityRefusal } from "../../capability/src";
 import type { CapabilityVerifier, VerifiedCapability } from "../../capability/src";
 import { CAPABILITY_REUSED, decideLookup, decideWrite, legacyQueryableEffectId, type RuleRefusal } from "./domain/write-rule";
-import { payloadBuffer, type DuplicateCounts, type EntryDoc, type EntryStore } from "./entry-store";
+import type { EntryDoc, EntryStore } from "./entry-store";
 import type { RejectionAudit } from "../../common/src/rejection-audit";
 import type { Metrics } from "../../common/src/metrics";
 
@@ -46,11 +36,25 @@ export interface CallContext {
   peer: string;
 }
 
+/** A Write: the effect's key or request id as the writer names it, and its payload. */
+export interface WriteInput {
+  key: string;
+  requestId: string;
+  payload: Buffer;
+}
+
+/** What a Write did: a new entry, or the one already held for the effect (flagged when the payload differs). */
+export interface WriteOutcome {
+  entry: EntryDoc;
+  duplicate: boolean;
+  payloadMismatch: boolean;
+}
+
 /** The ledger's behaviour, independent of transport. */
 export class Ledger {
   constructor(private readonly d: LedgerDeps) {}
 
-  async write(req: WriteRequest, ctx: CallContext): Promise<WriteResponse> {
+  async write(req: WriteInput, ctx: CallContext): Promise<WriteOutcome> {
     const attempted = { attemptedKey: req.key, attemptedRequestId: req.requestId };
     const cap = await this.verify("Write", ctx, attempted);
     const decision = decideWrite(cap, { key: req.key, requestId: req.requestId, payloadBytes: req.payload.length }, this.d.maxPayloadBytes);
@@ -92,7 +96,7 @@ export class Ledger {
     // retry storm cheaper than the original traffic. Unknown: the unique insert decides.
     if (!legacy && !this.d.entries.knownToExist(grant.effectId) && (await this.d.entries.insert(doc))) {
       this.d.metrics?.write(cap.tool_id, "new");
-      return { entry: entryToProto(doc), duplicate: false, payloadMismatch: false };
+      return { entry: doc, duplicate: false, payloadMismatch: false };
     }
     if (grant.duplicateIsReuse || spentBefore) throw await this.refuseGrant("Write", ctx, cap, CAPABILITY_REUSED, attempted);
 
@@ -110,16 +114,17 @@ export class Ledger {
         "duplicate write carried a different payload; original kept, entry flagged",
       );
     }
-    return { entry: entryToProto(entry), duplicate: true, payloadMismatch };
+    return { entry, duplicate: true, payloadMismatch };
   }
 
-  async lookupRequest(req: LookupRequestRequest, ctx: CallContext): Promise<LookupRequestResponse> {
+  /** The entry of a Queryable call's request, or undefined when the ledger holds none. */
+  async lookupRequest(req: { requestId: string }, ctx: CallContext): Promise<EntryDoc | undefined> {
     const attempted = { attemptedRequestId: req.requestId };
     const cap = await this.verify("LookupRequest", ctx, attempted);
     const decision = decideLookup(cap, req.requestId);
     if (!decision.ok) throw await this.refuseGrant("LookupRequest", ctx, cap, decision.refusal, attempted);
     const entry = (await this.d.entries.findByEffectId(decision.effectId)) ?? (await this.legacyQueryable(cap.tool_id, req.requestId));
-    return entry ? { found: true, entry: entryToProto(entry) } : { found: false, entry: undefined };
+    return entry ?? undefined;
   }
 
   /** The entry an older ledger wrote for this request, when the database has any such. */
@@ -166,7 +171,7 @@ export class Ledger {
 
   /** Records a refusal of a verified capability and returns the error to throw. */
   private async refuseGrant(method: string, ctx: CallContext, cap: VerifiedCapability, refusal: RuleRefusal, attempted: Attempted): Promise<KeycapError> {
-    const code: KeycapCode = refusal.kind === "malformed" ? status.INVALID_ARGUMENT : status.PERMISSION_DENIED;
+    const code: KeycapCode = refusal.kind === "malformed" ? Code.INVALID_ARGUMENT : Code.PERMISSION_DENIED;
     await this.d.audit.record({
       method,
       reason: refusal.reason,
@@ -190,58 +195,6 @@ export class Ledger {
 }
 
 type Attempted = { attemptedKey?: string; attemptedRequestId?: string };
-
-/** The grpc-js implementation of LedgerService. */
-export function ledgerServiceImpl(ledger: Ledger, logger: Logger): LedgerServiceServer {
-  return {
-    write: unaryHandler(logger, "Write", (req: WriteRequest, call: ServerUnaryCall<WriteRequest, WriteResponse>) => ledger.write(req, callContext(call))),
-    lookupRequest: unaryHandler(logger, "LookupRequest", (req: LookupRequestRequest, call: ServerUnaryCall<LookupRequestRequest, LookupRequestResponse>) =>
-      ledger.lookupRequest(req, callContext(call)),
-    ),
-  };
-}
-
-function callContext(call: { metadata: Metadata; getPeer(): string }): CallContext {
-  return {
-    authorization: call.metadata.get("authorization").map((v) => (typeof v === "string" ? v : v.toString("latin1"))),
-    peer: call.getPeer(),
-  };
-}
-
-/**
- * A stored entry as the API returns it. Counts come from the admin API, which
- * counts the duplicate records; a Write response leaves them 0 (see ledger.proto).
- */
-export function entryToProto(doc: EntryDoc, counts: DuplicateCounts = { duplicates: 0, payloadMismatches: 0 }): Entry {
-  return {
-    entryId: doc.entry_id,
-    toolId: doc.tool_id,
-    effectKind: effectKindOf(doc.effect),
-    callId: doc.call_id,
-    attempt: doc.attempt,
-    capabilityId: doc.capability_id,
-    key: doc.key,
-    requestId: doc.request_id,
-    payload: payloadBuffer(doc.payload),
-    payloadSha256: doc.payload_sha256,
-    recordedAt: doc.recorded_at,
-    duplicateCount: counts.duplicates,
-    payloadMismatch: doc.payload_mismatch,
-    payloadMismatchCount: counts.payloadMismatches,
-    principal: doc.principal ?? "",
-  };
-}
-
-const CODE_NAMES = new Map<number, string>(
-  Object.entries(status)
-    .filter(([, v]) => typeof v === "number")
-    .map(([k, v]) => [v as number, k]),
-);
-
-/** gRPC status number → its name, e.g. 7 → PERMISSION_DENIED. */
-export function codeName(code: number): string {
-  return CODE_NAMES.get(code) ?? String(code);
-}
 
 /** A fresh opaque entry id. */
 export function newEntryId(): string {

@@ -1,0 +1,78 @@
+/**
+ * The gRPC binding of the kernel: each RPC authenticates its caller and records its refusals
+ * (kernel-handlers.ts), maps its request to the service's input, and its result to the reply
+ * (kernel-proto.ts). GetSigningKeys alone is anonymous.
+ */
+import type {
+  BeginCallRequest,
+  BeginCallResponse,
+  BeginCallsRequest,
+  BeginCallsResponse,
+  CompleteCallRequest,
+  CompleteCallResponse,
+  CompleteCallsRequest,
+  CompleteCallsResponse,
+  GetToolRequest,
+  KernelServiceServer,
+  ListIndeterminateCallsRequest,
+  ListPendingCallsRequest,
+  ListToolsRequest,
+  RegisterToolRequest,
+  ResumeCallRequest,
+} from "../../../gen/ts/keycap/kernel/v1/kernel";
+import type { Caller } from "./caller-auth";
+import type { Kernel } from "./kernel";
+import { kernelBatchHandler, kernelHandler, type KernelEdge } from "./kernel-handlers";
+import { begunToProto, callToProto, outcomeFromProto, resumedToProto } from "./kernel-proto";
+import { definitionFromProto, toolToProto } from "./tool-definition";
+
+export function kernelServiceImpl(kernel: Kernel, edge: KernelEdge): KernelServiceServer {
+  const handle = <Req, Res>(method: string, fn: (r: Req, c: Caller) => Promise<Res>) => kernelHandler(edge, method, fn);
+  const begin = async (r: BeginCallRequest, c: Caller): Promise<BeginCallResponse> => begunToProto(await kernel.beginCall(r, c));
+  const complete = async (r: CompleteCallRequest, c: Caller): Promise<CompleteCallResponse> => {
+    const { call, alreadyCompleted } = await kernel.completeCall({ callId: r.callId, outcome: outcomeFromProto(r.outcome), outcomeDetail: r.outcomeDetail }, c);
+    return { call: callToProto(call), alreadyCompleted };
+  };
+  return {
+    registerTool: handle("RegisterTool", async (r: RegisterToolRequest, c) => {
+      const { tool, alreadyRegistered } = await kernel.registerTool(() => definitionFromProto(r.tool), c);
+      return { tool: toolToProto(tool), alreadyRegistered };
+    }),
+    getTool: handle("GetTool", async (r: GetToolRequest, c) => ({ tool: toolToProto(await kernel.getTool(r.toolId, c)) })),
+    listTools: handle("ListTools", async (r: ListToolsRequest, c) => {
+      const page = await kernel.listTools(r, c);
+      return { tools: page.items.map(toolToProto), nextPageToken: page.nextPageToken };
+    }),
+    beginCall: handle("BeginCall", begin),
+    completeCall: handle("CompleteCall", complete),
+    beginCalls: kernelBatchHandler<BeginCallsRequest, BeginCallsResponse, BeginCallRequest, BeginCallResponse>(
+      edge,
+      "BeginCalls",
+      "BeginCall",
+      begin,
+      (results) => ({
+        results: results.map((r) => ({ result: r.$case === "ok" ? { $case: "begun", value: r.value } : { $case: "errorStatus", value: r.status } })),
+      }),
+    ),
+    completeCalls: kernelBatchHandler<CompleteCallsRequest, CompleteCallsResponse, CompleteCallRequest, CompleteCallResponse>(
+      edge,
+      "CompleteCalls",
+      "CompleteCall",
+      complete,
+      (results) => ({
+        results: results.map((r) => ({ result: r.$case === "ok" ? { $case: "completed", value: r.value } : { $case: "errorStatus", value: r.status } })),
+      }),
+    ),
+    listPendingCalls: handle("ListPendingCalls", async (r: ListPendingCallsRequest, c) => {
+      const page = await kernel.listPendingCalls(r, c);
+      return { calls: page.items.map(callToProto), nextPageToken: page.nextPageToken };
+    }),
+    resumeCall: handle("ResumeCall", async (r: ResumeCallRequest, c) => resumedToProto(await kernel.resumeCall(r, c))),
+    listIndeterminateCalls: handle("ListIndeterminateCalls", async (r: ListIndeterminateCallsRequest, c) => {
+      const page = await kernel.listIndeterminateCalls(r, c);
+      return { calls: page.items.map(callToProto), nextPageToken: page.nextPageToken };
+    }),
+    // The JWKS is public (kernel.proto): its authenticity comes from the channel, not the caller.
+    getSigningKeys: kernelHandler(edge, "GetSigningKeys", async () => kernel.getSigningKeys(), { anonymous: true }),
+  };
+}
