@@ -17,6 +17,7 @@ from keycap_client.key_derivation import (
     KeyDerivationSpec,
     canonical_key_document,
     derive_key,
+    derive_key_from_parsed,
     parse_arguments,
 )
 
@@ -109,3 +110,35 @@ def test_the_parsed_entry_point_refuses_what_only_a_parsed_value_can_hold() -> N
         assert caught.value.reason == reason, bad
     # A bool is not an integer here, however Python ranks it.
     assert derive_key("t", spec, {"n": True}) != derive_key("t", spec, {"n": 1})
+
+
+@pytest.mark.parametrize("vector", PARSED, ids=[v["name"] for v in PARSED])
+def test_vector_from_parsed_arguments_as_the_mcp_middleware_derives(vector: dict[str, Any]) -> None:
+    """derive_key_from_parsed (the MCP middleware's, the TypeScript one's rule): the vector's
+    key or reason, except that an integer beyond 2^53 is keyed as its double, not refused."""
+    try:
+        args: Any = json.loads(vector["arguments_json"])
+    except (ValueError, RecursionError):
+        pytest.skip("a lenient parser refuses this text too")
+    expect = vector["expect"]
+    spec, run_id = _spec(vector), _run_id(vector)
+    limits = {"max_bytes": LIMITS["max_bytes"], "max_depth": LIMITS["max_depth"]}
+    if "key" in expect:
+        assert derive_key_from_parsed(vector["tool_id"], spec, args, run_id, **limits) == expect["key"]
+    elif expect["error"] == "KEY_FIELD_UNSAFE_INTEGER":
+        doubled = json.loads(vector["arguments_json"], parse_int=lambda t: float(t) if abs(int(t)) > 2**53 - 1 else int(t))
+        assert derive_key_from_parsed(vector["tool_id"], spec, args, run_id, **limits) == derive_key(vector["tool_id"], spec, doubled, run_id)
+    else:
+        with pytest.raises(KeyDerivationError) as caught:
+            derive_key_from_parsed(vector["tool_id"], spec, args, run_id, **limits)
+        assert caught.value.reason == expect["error"]
+
+
+def test_the_mcp_entry_point_limits_the_arguments_json_text() -> None:
+    spec = KeyDerivationSpec(["/n"])
+    # JSON.stringify's length: {"n":1,"s":"…"} is 14 bytes around the string.
+    fits: dict[str, Any] = {"n": 1, "s": "x" * (100 - 14)}
+    assert derive_key_from_parsed("t", spec, fits, max_bytes=100) == derive_key("t", spec, fits)
+    with pytest.raises(KeyDerivationError) as caught:
+        derive_key_from_parsed("t", spec, {"n": 1, "s": "x" * (101 - 14)}, max_bytes=100)
+    assert caught.value.reason == "ARGUMENTS_TOO_LARGE"

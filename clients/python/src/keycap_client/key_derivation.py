@@ -29,6 +29,8 @@ from typing import Final, Union
 
 import rfc8785
 
+from keycap_client import reasons
+
 __all__ = [
     "KEY_SCHEME",
     "MAX_ARGUMENT_BYTES",
@@ -39,8 +41,10 @@ __all__ = [
     "canonical_key_document",
     "check_arguments",
     "derive_key",
+    "derive_key_from_parsed",
     "parse_arguments",
     "parse_json_pointer",
+    "validate_derivation",
 ]
 
 #: The scheme's domain tag, hashed in front of every canonical document.
@@ -50,26 +54,6 @@ MAX_ARGUMENT_BYTES: Final = 65536
 MAX_ARGUMENT_DEPTH: Final = 32
 _MAX_SAFE_INTEGER: Final = 2**53 - 1
 _DOMAIN_PREFIX: Final = KEY_SCHEME.encode("utf-8") + b"\x00"
-
-# The kernel's reasons (proto/keycap/rules/v1/reasons.proto), all INVALID_ARGUMENT.
-INVALID_UTF8: Final = "INVALID_UTF8"
-ARGUMENTS_TOO_LARGE: Final = "ARGUMENTS_TOO_LARGE"
-ARGUMENTS_NOT_JSON: Final = "ARGUMENTS_NOT_JSON"
-ARGUMENTS_NOT_OBJECT: Final = "ARGUMENTS_NOT_OBJECT"
-ARGUMENTS_DUPLICATE_MEMBER: Final = "ARGUMENTS_DUPLICATE_MEMBER"
-ARGUMENTS_TOO_DEEP: Final = "ARGUMENTS_TOO_DEEP"
-ARGUMENTS_NON_FINITE_NUMBER: Final = "ARGUMENTS_NON_FINITE_NUMBER"
-ARGUMENTS_INVALID_UNICODE: Final = "ARGUMENTS_INVALID_UNICODE"
-TOOL_ID_REQUIRED: Final = "TOOL_ID_REQUIRED"
-KEY_DERIVATION_NO_FIELDS: Final = "KEY_DERIVATION_NO_FIELDS"
-KEY_DERIVATION_DUPLICATE_FIELD: Final = "KEY_DERIVATION_DUPLICATE_FIELD"
-KEY_DERIVATION_BAD_VERSION: Final = "KEY_DERIVATION_BAD_VERSION"
-KEY_DERIVATION_BAD_CONTEXT_FIELD: Final = "KEY_DERIVATION_BAD_CONTEXT_FIELD"
-INVALID_JSON_POINTER: Final = "INVALID_JSON_POINTER"
-KEY_FIELD_MISSING: Final = "KEY_FIELD_MISSING"
-KEY_FIELD_NULL: Final = "KEY_FIELD_NULL"
-KEY_FIELD_UNSAFE_INTEGER: Final = "KEY_FIELD_UNSAFE_INTEGER"
-RUN_ID_REQUIRED: Final = "RUN_ID_REQUIRED"
 
 JsonValue = Union[None, bool, int, float, str, list["JsonValue"], dict[str, "JsonValue"]]
 
@@ -112,6 +96,43 @@ def derive_key(tool_id: str, spec: KeyDerivationSpec, arguments: JsonValue, run_
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
+def derive_key_from_parsed(
+    tool_id: str,
+    spec: KeyDerivationSpec,
+    arguments: object,
+    run_id: str = "",
+    *,
+    max_bytes: int = MAX_ARGUMENT_BYTES,
+    max_depth: int = MAX_ARGUMENT_DEPTH,
+) -> str:
+    """The key of arguments another parser already produced (an MCP SDK's), derived as the
+    TypeScript middleware derives it (services/sink/src/argument-binding.ts, which writes
+    them out with JSON.stringify and reads them back strictly).
+
+    Every check of :func:`check_arguments`, then ``max_bytes`` on their JSON text (as
+    JSON.stringify writes it: RFC 8785's number and string forms, whose lengths are
+    JSON.stringify's), then :func:`derive_key`. One text rule does not apply: an integer
+    beyond ±(2^53-1) is not refused KEY_FIELD_UNSAFE_INTEGER but taken as the double
+    JSON.parse makes of it, as TypeScript does. Its JSON text is gone, so there is no
+    rounding left to detect (``1e20`` and ``100000000000000000000`` are the same value), and
+    the kernel refuses such a key field in the text it receives, so no capability the
+    kernel minted carries a key it could match: the call is still refused KEY_MISMATCH,
+    with the derived key, in every language."""
+    args = _as_doubles(check_arguments(arguments, max_depth=max_depth))
+    size = len(rfc8785.dumps(args))
+    if size > max_bytes:
+        raise KeyDerivationError(reasons.ARGUMENTS_TOO_LARGE, f"arguments are {size} bytes of UTF-8, more than {max_bytes}")
+    assert isinstance(args, dict)
+    return derive_key(tool_id, spec, args, run_id)
+
+
+def validate_derivation(spec: KeyDerivationSpec) -> None:
+    """KeyDerivationError with ADR 0002's reason (KEY_DERIVATION_NO_FIELDS,
+    INVALID_JSON_POINTER, …) when ``spec`` is not a usable derivation; the checks
+    :func:`derive_key` makes of it, without arguments."""
+    _parse_spec(spec)
+
+
 def canonical_key_document(tool_id: str, spec: KeyDerivationSpec, arguments: JsonValue, run_id: str = "") -> str:
     """The RFC 8785 document :func:`derive_key` hashes, with the same checks, in the kernel's
     order: the arguments, the derivation (re-checked, never trusted), the tool id, each named
@@ -119,18 +140,18 @@ def canonical_key_document(tool_id: str, spec: KeyDerivationSpec, arguments: Jso
     args = check_arguments(arguments)
     pointers = _parse_spec(spec)
     if not isinstance(tool_id, str) or tool_id == "":
-        raise KeyDerivationError(TOOL_ID_REQUIRED, "tool_id must be a non-empty string to derive a key", "tool_id")
+        raise KeyDerivationError(reasons.TOOL_ID_REQUIRED, "tool_id must be a non-empty string to derive a key", "tool_id")
     fields: dict[str, JsonValue] = {}
     for pointer, tokens in pointers:
         value = _resolve(args, tokens)
         if isinstance(value, _Missing):
-            raise KeyDerivationError(KEY_FIELD_MISSING, f"arguments: key field {pointer} is missing", pointer)
+            raise KeyDerivationError(reasons.KEY_FIELD_MISSING, f"arguments: key field {pointer} is missing", pointer)
         if value is None:
-            raise KeyDerivationError(KEY_FIELD_NULL, f"arguments: key field {pointer} is null", pointer)
+            raise KeyDerivationError(reasons.KEY_FIELD_NULL, f"arguments: key field {pointer} is null", pointer)
         unsafe = _unsafe_integer_at(value, pointer)
         if unsafe is not None:
             raise KeyDerivationError(
-                KEY_FIELD_UNSAFE_INTEGER,
+                reasons.KEY_FIELD_UNSAFE_INTEGER,
                 f"arguments: key field {pointer} holds an integer beyond ±(2^53-1) at {unsafe}; send it as a string",
                 unsafe,
             )
@@ -138,10 +159,10 @@ def canonical_key_document(tool_id: str, spec: KeyDerivationSpec, arguments: Jso
     context: dict[str, JsonValue] = {}
     if "run_id" in spec.context_fields:
         if not isinstance(run_id, str) or run_id == "":
-            raise KeyDerivationError(RUN_ID_REQUIRED, "run_id is required: this tool's key derivation names the run id", "run_id")
+            raise KeyDerivationError(reasons.RUN_ID_REQUIRED, "run_id is required: this tool's key derivation names the run id", "run_id")
         if _SURROGATE.search(run_id):
             # A protobuf string cannot carry one; the kernel refuses it as ill-formed UTF-8.
-            raise KeyDerivationError(INVALID_UTF8, "run_id is not well-formed Unicode", "run_id")
+            raise KeyDerivationError(reasons.INVALID_UTF8, "run_id is not well-formed Unicode", "run_id")
         context["run_id"] = run_id
     doc: dict[str, JsonValue] = {
         "tool_id": tool_id,
@@ -167,15 +188,15 @@ def parse_arguments(
         try:
             decoded = text.decode("utf-8", errors="strict")
         except UnicodeDecodeError:
-            raise KeyDerivationError(INVALID_UTF8, "arguments are not well-formed UTF-8") from None
+            raise KeyDerivationError(reasons.INVALID_UTF8, "arguments are not well-formed UTF-8") from None
         size = len(text)
     else:
         if _SURROGATE.search(text):
             # A raw lone surrogate has no UTF-8 form at all (escaped ones are checked below).
-            raise KeyDerivationError(INVALID_UTF8, "arguments are not well-formed Unicode")
+            raise KeyDerivationError(reasons.INVALID_UTF8, "arguments are not well-formed Unicode")
         decoded, size = text, len(text.encode("utf-8"))
     if size > max_bytes:
-        raise KeyDerivationError(ARGUMENTS_TOO_LARGE, f"arguments are {size} bytes of UTF-8, more than {max_bytes}")
+        raise KeyDerivationError(reasons.ARGUMENTS_TOO_LARGE, f"arguments are {size} bytes of UTF-8, more than {max_bytes}")
     try:
         # Python's own whitespace set is RFC 8259's, it refuses a BOM and raw control
         # characters; the hooks refuse what it would otherwise accept or collapse.
@@ -189,9 +210,9 @@ def parse_arguments(
     except KeyDerivationError:
         raise
     except RecursionError:
-        raise KeyDerivationError(ARGUMENTS_TOO_DEEP, f"arguments nest deeper than {max_depth}") from None
+        raise KeyDerivationError(reasons.ARGUMENTS_TOO_DEEP, f"arguments nest deeper than {max_depth}") from None
     except ValueError as err:
-        raise KeyDerivationError(ARGUMENTS_NOT_JSON, f"arguments are not JSON: {err}") from None
+        raise KeyDerivationError(reasons.ARGUMENTS_NOT_JSON, f"arguments are not JSON: {err}") from None
     return check_arguments(value, max_depth=max_depth)
 
 
@@ -201,20 +222,20 @@ def check_arguments(value: object, *, max_depth: int = MAX_ARGUMENT_DEPTH) -> di
     containers, with no lone surrogate in a string or member name."""
     _check_value(value, 1, max_depth)
     if not isinstance(value, dict):
-        raise KeyDerivationError(ARGUMENTS_NOT_OBJECT, "arguments must be a JSON object")
+        raise KeyDerivationError(reasons.ARGUMENTS_NOT_OBJECT, "arguments must be a JSON object")
     return value
 
 
 def parse_json_pointer(pointer: str) -> list[str]:
     """The reference tokens of an RFC 6901 pointer; "" (the whole document) is refused."""
     if pointer == "":
-        raise KeyDerivationError(INVALID_JSON_POINTER, 'JSON pointer "" names the whole arguments document', pointer)
+        raise KeyDerivationError(reasons.INVALID_JSON_POINTER, 'JSON pointer "" names the whole arguments document', pointer)
     if not pointer.startswith("/"):
-        raise KeyDerivationError(INVALID_JSON_POINTER, f"JSON pointer {pointer!r} must start with '/'", pointer)
+        raise KeyDerivationError(reasons.INVALID_JSON_POINTER, f"JSON pointer {pointer!r} must start with '/'", pointer)
     if _BAD_TILDE.search(pointer):
-        raise KeyDerivationError(INVALID_JSON_POINTER, f"JSON pointer {pointer!r} has a '~' not followed by 0 or 1", pointer)
+        raise KeyDerivationError(reasons.INVALID_JSON_POINTER, f"JSON pointer {pointer!r} has a '~' not followed by 0 or 1", pointer)
     if _SURROGATE.search(pointer):
-        raise KeyDerivationError(INVALID_JSON_POINTER, "JSON pointer contains a lone surrogate", pointer)
+        raise KeyDerivationError(reasons.INVALID_JSON_POINTER, "JSON pointer contains a lone surrogate", pointer)
     # "~1" before "~0", so "~01" is "~1" and not "/" (RFC 6901 §4).
     return [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
 
@@ -231,24 +252,24 @@ _MISSING: Final = _Missing()
 
 def _parse_spec(spec: KeyDerivationSpec) -> list[tuple[str, list[str]]]:
     if len(spec.fields) == 0:
-        raise KeyDerivationError(KEY_DERIVATION_NO_FIELDS, "key.fields is empty", "key.fields")
+        raise KeyDerivationError(reasons.KEY_DERIVATION_NO_FIELDS, "key.fields is empty", "key.fields")
     version = spec.version
     if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= _MAX_SAFE_INTEGER:
-        raise KeyDerivationError(KEY_DERIVATION_BAD_VERSION, f"key.version must be an integer >= 1, got {version!r}", "key.version")
+        raise KeyDerivationError(reasons.KEY_DERIVATION_BAD_VERSION, f"key.version must be an integer >= 1, got {version!r}", "key.version")
     for i, name in enumerate(spec.context_fields):
         if name not in _CONTEXT_FIELDS or list(spec.context_fields).index(name) != i:
             raise KeyDerivationError(
-                KEY_DERIVATION_BAD_CONTEXT_FIELD, f"key.context_fields[{i}] must be run_id, once", f"key.context_fields[{i}]"
+                reasons.KEY_DERIVATION_BAD_CONTEXT_FIELD, f"key.context_fields[{i}] must be run_id, once", f"key.context_fields[{i}]"
             )
     seen: set[str] = set()
     out: list[tuple[str, list[str]]] = []
     for i, pointer in enumerate(spec.fields):
         if not isinstance(pointer, str):
-            raise KeyDerivationError(INVALID_JSON_POINTER, f"key.fields[{i}] is not a string", f"key.fields[{i}]")
+            raise KeyDerivationError(reasons.INVALID_JSON_POINTER, f"key.fields[{i}] is not a string", f"key.fields[{i}]")
         tokens = parse_json_pointer(pointer)
         # RFC 6901 escaping is a bijection: equal strings are exactly equal pointers.
         if pointer in seen:
-            raise KeyDerivationError(KEY_DERIVATION_DUPLICATE_FIELD, f"key.fields[{i}]: {pointer} is named twice", f"key.fields[{i}]")
+            raise KeyDerivationError(reasons.KEY_DERIVATION_DUPLICATE_FIELD, f"key.fields[{i}]: {pointer} is named twice", f"key.fields[{i}]")
         seen.add(pointer)
         out.append((pointer, tokens))
     return out
@@ -291,6 +312,20 @@ def _unsafe_integer_at(value: JsonValue, pointer: str) -> str | None:
     return None
 
 
+def _as_doubles(value: JsonValue) -> JsonValue:
+    """``value`` with every integer beyond ±(2^53-1) replaced by the double nearest to it (what
+    JSON.parse makes of its text; Python rounds an int to float the same way, half to even)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return float(value) if abs(value) > _MAX_SAFE_INTEGER else value
+    if isinstance(value, list):
+        return [_as_doubles(item) for item in value]
+    if isinstance(value, dict):
+        return {name: _as_doubles(item) for name, item in value.items()}
+    return value
+
+
 def _check_value(value: object, depth: int, max_depth: int) -> None:
     if value is None or isinstance(value, bool):
         return
@@ -299,38 +334,38 @@ def _check_value(value: object, depth: int, max_depth: int) -> None:
             float(value)
         except OverflowError:
             # JSON.parse makes such an integer Infinity: the kernel refuses it as non-finite.
-            raise KeyDerivationError(ARGUMENTS_NON_FINITE_NUMBER, "arguments hold a number that overflows a double") from None
+            raise KeyDerivationError(reasons.ARGUMENTS_NON_FINITE_NUMBER, "arguments hold a number that overflows a double") from None
         return
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise KeyDerivationError(ARGUMENTS_NON_FINITE_NUMBER, "arguments hold a number that is not finite")
+            raise KeyDerivationError(reasons.ARGUMENTS_NON_FINITE_NUMBER, "arguments hold a number that is not finite")
         return
     if isinstance(value, str):
         if _SURROGATE.search(value):
-            raise KeyDerivationError(ARGUMENTS_INVALID_UNICODE, "arguments hold a lone surrogate in a string")
+            raise KeyDerivationError(reasons.ARGUMENTS_INVALID_UNICODE, "arguments hold a lone surrogate in a string")
         return
     if isinstance(value, (list, dict)):
         if depth > max_depth:
-            raise KeyDerivationError(ARGUMENTS_TOO_DEEP, f"arguments nest deeper than {max_depth}")
+            raise KeyDerivationError(reasons.ARGUMENTS_TOO_DEEP, f"arguments nest deeper than {max_depth}")
         if isinstance(value, dict):
             for name, item in value.items():
                 if not isinstance(name, str):
-                    raise KeyDerivationError(ARGUMENTS_NOT_JSON, "arguments hold a member name that is not a string")
+                    raise KeyDerivationError(reasons.ARGUMENTS_NOT_JSON, "arguments hold a member name that is not a string")
                 if _SURROGATE.search(name):
-                    raise KeyDerivationError(ARGUMENTS_INVALID_UNICODE, "arguments hold a lone surrogate in a member name")
+                    raise KeyDerivationError(reasons.ARGUMENTS_INVALID_UNICODE, "arguments hold a lone surrogate in a member name")
                 _check_value(item, depth + 1, max_depth)
         else:
             for item in value:
                 _check_value(item, depth + 1, max_depth)
         return
-    raise KeyDerivationError(ARGUMENTS_NOT_JSON, f"arguments hold a {type(value).__name__}, which is not a JSON value")
+    raise KeyDerivationError(reasons.ARGUMENTS_NOT_JSON, f"arguments hold a {type(value).__name__}, which is not a JSON value")
 
 
 def _object_without_duplicates(pairs: list[tuple[str, JsonValue]]) -> dict[str, JsonValue]:
     out: dict[str, JsonValue] = {}
     for name, value in pairs:
         if name in out:
-            raise KeyDerivationError(ARGUMENTS_DUPLICATE_MEMBER, "arguments name a member twice in one object")
+            raise KeyDerivationError(reasons.ARGUMENTS_DUPLICATE_MEMBER, "arguments name a member twice in one object")
         out[name] = value
     return out
 
@@ -344,12 +379,12 @@ def _finite_int(text: str) -> int:
     # Before int(): past 4300 digits Python refuses the conversion (CVE-2020-10735), and
     # past ~309 the value is Infinity to JSON.parse anyway, so non-finite is the kernel's word.
     if len(text) > 400:
-        raise KeyDerivationError(ARGUMENTS_NON_FINITE_NUMBER, "arguments hold a number that overflows a double")
+        raise KeyDerivationError(reasons.ARGUMENTS_NON_FINITE_NUMBER, "arguments hold a number that overflows a double")
     return int(text)
 
 
 def _finite_float(text: str) -> float:
     f = float(text)
     if not math.isfinite(f):
-        raise KeyDerivationError(ARGUMENTS_NON_FINITE_NUMBER, "arguments hold a number that overflows a double")
+        raise KeyDerivationError(reasons.ARGUMENTS_NON_FINITE_NUMBER, "arguments hold a number that overflows a double")
     return f
