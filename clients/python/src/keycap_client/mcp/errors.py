@@ -14,8 +14,8 @@ from keycap_client.errors import ERROR_DOMAIN
 
 __all__ = ["KeycapErrorData", "keycap_mcp_error", "mcp_error_code"]
 
-# The reasons' gRPC code names that mean "these arguments cannot be keyed".
-_ARGUMENT_CODES: Final = frozenset({"INVALID_ARGUMENT"})
+# The reasons' gRPC code names that mean "keycap could not decide" (services/common/src/mcp-contract.ts mcpErrorOf).
+_UNDECIDED_CODES: Final = frozenset({"UNAVAILABLE", "INTERNAL"})
 
 
 class KeycapErrorData(TypedDict):
@@ -29,10 +29,13 @@ class KeycapErrorData(TypedDict):
 
 
 def mcp_error_code(grpc_code_name: str) -> int:
-    """The gateway's rule (call-errors.ts ``fromKernelError``): a reason whose gRPC code is
-    INVALID_ARGUMENT (the arguments cannot be keyed) is InvalidParams; any other refusal
-    (capability missing or invalid, another call's, reused, keycap unavailable) is InternalError."""
-    return INVALID_PARAMS if grpc_code_name in _ARGUMENT_CODES else INTERNAL_ERROR
+    """The TypeScript and Go middlewares' rule (services/common/src/mcp-contract.ts
+    ``mcpErrorOf``): keycap unable to decide (a reason whose gRPC code is UNAVAILABLE or
+    INTERNAL: SIGNING_KEYS_UNAVAILABLE, DATABASE_UNAVAILABLE, INTERNAL; retry) is
+    InternalError (-32603); every other refusal (no capability, one that does not verify,
+    another tool's or call's, reused) is InvalidParams (-32602), a request that will not be
+    accepted as sent."""
+    return INTERNAL_ERROR if grpc_code_name in _UNDECIDED_CODES else INVALID_PARAMS
 
 
 def keycap_mcp_error(

@@ -2,11 +2,14 @@
 
 A ``tools/call`` of a governed tool runs its handler only under a capability the kernel
 minted for exactly this call: ``_meta["io.keycap/capability"]`` (sent by ``keycap mcp``)
-must verify with the ledger's profile (keycap_client.sink), name this tool, and then
-- Idempotent: carry the ``derivation`` claim (ADR 0026), from which the key is derived
-  again over the arguments this server received; another key is KEY_MISMATCH, so a
-  capability minted for one call cannot carry another call's arguments;
-- Unsafe, Queryable: be spent here for the first time (a spent store is required).
+must verify with the ledger's profile (keycap_client.sink), name this tool, agree with a
+``_meta["io.keycap/idempotency-key"]`` sent beside it, and then
+- Unsafe, Queryable: be spent here for the first time (a spent store is required);
+- Idempotent: carry the ``derivation`` claim (ADR 0026; CLAIM_MISSING, CLAIM_INVALID),
+  from which the key is derived again over the arguments this server received; another
+  key, or none, is KEY_MISMATCH, so a capability minted for one call cannot carry another
+  call's arguments.
+Reasons, metadata, error codes and this order are the TypeScript and Go middlewares'.
 Anything else is refused before the handler runs, as an MCP error with keycap's reason
 (errors.py), and recorded in keycap's refusal store under ``sink:<server name>`` against
 the called tool's id. Tools that are not governed pass through untouched.
@@ -27,7 +30,8 @@ from typing import Any, Protocol
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from keycap_client.key_derivation import KeyDerivationError, KeyDerivationSpec, derive_key
+from keycap_client import reasons
+from keycap_client.key_derivation import KeyDerivationError, KeyDerivationSpec, derive_key_from_parsed, validate_derivation
 from keycap_client.mcp.call import GovernedCall, _current
 from keycap_client.mcp.errors import keycap_mcp_error
 from keycap_client.mcp.meta_keys import META_CAPABILITY, META_IDEMPOTENCY_KEY
@@ -38,7 +42,7 @@ from keycap_client.sink.refusal import SinkRefusal, UnverifiedInfo
 from keycap_client.sink.refusal_recorder import RefusalRecorder, RejectionInput
 from keycap_client.sink.sink import sink_service
 from keycap_client.sink.spent_store import InMemorySpentStore, SpentCapability, SpentStore
-from keycap_client.sink.verifier import CapabilityVerifier, VerifierOptions
+from keycap_client.sink.verifier import _JS_WHITESPACE, CapabilityVerifier, VerifierOptions
 
 __all__ = ["KeycapMcpMiddleware", "McpRefusal", "McpRefusalEvent", "governed_tool_id"]
 
@@ -135,7 +139,15 @@ class KeycapMcpMiddleware:
         if tool_id is None or ctx.request_id is None:
             return await call_next(ctx)
         assert isinstance(name, str)
-        call = await self._admit(name, tool_id, params, _peer_of(ctx))
+        try:
+            call = await self._admit(name, tool_id, params, _peer_of(ctx))
+        except MCPError:
+            raise
+        except Exception:
+            # Admission refuses with MCPError only; anything else is a defect, said as one
+            # (not recorded: there is no refusal to record, as in the TypeScript middleware).
+            _log.exception("the MCP middleware failed to admit the call")
+            raise keycap_mcp_error(_code_name(reasons.INTERNAL), reasons.INTERNAL, "the MCP sink failed to admit the call", tool_id) from None
         token = _current.set(call)
         sink_token = sink_current.current.set(call.capability)
         try:
@@ -148,30 +160,33 @@ class KeycapMcpMiddleware:
 
     async def _admit(self, name: str, tool_id: str, params: Mapping[str, Any], peer: str) -> GovernedCall:
         """The admitted call, or MCPError after the refusal is recorded. The order is fixed,
-        so a call breaking several rules always gets the same reason: the capability's own
-        verification, the tool, the arguments' key (Idempotent), single use (the others)."""
-        meta = params.get("_meta")
-        token = meta.get(META_CAPABILITY) if isinstance(meta, Mapping) else None
-        record = _Record(method=f"MCP tools/call {name}"[:256], tool_id=tool_id, peer=peer)
+        as in the TypeScript and Go middlewares, so a call breaking several rules gets the
+        same reason in every language (docs/mcp-server-python.md): the capability's own
+        verification, the tool, the ``_meta`` idempotency key, single use (Unsafe,
+        Queryable), then the derivation claim and the arguments' key (Idempotent)."""
+        raw_meta = params.get("_meta")
+        meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
+        sent = meta.get(META_IDEMPOTENCY_KEY)
+        # Only a string is a key to compare; the capability's own key is bound anyway.
+        sent_key = sent if isinstance(sent, str) else None
+        record = _Record(method=f"MCP tools/call {name}"[:256], tool_id=tool_id, peer=peer, attempted_key=sent_key or "")
         try:
-            cap = await self.verifier.verify_async(_authorization_of(token))
+            cap = await self.verifier.verify_async(_authorization_of(meta.get(META_CAPABILITY)))
         except SinkRefusal as err:
             raise await self._refuse(name, record.unverified(err.unverified), _from_sink(err)) from None
         record = record.verified(cap)
         refusal: McpRefusal | None
         if cap.tool_id != tool_id:
-            refusal = McpRefusal(
-                "TOOL_NOT_ACCEPTED",
-                "PERMISSION_DENIED",
-                f"the capability is for tool {cap.tool_id[:128]!r}, not {tool_id!r}",
-                {"capability_tool_id": cap.tool_id[:256]},
-                True,
-            )
-        elif cap.effect == "idempotent":
-            refusal, derived = _key_refusal(cap, params.get("arguments"), meta)
-            record = record.with_attempted_key(derived)
-        else:
+            refusal = _refusal(reasons.TOOL_NOT_ACCEPTED, f"the capability is for tool {cap.tool_id[:128]!r}, not {tool_id!r}")
+        elif sent_key is not None and sent_key != cap.key:
+            # As a sink's Idempotency-Key header: a key beside the capability must be its key.
+            refusal = _refusal(reasons.KEY_MISMATCH, f"_meta {META_IDEMPOTENCY_KEY} is not the capability's key")
+        elif cap.effect != "idempotent":
             refusal = await self._spend(cap)
+        else:
+            # MCP's arguments are optional: absent is the empty object, as the gateway begins
+            # such a call; anything else present (null included) is what was sent.
+            refusal = _binding_refusal(cap, params["arguments"] if "arguments" in params else {})
         if refusal is not None:
             raise await self._refuse(name, record, refusal)
         return GovernedCall(tool_name=name, tool_id=tool_id, capability=cap)
@@ -180,12 +195,7 @@ class KeycapMcpMiddleware:
         store = self.spent_store
         if store is None:
             # Running an Unsafe effect without single use would be the double effect keycap exists to stop.
-            return McpRefusal(
-                "EFFECT_CLASS_MISMATCH",
-                "PERMISSION_DENIED",
-                f"server {self.name} has no spent store, so it admits idempotent capabilities only",
-                signature_verified=True,
-            )
+            return _refusal(reasons.EFFECT_CLASS_MISMATCH, f"server {self.name} has no spent store, so it admits idempotent capabilities only")
         spent = SpentCapability(
             sink=self.name,
             jti=cap.jti,
@@ -200,14 +210,9 @@ class KeycapMcpMiddleware:
             return _from_sink(err)
         except Exception:
             _log.exception("the spent-capability store failed")
-            return McpRefusal("DATABASE_UNAVAILABLE", "UNAVAILABLE", "the spent-capability store failed; retry")
+            return _refusal(reasons.DATABASE_UNAVAILABLE, "the spent-capability store failed; retry")
         if not first:
-            return McpRefusal(
-                "CAPABILITY_REUSED",
-                "PERMISSION_DENIED",
-                f"this {cap.effect} capability was already used at server {self.name}",
-                signature_verified=True,
-            )
+            return _refusal(reasons.CAPABILITY_REUSED, f"this {cap.effect} capability was already used at server {self.name}")
         return None
 
     async def _refuse(self, name: str, record: _Record, refusal: McpRefusal) -> MCPError:
@@ -234,54 +239,68 @@ class KeycapMcpMiddleware:
 
 
 def _authorization_of(token: object) -> str | None:
-    """The capability as the verifier reads it (an Authorization value): absent or empty is
-    CAPABILITY_MISSING, anything but a string is malformed."""
-    if token is None or token == "":
+    """The capability as the verifier reads it (an Authorization value): absent, null or
+    blank (JavaScript's whitespace, as the TypeScript middleware trims) is CAPABILITY_MISSING;
+    anything but a string is CAPABILITY_MALFORMED, never "missing"."""
+    if token is None:
         return None
     if not isinstance(token, str):
         return "Bearer !"  # not a b64token: CAPABILITY_MALFORMED, as a header that is not Bearer
+    if token.strip(_JS_WHITESPACE) == "":
+        return None
     return f"Bearer {token}"
 
 
-def _key_refusal(cap: VerifiedCapability, arguments: object, meta: object) -> tuple[McpRefusal | None, str]:
-    """KEY_MISMATCH unless the arguments received re-derive the capability's key (ADR 0026);
-    also the key derived ("" when none could be)."""
+def _binding_refusal(cap: VerifiedCapability, arguments: object) -> McpRefusal | None:
+    """An Idempotent capability bound to the arguments received (ADR 0026), with the reasons
+    and metadata of the TypeScript and Go middlewares (services/sink/src/argument-binding.ts,
+    clients/go/sink/call.go): CLAIM_MISSING without a ``derivation`` claim, CLAIM_INVALID for
+    a claim that is no usable derivation, KEY_MISMATCH for arguments that give another key
+    (``derived_key``) or none (``rederivation``: the reason they give none)."""
     d = cap.derivation
     if d is None:
-        # Minted before ADR 0026 (renewed from an old journaled call): nothing binds the arguments.
-        return (
-            McpRefusal(
-                "KEY_MISMATCH",
-                "PERMISSION_DENIED",
-                "the capability carries no derivation claim, so the arguments cannot be bound to its key",
-                {"claim": "derivation"},
-                True,
-            ),
-            "",
+        # Minted before ADR 0026 (renewed from an old journaled call): its key cannot be tied to any arguments.
+        return _refusal(
+            reasons.CLAIM_MISSING,
+            'the capability has no "derivation" claim, so its key cannot be bound to these arguments; begin the call again with a current kernel',
+            {"claim": "derivation"},
         )
     spec = KeyDerivationSpec(fields=d.fields, version=d.version, context_fields=("run_id",) if d.run_id is not None else ())
     try:
-        # MCP's arguments are optional; the gateway begins such a call with "{}".
-        derived = derive_key(cap.tool_id, spec, {} if arguments is None else arguments, d.run_id or "")  # type: ignore[arg-type]
+        validate_derivation(spec)
     except KeyDerivationError as err:
-        metadata = {"field": err.field} if err.field is not None else {}
-        return McpRefusal(err.reason, err.code_name, f"arguments: {err.message}", metadata, True), ""
-    if derived != cap.key:
-        return (
-            McpRefusal(
-                "KEY_MISMATCH",
-                "PERMISSION_DENIED",
-                "the arguments received derive another key than the capability's: it was minted for another call",
-                {},
-                True,
-            ),
-            derived,
+        return _refusal(
+            reasons.CLAIM_INVALID,
+            f'capability claim "derivation" is not a usable derivation: {err.message}',
+            {"claim": "derivation", "problem": err.reason},
         )
-    sent = meta.get(META_IDEMPOTENCY_KEY) if isinstance(meta, Mapping) else None
-    if sent is not None and sent != cap.key:
-        # As a sink's Idempotency-Key header: a key beside the capability must be its key.
-        return McpRefusal("KEY_MISMATCH", "PERMISSION_DENIED", f"_meta {META_IDEMPOTENCY_KEY} is not the capability's key", {}, True), derived
-    return None, derived
+    try:
+        # An integer beyond 2^53 is taken as JSON.parse's double, not refused (see derive_key_from_parsed).
+        derived = derive_key_from_parsed(cap.tool_id, spec, arguments, d.run_id or "")
+    except KeyDerivationError as err:
+        # Arguments the kernel would not key (a key field missing, not an object…) cannot be the ones it keyed.
+        return _refusal(
+            reasons.KEY_MISMATCH,
+            f"the arguments received give no key under the capability's derivation ({err.reason}: {err.message}); "
+            "the capability was minted for other arguments",
+            {"rederivation": err.reason, **({"field": err.field} if err.field is not None else {})},
+        )
+    if derived != cap.key:
+        return _refusal(
+            reasons.KEY_MISMATCH,
+            "the key derived from the arguments received is not the capability's key: the capability was minted for other arguments",
+            {"derived_key": derived},
+        )
+    return None
+
+
+def _refusal(reason: str, message: str, metadata: Mapping[str, str] | None = None) -> McpRefusal:
+    """A refusal about a verified capability, with its reason's gRPC code (the catalogue's)."""
+    return McpRefusal(reason, _code_name(reason), message, dict(metadata or {}), True)
+
+
+def _code_name(reason: str) -> str:
+    return reasons.CODES[reason].name
 
 
 def _from_sink(err: SinkRefusal) -> McpRefusal:
@@ -304,6 +323,8 @@ class _Record:
     peer: str
     cap: VerifiedCapability | None = None
     seen: UnverifiedInfo = field(default_factory=UnverifiedInfo)
+    #: The key sent in ``_meta`` beside the capability ("" when none), as the TypeScript and
+    #: Go sinks record it; a key re-derived from the arguments is in KEY_MISMATCH's metadata.
     attempted_key: str = ""
 
     def unverified(self, seen: UnverifiedInfo) -> _Record:
@@ -311,9 +332,6 @@ class _Record:
 
     def verified(self, cap: VerifiedCapability) -> _Record:
         return _Record(self.method, self.tool_id, self.peer, cap, self.seen, self.attempted_key)
-
-    def with_attempted_key(self, key: str) -> _Record:
-        return _Record(self.method, self.tool_id, self.peer, self.cap, self.seen, key)
 
     def rejection(self, r: McpRefusal) -> RejectionInput:
         # tool_id is the called tool's (the server's own table); it is "verified" only when a
