@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client, ClientSession, MCPError, StdioServerParameters, stdio_client
-from mcp_types import CallToolResult, RequestParamsMeta, TextContent
+from mcp_types import INVALID_PARAMS, CallToolResult, RequestParamsMeta, TextContent
 
 import mcp_charge_server
 from conftest import REPO_ROOT, Stack
@@ -215,6 +215,13 @@ def test_the_example_charges_once_through_the_gateway_and_refuses_every_direct_c
     for k in ("none", "other arguments", "other tool"):
         o = outcomes[k]
         assert isinstance(o, MCPError) and o.data["tool_id"] == charge_id and o.data["domain"] == "keycap.dev"
+    # Every refusal here is one keycap decided: InvalidParams, as in TypeScript and Go.
+    assert {k: v.code for k, v in outcomes.items() if isinstance(v, MCPError)} == dict.fromkeys(
+        ("none", "other arguments", "other tool", "receipt reused"), INVALID_PARAMS
+    )
+    # A capability for other arguments names the key these arguments derive: the one the gateway's call had.
+    other = outcomes["other arguments"]
+    assert isinstance(other, MCPError) and other.data["metadata"] == {"derived_key": expected_key}
 
     # Expired: a genuine capability for exactly these arguments, presented to the same server
     # an hour later (its verifier's clock moved on, as in the sink tests).
@@ -234,7 +241,8 @@ def test_the_example_charges_once_through_the_gateway_and_refuses_every_direct_c
         async with Client(mcp_charge_server.build_server(late)) as c:
             return await call(c, "charge", args, fresh)
 
-    assert reason(anyio.run(an_hour_later)) == "EXPIRED"
+    expired = anyio.run(an_hour_later)
+    assert reason(expired) == "EXPIRED" and isinstance(expired, MCPError) and expired.code == INVALID_PARAMS
     keys.close()
 
     # Before the handler: the charge handler ran once (through the gateway), the receipt

@@ -12,8 +12,9 @@ is missing or null or holds an integer beyond ±(2^53-1). JCS is RFC 8785 (``rfc
 Two entry points for the arguments: :func:`parse_arguments` reads the exact JSON text
 (strict RFC 8259 + I-JSON, as the kernel's parser); :func:`check_arguments` checks a value
 some other parser already produced (an MCP SDK's), as far as a parsed value still shows a
-problem (a duplicate member, for one, is gone once parsed). Published vectors:
-test/vectors/key-derivation.json.
+problem (a duplicate member, for one, is gone once parsed). :func:`derive_key_from_parsed`
+is the MCP middleware's: parsed arguments keyed as the TypeScript middleware keys them.
+Published vectors: test/vectors/key-derivation.json.
 """
 
 from __future__ import annotations
