@@ -211,12 +211,8 @@ export function rejectionsPage(f: RejectionFilterForm, reasons: string[], rows: 
           ${options.map((r) => html`<option value="${r}" ${r === f.reason ? html` selected` : html``}>${r === "" ? "any" : r}</option>`)}
         </select></label
       >
-      <label
-        >Service
-        <select name="service">
-          ${["", "ledger", "kernel"].map((s) => html`<option value="${s}" ${s === f.service ? html` selected` : html``}>${s === "" ? "any" : s}</option>`)}
-        </select></label
-      >
+      <label>Service <input name="service" value="${f.service}" placeholder="any" list="services" /></label>
+      <datalist id="services">${knownServices(rows).map((s) => html`<option value="${s}"></option>`)}</datalist>
       <label>Since <input name="since" value="${f.since}" placeholder="1h, 2d or ISO time" /></label>
       <label>Until <input name="until" value="${f.until}" placeholder="ISO time" /></label>
       <button type="submit">Filter</button>
@@ -462,4 +458,12 @@ export function settledPage(c: Call, alreadyCompleted: boolean, by: string, at: 
 
 export function errorPage(message: string): SafeHtml {
   return notice("error", message);
+}
+
+/**
+ * Services refusals are recorded under: keycap's own, and every sink seen on this page
+ * (`sink:<name>`; a sink names itself, so the list cannot be closed — the field takes any name).
+ */
+function knownServices(rows: readonly { service: string }[]): string[] {
+  return [...new Set(["ledger", "kernel", "mcp", "sink:gateway", ...rows.map((r) => r.service).filter((s) => s !== "")])].sort();
 }
