@@ -202,6 +202,18 @@ describe("web console: operators read and settle through the browser, behind the
     expect(dialogs).to.deep.equal([]);
   });
 
+  it("shows a tool's registered definition on its page: effect class, key fields, owner (issue 33 item 2)", async function () {
+    await page.goto(`${base}/?tool=console.charge`);
+    const definition = page.locator("section.definition dl");
+    const text = (await definition.textContent()) ?? "";
+    expect(text).to.include("idempotent").and.include("/order_id").and.include("key fields");
+    await page.goto(`${base}/?tool=console.transfer`);
+    expect(await page.locator("section.definition dl").textContent()).to.include("unsafe").and.not.include("key fields");
+    // A tool the kernel does not know (refusals can name any id) has no definition to show.
+    await page.goto(`${base}/?tool=${encodeURIComponent("no.such.tool")}`);
+    expect(await page.locator("section.definition").count()).to.equal(0);
+  });
+
   it("opens an entry by its key, payload shown as text", async function () {
     await page.goto(`${base}/entries`);
     await page.fill("input[name=key]", entryKey);

@@ -22,6 +22,7 @@ import {
   type OperatorOptions,
 } from "./operator-context";
 import { newTable, print, printMoreHint, render } from "./output";
+import { toolView } from "../../common/src/tool-view";
 import { SINK_SERVICE } from "../../common/src/sink-name";
 
 function kind(k: EffectKind): string {
@@ -383,28 +384,3 @@ async function loadHandlers(modulePath: string): Promise<RuntimeTool[]> {
 }
 
 /** A tool as an operator reads it: names, not enum numbers (JSON and tables alike). */
-function toolView(t: Tool): {
-  toolId: string;
-  effectClass: string;
-  keyFields: string[];
-  derivationVersion: number;
-  contextFields: string[];
-  requestIdField: string;
-  owner: string;
-  argumentsSchema: unknown;
-  httpDestination: string;
-} {
-  const k = t.effectClass?.kind;
-  const key = k?.$case === "idempotent" ? k.value.key : undefined;
-  return {
-    toolId: t.toolId,
-    effectClass: k?.$case ?? "unspecified",
-    keyFields: key?.fields ?? [],
-    derivationVersion: key?.version ?? 0,
-    contextFields: (key?.contextFields ?? []).map(() => "run_id"),
-    requestIdField: k?.$case === "queryable" ? (k.value.lookup?.requestIdField ?? "") : "",
-    owner: t.owner,
-    argumentsSchema: t.argumentsSchemaJson === "" ? undefined : (JSON.parse(t.argumentsSchemaJson) as unknown),
-    httpDestination: t.httpDestination ? `${t.httpDestination.methods.join(",")} ${t.httpDestination.baseUrl}` : "",
-  };
-}

@@ -12,11 +12,12 @@ export async function overviewView(b: ConsoleBackend, toolParam: string, windowN
   const tool = toolParam === "(unknown)" ? "" : toolParam;
   const w = chartWindow(windowName);
   const now = Date.now();
-  const [stats, tools, newest, points] = await Promise.all([
+  const [stats, tools, newest, points, definition] = await Promise.all([
     b.stats(),
     b.tools().catch(() => new Map<string, string>()),
     b.newestEntries(tool),
     b.refusalPoints(tool, new Date(now - w.spanMs)),
+    tool ? b.tool(tool) : Promise.resolve(undefined),
   ]);
   const rows = new Map<string, ToolRow>();
   const row = (id: string): ToolRow => {
@@ -62,6 +63,7 @@ export async function overviewView(b: ConsoleBackend, toolParam: string, windowN
     chart: refusalChart(bucketRefusals(points.points, w, now), caption),
     window: w.name,
     ...(toolParam ? { tool: toolParam } : {}),
+    ...(definition ? { definition } : {}),
   });
 }
 
