@@ -27,7 +27,7 @@ const SERVICES: Readonly<Record<string, ServiceName>> = {
   },
   "keycap.gateway.v1.GatewayService": {
     what: "keycap gateway",
-    setting: "new GatewayClient(address) (keycap's examples read KEYCAP_GATEWAY_ADDRESS, default 127.0.0.1:50055)",
+    setting: "new GatewayClient(address) (`make run`'s gateway listens on 127.0.0.1:50055)",
   },
 };
 
