@@ -208,7 +208,9 @@ describe("web console: operators read and settle through the browser, behind the
     const text = (await definition.textContent()) ?? "";
     expect(text).to.include("idempotent").and.include("/order_id").and.include("key fields");
     await page.goto(`${base}/?tool=console.transfer`);
-    expect(await page.locator("section.definition dl").textContent()).to.include("unsafe").and.not.include("key fields");
+    expect(await page.locator("section.definition dl").textContent())
+      .to.include("unsafe")
+      .and.not.include("key fields");
     // A tool the kernel does not know (refusals can name any id) has no definition to show.
     await page.goto(`${base}/?tool=${encodeURIComponent("no.such.tool")}`);
     expect(await page.locator("section.definition").count()).to.equal(0);
