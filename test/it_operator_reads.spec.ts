@@ -75,6 +75,21 @@ describe("operator reads at volume (issue 32)", function () {
           n: i + j,
         })),
       );
+      // Calls recovery gave up on: an operator's listing reads and sorts them all.
+      await db.collection("calls").insertMany(
+        Array.from({ length: n }, (_, j) => ({
+          _id: `preloaded-call-${i + j}` as unknown as ObjectId,
+          tool_id: "volume.preloaded",
+          run_id: "",
+          arguments_json: `{"order":"${i + j}"}`,
+          effect: "unsafe",
+          attempt: 1,
+          state: "indeterminate",
+          capability: {},
+          created_at: at,
+          updated_at: at,
+        })),
+      );
     }
     svc = await startService("all", env);
     kernel = new KernelClient(svc.endpoints.kernel!, { ledgerAddress: svc.endpoints.ledger!, coalesce: false });
@@ -132,6 +147,16 @@ describe("operator reads at volume (issue 32)", function () {
     expect(r.stderr).not.to.include("is keycap serve running");
     const admin = new AdminClient(svc.endpoints.admin!, ADMIN);
     const direct = await refusal(admin.listRejectionsPage({}, "", 10, { retry: false })).finally(() => admin.close());
+    expect({ code: direct.codeName, reason: direct.reason }).to.deep.equal({ code: "DEADLINE_EXCEEDED", reason: "OPERATOR_QUERY_TIMEOUT" });
+  });
+
+  it("stops the kernel's listing of calls at the same limit, and the CLI says so", async function () {
+    const r = await runCli(["calls", "--state", "indeterminate", "--kernel", svc.endpoints.kernel!], cliEnv());
+    expect(r.code, r.stderr).to.equal(1);
+    expect(r.stderr).to.include("stopped the query");
+    expect(r.stderr).not.to.include("is keycap serve running");
+    const operator = new KernelClient(svc.endpoints.kernel!, { token: ADMIN });
+    const direct = await refusal(operator.listIndeterminateCalls("", { retry: false })).finally(() => operator.close());
     expect({ code: direct.codeName, reason: direct.reason }).to.deep.equal({ code: "DEADLINE_EXCEEDED", reason: "OPERATOR_QUERY_TIMEOUT" });
   });
 

@@ -56,6 +56,8 @@ const MAJORITY = { writeConcern: { w: "majority" as const } };
 export interface JournalOptions {
   /** Removal of finished calls' pending copies: ids per delete (64) and longest wait in ms (100). */
   sweep?: { batch?: number; maxDelayMs?: number };
+  /** Database-side time limit of the listings (KEYCAP_OPERATOR_QUERY_TIMEOUT_MS); none when unset. */
+  listTimeMs?: number;
 }
 
 /** Where a listing of calls continues: after this (created_at, _id). */
@@ -104,6 +106,7 @@ export class CallJournal {
     private readonly pending: Collection<CallRecord>,
     private readonly logger: Logger,
     sweep: JournalOptions["sweep"] = {},
+    private readonly listTimeMs: number | undefined = undefined,
   ) {
     this.sweeper = new PendingCopySweeper(
       { deleteMany: async (ids) => void (await this.pending.deleteMany({ _id: { $in: ids } }, MAJORITY)) },
@@ -134,7 +137,7 @@ export class CallJournal {
     // `calls` and `call_completions` are only read by `_id`: no secondary index.
     await pending.createIndex({ created_at: 1, _id: 1 });
     await pending.createIndex({ tool_id: 1, created_at: 1, _id: 1 });
-    return new CallJournal(calls, completions, pending, logger, opts.sweep);
+    return new CallJournal(calls, completions, pending, logger, opts.sweep, opts.listTimeMs);
   }
 
   /**
@@ -334,8 +337,9 @@ export class CallJournal {
     if (typeof toolId !== "string") filter.tool_id = { $in: [...toolId] };
     else if (toolId) filter.tool_id = toolId;
     if (after) filter.$or = afterKeyset<CallRecord>("created_at", new Date(after.createdAt), after.id, "oldest-first");
+    // A listing over a large journal is stopped at its limit (OPERATOR_QUERY_TIMEOUT) rather than run on.
     const found = await coll
-      .find(filter)
+      .find(filter, this.listTimeMs !== undefined ? { maxTimeMS: this.listTimeMs } : {})
       .sort({ created_at: 1, _id: 1 })
       .limit(limit + 1)
       .toArray();

@@ -58,7 +58,7 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
     const grants = await GrantStore.open(mongo.db, cache);
     const registry = await ToolRegistry.open(mongo.db);
     if (config.bootstrapRuntime) await bootstrapRuntime(principals, { token: config.runtimeToken, file: config.runtimeTokenFile, logger });
-    const journal = scope.own(await CallJournal.open(mongo.db, logger), (j) => j.close());
+    const journal = scope.own(await CallJournal.open(mongo.db, logger, { listTimeMs: config.operatorQueryTimeoutMs }), (j) => j.close());
     deps.metrics?.callGauges(() => journal.counts());
 
     const policy = new AccessPolicy(registry, grants);
