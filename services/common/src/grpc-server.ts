@@ -176,6 +176,9 @@ function bindError(setting: string, address: HostPort, err: Error): ConfigError 
   return new ConfigError(setting, `cannot listen on ${where}: ${cause}`);
 }
 
+/** grpc-js errors keycap reports itself, better: logged at debug only. */
+const SAID_BY_US: readonly RegExp[] = [/^No address added out of total \d+ resolved/];
+
 /**
  * grpc-js's own messages into the service's structured log, instead of bare "E ..." lines on
  * stderr beside the one line a failed start prints.
@@ -183,7 +186,12 @@ function bindError(setting: string, address: HostPort, err: Error): ConfigError 
 export function routeGrpcLogs(logger: Logger): void {
   const text = (args: unknown[]): string => args.map(String).join(" ");
   setLogger({
-    error: (...args: unknown[]) => logger.warn({ source: "grpc-js" }, text(args)),
+    error: (...args: unknown[]) => {
+      const message = text(args);
+      // Said in our words, naming the setting, by the listener's start (port in use): grpc-js's is only noise before it.
+      if (SAID_BY_US.some((r) => r.test(message))) return logger.debug({ source: "grpc-js" }, message);
+      logger.warn({ source: "grpc-js" }, message);
+    },
     info: (...args: unknown[]) => logger.info({ source: "grpc-js" }, text(args)),
     debug: (...args: unknown[]) => logger.debug({ source: "grpc-js" }, text(args)),
   });
