@@ -39,6 +39,14 @@ export interface CallRecord {
   updated_at: Date;
   /** The principal that began the call (the capability's `sub`); absent on calls begun before principals existed. */
   principal?: string;
+  /** The run mode when not live (ADR 0028); absent: live. */
+  mode?: "shadow" | "replay";
+  /** Replay calls: the recorded run, the recorded call matched and this call's position in its replay run. */
+  replay_of_run_id?: string;
+  replay_of_call_id?: string;
+  replay_position?: number;
+  /** Shadow calls: the live run shadowed, when named. */
+  shadows_run_id?: string;
   /** Last refused recovery, for operators (e.g. a key that no longer re-derives). */
   last_resume_refusal?: { reason: string; message: string; at: Date };
 }
@@ -131,7 +139,9 @@ export class CallJournal {
     const completions = db.collection<CompletionDoc>("call_completions");
     const pending = db.collection<CallRecord>("pending_calls");
     // Awaited at start: a failure stops the start (no fire-and-forget indexes).
-    // `calls` and `call_completions` are only read by `_id`: no secondary index.
+    // `call_completions` is only read by `_id`; `calls` by `_id`, and by run for a run's
+    // listing and a replay's matching (ADR 0028: an equality filter, then the run's order).
+    await calls.createIndex({ run_id: 1, created_at: 1, _id: 1 });
     await pending.createIndex({ created_at: 1, _id: 1 });
     await pending.createIndex({ tool_id: 1, created_at: 1, _id: 1 });
     return new CallJournal(calls, completions, pending, logger, opts.sweep);
@@ -303,6 +313,21 @@ export class CallJournal {
   async listIndeterminate(toolId: string | readonly string[], after: JournalCursor | undefined, limit: number): Promise<PendingPage> {
     const { page, completed, next } = await this.pageOf(this.calls, { state: "indeterminate" }, toolId, after, limit);
     return { calls: page.filter((c) => !completed.has(c._id)), ...next };
+  }
+
+  /**
+   * One run's calls in journal order (created_at, then `_id`), from `skip` on, each with its
+   * completion. A run is a handful to thousands of calls, read by an operator or a replay:
+   * an equality filter on the run, sorted by the index.
+   */
+  async listRun(runId: string, skip: number, limit: number): Promise<CallRecord[]> {
+    const calls = await this.calls.find({ run_id: runId }).sort({ created_at: 1, _id: 1 }).skip(skip).limit(limit).toArray();
+    const ids = calls.map((c) => c._id);
+    const done = new Map(ids.length ? (await this.completions.find({ _id: { $in: ids } }).toArray()).map((c) => [c._id, c]) : []);
+    return calls.map((c) => {
+      const completion = done.get(c._id);
+      return completion ? withCompletion(c, completion) : c;
+    });
   }
 
   /**
