@@ -7,14 +7,19 @@
 import { status } from "@grpc/grpc-js";
 import { expect } from "chai";
 import { MongoClient, type Db } from "mongodb";
+import * as path from "node:path";
 import { KernelClient, LedgerClient, Runtime } from "../clients/ts/src";
-import { RunMode } from "../gen/ts/keycap/kernel/v1/kernel";
+import { RunMode, type BeginCallRequest, type BeginCallResponse } from "../gen/ts/keycap/kernel/v1/kernel";
+import { errorOf } from "../clients/ts/src/call-coalescer";
+import { callUnary } from "../clients/ts/src/rpc";
+import { CapabilityMinter } from "../services/kernel/src/capability-minter";
+import { loadOrCreateSigningKeys } from "../services/kernel/src/signing-keys";
 import { RemoteJwksSource } from "../services/capability/src";
 import { InMemorySpentStore, Sink } from "../services/sink/src";
 import { KeycapError } from "../services/common/src/errors";
 import { charge, notify, tools, transfer } from "./support/acceptance-tools";
 import { refusal } from "./support/refusal";
-import { runCli, serviceEnv, startService, type ServiceProcess } from "./support/processes";
+import { runCli, serviceEnv, startService, TEST_RUNTIME_TOKEN, type ServiceProcess } from "./support/processes";
 
 const ADMIN_TOKEN = "run-modes-admin-token-0123456789";
 
@@ -171,6 +176,54 @@ describe("run modes: live, shadow, replay (issue 30, ADR 0028)", function () {
     } finally {
       ledger.close();
     }
+  });
+
+  it("the ledger refuses an Unsafe capability whose mode is not live (SANDBOX_UNSAFE_DENIED), even one signed with the kernel's key", async function () {
+    // The kernel never mints one; a component upstream that did must still get no effect.
+    const keys = await loadOrCreateSigningKeys(path.join(env["KEYCAP_DATA_DIR"]!, "signing-keys.json"), { retiredGraceSeconds: 905 });
+    const minted = await new CapabilityMinter(keys).mint({
+      principal: "local-runtime",
+      toolId: transfer.id,
+      effect: "unsafe",
+      callId: "forged-1",
+      attempt: 1,
+      mode: "shadow",
+    });
+    const before = [await entries(), await shadowEntries()];
+    const ledger = new LedgerClient(proc.endpoints.ledger!);
+    try {
+      const denied = await refusal(ledger.writeWithCapability(minted.token, { payload: Buffer.from("x") }));
+      expect([denied.codeName, denied.reason]).to.deep.equal(["PERMISSION_DENIED", "SANDBOX_UNSAFE_DENIED"]);
+    } finally {
+      ledger.close();
+    }
+    expect([await entries(), await shadowEntries()]).to.deep.equal(before);
+  });
+
+  it("checks the mode per call in a BeginCalls batch: one bad item is refused INVALID_RUN_MODE, the others begin", async function () {
+    const item = (replayOfRunId: string): BeginCallRequest => ({
+      toolId: charge.id,
+      callId: `batch-${replayOfRunId || "none"}`,
+      runId: "rep-6",
+      argumentsJson: JSON.stringify(args[0]!.args),
+      mode: RunMode.RUN_MODE_REPLAY,
+      replayOfRunId,
+      shadowsRunId: "",
+    });
+    const res = await callUnary(kernel.raw.beginCalls, kernel.raw, { calls: [item(""), item(recorded.runId)] }, TEST_RUNTIME_TOKEN);
+    const [bad, good] = res.results.map((r) => r.result);
+    expect(bad?.$case).to.equal("errorStatus");
+    const err = errorOf(bad?.value as Buffer);
+    expect([err.codeName, err.reason, err.metadata["field"]]).to.deep.equal(["INVALID_ARGUMENT", "INVALID_RUN_MODE", "replay_of_run_id"]);
+    expect(good?.$case).to.equal("begun");
+    expect((good?.value as BeginCallResponse).recordedCall?.callId).to.equal(recorded.calls[0]);
+  });
+
+  it("a call id names one call in one mode: beginning a live call id again in shadow is refused CALL_ID_CONFLICT", async function () {
+    const a = JSON.stringify({ order_id: "M-1", amount_cents: 7 });
+    await kernel.beginCall(charge.id, a, { runId: "run-m", callId: "mode-call-1" });
+    const again = await refusal(kernel.beginCall(charge.id, a, { runId: "run-m", callId: "mode-call-1", mode: "shadow" }));
+    expect(again.reason).to.equal("CALL_ID_CONFLICT");
   });
 
   it("`keycap runs show` prints a run's calls in order: position, tool, key, outcome, mode", async function () {

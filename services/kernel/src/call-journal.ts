@@ -170,12 +170,23 @@ export class CallJournal {
     }
     const existing = await this.get(record._id);
     if (!existing) throw refuse(Reasons.CONCURRENT_BEGIN, "the call changed during BeginCall; retry");
-    if (existing.tool_id !== record.tool_id || existing.run_id !== record.run_id || existing.arguments_json !== record.arguments_json) {
+    if (
+      existing.tool_id !== record.tool_id ||
+      existing.run_id !== record.run_id ||
+      existing.arguments_json !== record.arguments_json ||
+      // A call id names one call in one mode (ADR 0028): a live call is never answered as a replay's, nor the reverse.
+      (existing.mode ?? "live") !== (record.mode ?? "live") ||
+      (existing.replay_of_run_id ?? "") !== (record.replay_of_run_id ?? "")
+    ) {
       // Take back the copy this BeginCall inserted (only it has this created_at).
       if (copyInserted) await this.pending.deleteOne({ _id: record._id, created_at: record.created_at }, MAJORITY);
-      throw refuse(Reasons.CALL_ID_CONFLICT, `call ${record._id} was already begun with a different tool, run id or arguments; a call id names one call`, {
-        call_id: record._id,
-      });
+      throw refuse(
+        Reasons.CALL_ID_CONFLICT,
+        `call ${record._id} was already begun with a different tool, run id, arguments or mode; a call id names one call`,
+        {
+          call_id: record._id,
+        },
+      );
     }
     if (existing.state !== "pending") {
       if (copyInserted) await this.unmarkPending(record._id);
