@@ -219,6 +219,19 @@ describe("run modes: live, shadow, replay (issue 30, ADR 0028)", function () {
     expect((good?.value as BeginCallResponse).recordedCall?.callId).to.equal(recorded.calls[0]);
   });
 
+  it("a replay call begun twice at once (a retry racing the first) holds one position and is one call", async function () {
+    const first = args[0]!;
+    const begin = (): Promise<BeginCallResponse> =>
+      kernel.beginCall(first.tool, JSON.stringify(first.args), { runId: "rep-7", callId: "rep-7-call-0", mode: "replay", replayOf: recorded.runId });
+    const both = await Promise.all([begin(), begin(), begin()]);
+    expect(both.map((b) => [b.call?.callId, b.call?.replayPosition, b.recordedCall?.callId])).to.deep.equal(
+      both.map(() => ["rep-7-call-0", 0, recorded.calls[0]]),
+    );
+    // The next call of the run is at position 1.
+    const next = await kernel.beginCall(notify.id, JSON.stringify(args[1]!.args), { runId: "rep-7", mode: "replay", replayOf: recorded.runId });
+    expect([next.call?.replayPosition, next.recordedCall?.callId]).to.deep.equal([1, recorded.calls[1]]);
+  });
+
   it("a call id names one call in one mode: beginning a live call id again in shadow is refused CALL_ID_CONFLICT", async function () {
     const a = JSON.stringify({ order_id: "M-1", amount_cents: 7 });
     await kernel.beginCall(charge.id, a, { runId: "run-m", callId: "mode-call-1" });

@@ -82,7 +82,11 @@ export class ReplayMatcher {
     for (let step = 0; step < MAX_STEPS; step++, position++) {
       const [recorded] = await this.journal.listRun(call.replayOfRunId, position, 1);
       check(recorded, position);
-      if (recorded && (await this.positions.take(call.runId, position, call.callId, recorded._id))) return { position, recorded };
+      if (!recorded) continue;
+      if (await this.positions.take(call.runId, position, call.callId, recorded._id)) return { position, recorded };
+      // Taken: by this very call, begun twice at once (a retry racing the first), or by another.
+      const mine = await this.positions.heldBy(call.runId, call.callId);
+      if (mine) return { position: mine.position, recorded };
     }
     throw refuse(Reasons.CONCURRENT_REPLAY, `replay run ${call.runId}: its positions kept being taken concurrently; retry`, { position: String(position) });
   }
