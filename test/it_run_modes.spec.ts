@@ -99,6 +99,10 @@ describe("run modes: live, shadow, replay (issue 30, ADR 0028)", function () {
     expect(matched?.callId).to.equal(recorded.calls[0]);
     const wrongTool = await refusal(replay.run(charge.id, args[3]!.args, { runId: "rep-2" }));
     expect(wrongTool.metadata).to.include({ position: "1", expected_call_id: recorded.calls[1], expected_tool_id: notify.id });
+    // Recorded against the tool that diverged.
+    const r = await cli(["rejections", "--tool", charge.id, "--reason", "REPLAY_DIVERGED", "--json"]);
+    expect(r.code, r.stderr).to.equal(0);
+    expect((JSON.parse(r.stdout) as { toolId: string }[]).map((x) => x.toolId)).to.deep.equal([charge.id, charge.id]);
   });
 
   it("refuses a replay call past the recorded run's end, expecting no call", async function () {
@@ -249,7 +253,12 @@ describe("run modes: live, shadow, replay (issue 30, ADR 0028)", function () {
     expect(rows[0]!.key).to.have.length(43);
     const replay = await cli(["runs", "show", "rep-1"]);
     expect(replay.code, replay.stderr).to.equal(0);
-    expect(replay.stdout).to.include("replay").and.include(charge.id).and.include(notify.id).and.not.include(transfer.id);
+    expect(replay.stdout).to.include("replay").and.include(recorded.runId).and.include(charge.id).and.include(notify.id).and.not.include(transfer.id);
+    const shadow = JSON.parse((await cli(["runs", "show", "shadow-2", "--json"])).stdout) as { mode: string; ofRun: string }[];
+    expect(shadow.map((r) => [r.mode, r.ofRun])).to.deep.equal([
+      ["shadow", "live-2"],
+      ["shadow", "live-2"],
+    ]);
     const empty = await cli(["runs", "show", "no-such-run"]);
     expect(empty.stdout).to.include("no calls in run no-such-run");
   });

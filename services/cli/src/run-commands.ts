@@ -19,7 +19,10 @@ export interface RunCallRow {
   requestId: string;
   outcome: string;
   mode: string;
+  /** Replay: the recorded call matched. */
   replayOfCallId: string;
+  /** The run this one replays (replay) or shadows (shadow); "" for live. */
+  ofRun: string;
 }
 
 /** Adds `runs show`. */
@@ -43,8 +46,8 @@ export function addRunCommands(program: Command, kernelOperator: (c: Command) =>
 }
 
 function runTable(rows: RunCallRow[]): string {
-  const t = newTable(["#", "tool", "key / request id", "outcome", "mode", "call"]);
-  for (const r of rows) t.push([String(r.position), r.toolId, r.key || r.requestId || "-", r.outcome, r.mode, r.callId]);
+  const t = newTable(["#", "tool", "key / request id", "outcome", "mode", "of run", "call"]);
+  for (const r of rows) t.push([String(r.position), r.toolId, r.key || r.requestId || "-", r.outcome, r.mode, r.ofRun || "-", r.callId]);
   return t.toString();
 }
 
@@ -59,6 +62,7 @@ function rowOf(rc: RunCall): RunCallRow {
     outcome: outcomeOf(c?.state, c?.outcome),
     mode: c?.mode === RunMode.RUN_MODE_SHADOW ? "shadow" : c?.mode === RunMode.RUN_MODE_REPLAY ? "replay" : "live",
     replayOfCallId: c?.replayOfCallId ?? "",
+    ofRun: c?.replayOfRunId || c?.shadowsRunId || "",
   };
 }
 
