@@ -86,6 +86,8 @@ describe("access: who may mint a capability (issue 10)", function () {
           const resume = await refusal(stranger.resumeCall(own.callId));
           const complete = await refusal(stranger.completeCall(own.callId, "succeeded"));
           for (const e of [begin, resume, complete]) expect([e.codeName, e.reason]).to.deep.equal(["UNAUTHENTICATED", reason]);
+          // Sent without a bearer: the refusal says where the default lookup looked (issue 33 item 1).
+          if (token === "") for (const e of [begin, resume, complete]) expect(e.message).to.contain("this client sent no runtime credential");
         } finally {
           stranger.close();
         }

@@ -97,7 +97,8 @@ describe("keycap CLI: operators read the ledger through the admin API", function
     expect(r.code).to.equal(1);
     expect(r.stdout).to.equal("");
     expect(r.stderr.trim().split("\n")).to.have.length(1);
-    expect(r.stderr).to.match(/refused the credential \(ADMIN_CREDENTIAL_INVALID\)/);
+    expect(r.stderr).to.match(/refused the credential \(ADMIN_CREDENTIAL_INVALID\), read from KEYCAP_ADMIN_TOKEN; .*admin-token/);
+    expect(r.stderr).to.not.include("wrong");
   });
 
   it("exits non-zero with one line when the ledger is unreachable", async function () {

@@ -201,4 +201,47 @@ describe("keycap-aware MCP server in TypeScript (issue 29): the capability verif
       ].sort(),
     );
   });
+
+  it("passes a keycap-aware server's refusal of the gateway's own call through to the host, and the call stays retryable", async function () {
+    // The same server behind an upstream named "billing": the gateway registers and begins
+    // mcp:billing/charge, which the server (governing mcp:payments/*) does not accept.
+    const serverEnv = {
+      CHARGE_API_URL: api.url,
+      KEYCAP_KERNEL_ADDRESS: s.kernel.endpoints.kernel!,
+      MONGODB_URI: s.env["MONGODB_URI"]!,
+      KEYCAP_MONGODB_DATABASE: s.env["KEYCAP_MONGODB_DATABASE"]!,
+    };
+    const policy = writePolicy(
+      dir,
+      "billing.yaml",
+      [
+        "version: 1",
+        "upstreams:",
+        "  billing:",
+        `    command: ${JSON.stringify(process.execPath)}`,
+        `    args: [${JSON.stringify(EXAMPLE)}]`,
+        `    env: ${JSON.stringify(serverEnv)}`,
+        "    tools:",
+        "      charge: { class: idempotent, key: [/order_id, /amount_cents] }",
+        "      send_receipt: { class: unsafe }",
+        "",
+      ].join("\n"),
+    );
+    const billing = await connectHost(policy, { ...s.env, KEYCAP_KERNEL_ADDRESS: s.kernel.endpoints.kernel!, KEYCAP_RUNTIME_TOKEN: TEST_RUNTIME_TOKEN });
+    try {
+      const args = { order_id: "ord-billing", amount_cents: 700 };
+      for (const attempt of ["first", "retry"]) {
+        const data = await refusal(billing.client.callTool({ name: "charge", arguments: args }));
+        expect([attempt, data.reason, data.tool_id, data.metadata["refused_by"]]).to.deep.equal([
+          attempt,
+          "TOOL_NOT_ACCEPTED",
+          "mcp:billing/charge",
+          "upstream",
+        ]);
+      }
+      expect(api.charges.filter((c) => c.orderId === "ord-billing")).to.have.length(0);
+    } finally {
+      await billing.close();
+    }
+  });
 });

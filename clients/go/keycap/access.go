@@ -44,7 +44,7 @@ type AccessClient struct {
 // plays no part here.
 func NewAccessClient(address, token string, opts ...Option) (*AccessClient, error) {
 	o := buildOptions(opts)
-	conn, err := dial(address, o, withBearer(token)...)
+	conn, err := dial(address, o, append(withBearer(token), explainErrors(accessService, address, o, token != ""))...)
 	if err != nil {
 		return nil, err
 	}

@@ -37,7 +37,7 @@ type AdminClient struct {
 // admin credential token. Pass WithTLS when the listener serves TLS.
 func NewAdminClient(address, token string, opts ...Option) (*AdminClient, error) {
 	o := buildOptions(opts)
-	conn, err := dial(address, o)
+	conn, err := dial(address, o, explainErrors(adminService, address, o, false))
 	if err != nil {
 		return nil, err
 	}

@@ -7,8 +7,11 @@ package keycap
 // The bearer secret's default lookup is the same in every keycap client
 // (TypeScript, Python, Go): KEYCAP_RUNTIME_TOKEN, else the file named by
 // KEYCAP_RUNTIME_TOKEN_FILE, else $KEYCAP_DATA_DIR/runtime-token (data dir
-// default ./.keycap, against the working directory), which `make run` creates
-// on first start.
+// default: the nearest .keycap folder in the working directory or above it, up
+// to the filesystem's root, a file named .keycap skipped; else ./.keycap),
+// which `make run` creates on first start. An empty secret is none. A refusal
+// for a missing credential says where the lookup looked
+// (MissingCredentialHint).
 
 import (
 	"crypto/tls"
@@ -126,45 +129,134 @@ func TLSFromEnv() (t TLSFiles, ok bool) {
 	return t, t != TLSFiles{}
 }
 
-// DefaultDataDir is KEYCAP_DATA_DIR, else ./.keycap, made absolute against the
-// working directory (as the services resolve it).
-func DefaultDataDir() string {
-	dir := envValue("KEYCAP_DATA_DIR")
-	if dir == "" {
-		dir = ".keycap"
+// DefaultDataDir is the data directory, as the services resolve it:
+// KEYCAP_DATA_DIR (relative to the working directory), else the nearest .keycap
+// folder in the working directory or above it (so a program run from a
+// subfolder finds the credentials `make run` made at the top), else
+// ./.keycap; always absolute.
+func DefaultDataDir() string { return dataDir(envValue("KEYCAP_DATA_DIR"), workingDir()) }
+
+func dataDir(configured, cwd string) string {
+	if configured != "" {
+		if filepath.IsAbs(configured) {
+			return filepath.Clean(configured)
+		}
+		return filepath.Join(cwd, configured)
 	}
-	if abs, err := filepath.Abs(dir); err == nil {
-		return abs
+	if found, _ := searchDataDir(cwd); found != "" {
+		return found
 	}
-	return dir
+	return filepath.Join(cwd, ".keycap")
 }
 
-// RuntimeTokenFromEnv is the runtime's bearer secret by the default lookup:
-// KEYCAP_RUNTIME_TOKEN; else the file KEYCAP_RUNTIME_TOKEN_FILE names (a
-// *ConfigError naming that setting when it cannot be read); else
-// $KEYCAP_DATA_DIR/runtime-token, and "" (no token, no error) when that file
-// does not exist. Surrounding whitespace is trimmed.
-func RuntimeTokenFromEnv() (string, error) {
-	if v := envValue("KEYCAP_RUNTIME_TOKEN"); v != "" {
-		return v, nil
+// searchDataDir is the nearest .keycap folder in cwd or above ("" when none)
+// and every folder searched.
+func searchDataDir(cwd string) (found string, searched []string) {
+	for dir := cwd; ; dir = filepath.Dir(dir) {
+		searched = append(searched, dir)
+		if fi, err := os.Stat(filepath.Join(dir, ".keycap")); err == nil && fi.IsDir() {
+			return filepath.Join(dir, ".keycap"), searched
+		}
+		if filepath.Dir(dir) == dir {
+			return "", searched
+		}
 	}
-	explicit := envValue("KEYCAP_RUNTIME_TOKEN_FILE")
+}
+
+func workingDir() string {
+	if wd, err := os.Getwd(); err == nil {
+		return wd
+	}
+	return "."
+}
+
+// RuntimeTokenLookup is what the default lookup found: the secret and where it
+// was read, or nothing and every place it looked, in order.
+type RuntimeTokenLookup struct {
+	// Token is the secret, trimmed; "" when none was found (an empty file is none).
+	Token string
+	// Source is "KEYCAP_RUNTIME_TOKEN" or the file read; "" when none was found.
+	Source string
+	// Tried lists each place looked at, for people, e.g.
+	// "KEYCAP_RUNTIME_TOKEN (not set)", "/app/.keycap/runtime-token (no such file)".
+	Tried []string
+}
+
+// LookupRuntimeToken is the default lookup with its trail (RuntimeTokenFromEnv
+// is its Token). A KEYCAP_RUNTIME_TOKEN_FILE that cannot be read, or a default
+// file that exists but cannot be read, is a *ConfigError.
+func LookupRuntimeToken() (RuntimeTokenLookup, error) {
+	return lookupRuntimeToken(envValue, workingDir())
+}
+
+func lookupRuntimeToken(env func(string) string, cwd string) (RuntimeTokenLookup, error) {
+	if v := env("KEYCAP_RUNTIME_TOKEN"); v != "" {
+		return RuntimeTokenLookup{Token: v, Source: "KEYCAP_RUNTIME_TOKEN"}, nil
+	}
+	tried := []string{"KEYCAP_RUNTIME_TOKEN (not set)"}
+	explicit := env("KEYCAP_RUNTIME_TOKEN_FILE")
 	file := explicit
 	if file == "" {
-		file = filepath.Join(DefaultDataDir(), "runtime-token")
+		tried = append(tried, "KEYCAP_RUNTIME_TOKEN_FILE (not set)")
+		configured := env("KEYCAP_DATA_DIR")
+		if configured != "" {
+			tried = append(tried, "KEYCAP_DATA_DIR="+configured)
+		} else {
+			found, searched := searchDataDir(cwd)
+			result := "none"
+			if found != "" {
+				result = "found " + found
+			}
+			tried = append(tried, "KEYCAP_DATA_DIR (not set)", fmt.Sprintf("a .keycap folder in %s (%s)", strings.Join(searched, ", "), result))
+		}
+		file = filepath.Join(dataDir(configured, cwd), "runtime-token")
+	} else if !filepath.IsAbs(file) {
+		file = filepath.Join(cwd, file)
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
 		if explicit == "" && errors.Is(err, fs.ErrNotExist) {
-			return "", nil
+			return RuntimeTokenLookup{Tried: append(tried, file+" (no such file)")}, nil
 		}
 		setting := "KEYCAP_RUNTIME_TOKEN_FILE"
 		if explicit == "" {
 			setting = "KEYCAP_DATA_DIR"
 		}
-		return "", &ConfigError{Setting: setting, Problem: fmt.Sprintf("cannot read the runtime token %s: %v", file, pathCause(err)), Err: err}
+		return RuntimeTokenLookup{Tried: tried}, &ConfigError{Setting: setting, Problem: fmt.Sprintf("cannot read the runtime token %s: %v", file, pathCause(err)), Err: err}
 	}
-	return strings.TrimSpace(string(b)), nil
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return RuntimeTokenLookup{Tried: append(tried, file+" (empty)")}, nil
+	}
+	return RuntimeTokenLookup{Token: token, Source: file, Tried: tried}, nil
+}
+
+// RuntimeTokenFromEnv is the runtime's bearer secret by the default lookup:
+// KEYCAP_RUNTIME_TOKEN; else the file KEYCAP_RUNTIME_TOKEN_FILE names (a
+// *ConfigError naming that setting when it cannot be read); else
+// $KEYCAP_DATA_DIR/runtime-token (DefaultDataDir), and "" (no token, no
+// error) when that file does not exist. Surrounding whitespace is trimmed.
+func RuntimeTokenFromEnv() (string, error) {
+	found, err := LookupRuntimeToken()
+	return found.Token, err
+}
+
+// MissingCredentialHint is what a KernelClient adds to a
+// PRINCIPAL_CREDENTIAL_MISSING refusal of a call sent without a bearer: where
+// the default lookup looked (now) and which settings would supply a credential.
+func MissingCredentialHint() string { return missingCredentialHint(envValue, workingDir()) }
+
+func missingCredentialHint(env func(string) string, cwd string) string {
+	found, err := lookupRuntimeToken(env, cwd)
+	switch {
+	case err != nil:
+		return "this client sent no runtime credential, and the default lookup fails: " + err.Error()
+	case found.Token != "":
+		return fmt.Sprintf("this client sent no runtime credential, though the default lookup finds one now (%s): the client was made with WithToken(\"\") or before it existed", found.Source)
+	}
+	return "this client sent no runtime credential; the default lookup tried " + strings.Join(found.Tried, "; ") +
+		". Run `make run` (or `keycap serve`) in this folder or one above it, which writes .keycap/runtime-token, " +
+		"or set KEYCAP_RUNTIME_TOKEN, KEYCAP_RUNTIME_TOKEN_FILE or KEYCAP_DATA_DIR, or pass WithToken"
 }
 
 // pathCause is the operating system's reason of a file error ("no such file

@@ -21,7 +21,10 @@
 // The kernel authenticates every caller. A KernelClient sends the runtime's
 // bearer secret: WithToken's, else by the default lookup (RuntimeTokenFromEnv:
 // KEYCAP_RUNTIME_TOKEN, the file KEYCAP_RUNTIME_TOKEN_FILE names, else
-// $KEYCAP_DATA_DIR/runtime-token, which `make run` creates). WithTLS (or
+// $KEYCAP_DATA_DIR/runtime-token, the data dir by default the nearest .keycap
+// folder in the working directory or above it, which `make run` creates). A
+// kernel call refused PRINCIPAL_CREDENTIAL_MISSING without a bearer says where
+// that lookup looked (MissingCredentialHint). WithTLS (or
 // TLSFromEnv) speaks TLS to any listener, pinning a CA and presenting a client
 // certificate; with WithToken("") that certificate alone proves the principal.
 // AccessClient manages principals and grants and answers WhoAmI.
@@ -33,7 +36,11 @@
 // that deadline, then returned; no other code is resent. The one exception is
 // the ledger write of a single-use (Unsafe, Queryable) capability, never
 // resent: had it taken effect with only its answer lost, the resend would be
-// refused CAPABILITY_REUSED.
+// refused CAPABILITY_REUSED. When the service could not be reached at all
+// (UNAVAILABLE, or DEADLINE_EXCEEDED with no connection, and no keycap reason),
+// the message names the service, its address, the option that chose it and the
+// deadline's settings; code and reason stay gRPC's, so UNAVAILABLE is still
+// the retryable code. Raw() clients' errors carry the same messages.
 //
 // A typical tool:
 //

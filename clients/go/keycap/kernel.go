@@ -79,7 +79,7 @@ func NewKernelClient(address string, opts ...Option) (*KernelClient, error) {
 			return nil, err
 		}
 	}
-	conn, err := dial(address, o, withBearer(token)...)
+	conn, err := dial(address, o, append(withBearer(token), explainErrors(kernelService, address, o, token != ""))...)
 	if err != nil {
 		return nil, err
 	}

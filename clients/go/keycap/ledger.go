@@ -21,7 +21,7 @@ type LedgerClient struct {
 // when the listener serves TLS.
 func NewLedgerClient(address string, opts ...Option) (*LedgerClient, error) {
 	o := buildOptions(opts)
-	conn, err := dial(address, o)
+	conn, err := dial(address, o, explainErrors(ledgerService, address, o, false))
 	if err != nil {
 		return nil, err
 	}

@@ -34,6 +34,11 @@ export class KeycapClientError extends Error {
     return this.message ? `${head}: ${this.message}` : head;
   }
 
+  /** The same error (code, reason, metadata, cause, field violations) with another message for people. */
+  withMessage(message: string): KeycapClientError {
+    return new KeycapClientError(this.code, this.reason, message, this.metadata, { cause: this.cause }, this.fieldViolations);
+  }
+
   /** Normalises anything a call threw. */
   static from(err: unknown): KeycapClientError {
     if (err instanceof KeycapClientError) return err;

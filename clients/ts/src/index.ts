@@ -21,7 +21,18 @@ export { AccessClient, type AccessClientOptions, type RoleName } from "./access-
 export { KeycapClientError } from "./errors";
 export type { FieldViolation } from "./status-details";
 export { REASON_CODES, Reasons, type Reason } from "../gen/keycap/rules/v1/reasons.catalog";
-export { channelCredentials, ClientConfigError, defaultDataDir, runtimeTokenFromEnv, tlsCredentials, tlsFromEnv, type TlsOptions } from "./credentials";
+export {
+  channelCredentials,
+  ClientConfigError,
+  defaultDataDir,
+  lookupRuntimeToken,
+  missingCredentialHint,
+  runtimeTokenFromEnv,
+  tlsCredentials,
+  tlsFromEnv,
+  type RuntimeTokenLookup,
+  type TlsOptions,
+} from "./credentials";
 export type { CallSettings } from "./rpc";
 export { Runtime, type RuntimeTool, type ToolHandler, type RecoveryStep, type RecoverOptions, type RunModeOptions } from "./runtime";
 // The batching schedule the client's call coalescer uses; keycap's services batch their

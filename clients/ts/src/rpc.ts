@@ -1,6 +1,8 @@
 import { Metadata, status, type CallOptions, type ClientUnaryCall, type ServiceError } from "@grpc/grpc-js";
 import { readRetryDelayMs } from "./status-details";
 import { KeycapClientError } from "./errors";
+import { missingCredentialHint } from "./credentials";
+import { explainUnreachable, serviceOf } from "./unreachable";
 
 /** A grpc-js unary method in its (request, metadata, options, callback) form. */
 type UnaryMethod<Req, Res> = (
@@ -65,6 +67,11 @@ function cancelled(): KeycapClientError {
  * failed fast: nothing is sent until it is up), and an UNAVAILABLE answer, the code
  * keycap uses for "retry", is retried with capped exponential backoff and jitter within
  * the same deadline, unless `settings.retry` is false.
+ *
+ * An error that says the service was never reached names the service, its address and the
+ * setting that chose it (explainUnreachable); a kernel call sent without a bearer and
+ * refused PRINCIPAL_CREDENTIAL_MISSING says where the default lookup looked
+ * (missingCredentialHint). Codes and reasons are the service's.
  */
 export async function callUnary<Req, Res>(
   method: UnaryMethod<Req, Res>,
@@ -73,7 +80,8 @@ export async function callUnary<Req, Res>(
   bearer: string | undefined,
   settings: CallSettings = {},
 ): Promise<Res> {
-  const deadline = Date.now() + (settings.timeoutMs ?? 10_000);
+  const timeoutMs = settings.timeoutMs ?? 10_000;
+  const deadline = Date.now() + timeoutMs;
   // grpc-js takes wait-for-ready as a metadata option, not a call option.
   const md = new Metadata({ waitForReady: true });
   if (bearer !== undefined) {
@@ -87,14 +95,23 @@ export async function callUnary<Req, Res>(
       return await callOnce(method, self, request, md, deadline, settings.signal);
     } catch (err) {
       const e = KeycapClientError.from(err);
-      if (e.code !== status.UNAVAILABLE || settings.retry === false) throw e;
+      const final = (): KeycapClientError => explained(e, method, self, timeoutMs, bearer);
+      if (e.code !== status.UNAVAILABLE || settings.retry === false) throw final();
       // The service's google.rpc.RetryInfo, when it sent one, is the least wait.
       const hinted = readRetryDelayMs(e.cause) ?? 0;
       const backoff = Math.max(hinted, Math.min(MAX_BACKOFF_MS, FIRST_BACKOFF_MS * 2 ** attempt) * (0.5 + Math.random() / 2));
-      if (Date.now() + backoff >= deadline) throw e;
+      if (Date.now() + backoff >= deadline) throw final();
       await sleep(backoff, settings.signal);
     }
   }
+}
+
+/** The error a call ends with, told in terms of the fix where the client knows one (callUnary). */
+function explained(e: KeycapClientError, method: unknown, self: object, timeoutMs: number, bearer: string | undefined): KeycapClientError {
+  if (bearer === undefined && e.reason === "PRINCIPAL_CREDENTIAL_MISSING" && serviceOf(method) === "keycap.kernel.v1.KernelService") {
+    return e.withMessage(`${e.message}; ${missingCredentialHint()}`);
+  }
+  return explainUnreachable(e, method, self, timeoutMs);
 }
 
 function callOnce<Req, Res>(

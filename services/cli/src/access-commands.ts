@@ -7,7 +7,7 @@ import { AccessClient, type RoleName } from "../../../clients/ts/src";
 import type { Grant, Principal } from "../../../gen/ts/keycap/kernel/v1/access";
 import { PrincipalRole } from "../../../gen/ts/keycap/kernel/v1/access";
 import { adminToken, explain, kernelAddress, tlsOptions, UsageError, type OperatorOptions } from "./operator-context";
-import { newTable, type Print } from "./output";
+import { newTable, render, type Print } from "./output";
 
 function time(d: Date | undefined): string {
   return d ? d.toISOString() : "";
@@ -38,7 +38,7 @@ function grantsTable(rows: Grant[]): string {
   if (rows.length === 0) return "no grants";
   const t = newTable(["tool", "principal", "granted", "by"]);
   for (const g of rows) t.push([g.toolId, g.principal, time(g.grantedAt), g.grantedBy]);
-  return t.toString();
+  return render(t);
 }
 
 export function addAccessCommands(program: Command, kernelOperator: (c: Command) => Command, print: Print): void {
@@ -67,7 +67,7 @@ export function addAccessCommands(program: Command, kernelOperator: (c: Command)
       if (rows.length === 0) return "no principals";
       const t = newTable(["name", "role", "created", "by", "revoked", "by"]);
       for (const p of rows) t.push([p.name, roleOf(p), time(p.createdAt), p.createdBy, time(p.revokedAt), p.revokedBy]);
-      return t.toString();
+      return render(t);
     });
   });
 

@@ -22,7 +22,8 @@ import {
   withTlsOptions,
   type OperatorOptions,
 } from "./operator-context";
-import { newTable, print, printMoreHint } from "./output";
+import { newTable, print, printMoreHint, render } from "./output";
+import { toolView } from "../../common/src/tool-view";
 import { SINK_SERVICE } from "../../common/src/sink-name";
 
 function kind(k: EffectKind): string {
@@ -33,7 +34,7 @@ function time(d: Date | undefined): string {
   return d ? d.toISOString() : "";
 }
 
-/** Shortens free text (arguments, details) for a table; never an id a later command needs. */
+/** Shortens a call's arguments (up to 64 KiB) for a table; never an id or advice a later step needs (--json has them whole). */
 function short(s: string, n: number): string {
   return s.length > n ? `${s.slice(0, n - 1)}…` : s;
 }
@@ -57,7 +58,7 @@ function rejectionsTable(rows: Rejection[]): string {
       String(r.count),
     ]);
   }
-  return t.toString();
+  return render(t);
 }
 
 // Ids in full: the next command (keycap entry, keycap complete) takes them as printed.
@@ -77,7 +78,7 @@ function entriesTable(rows: Entry[]): string {
       e.payloadMismatch ? `yes (${e.payloadMismatchCount})` : "no",
     ]);
   }
-  return t.toString();
+  return render(t);
 }
 
 /** One entry, every field on its own row. */
@@ -95,7 +96,7 @@ function entryTable(e: Entry): string {
     { "payload mismatch": e.payloadMismatch ? `yes (${e.payloadMismatchCount})` : "no" },
     { "payload sha256": e.payloadSha256 },
   );
-  return t.toString();
+  return render(t);
 }
 
 /** A derived key is base64url(SHA-256): 43 characters. */
@@ -208,7 +209,7 @@ function addLedgerReadCommands(program: Command): void {
       );
       for (const [r, n] of Object.entries(s.rejectionsByReason)) t.push({ [`  reason ${r}`]: String(n) });
       for (const [tool, n] of Object.entries(s.rejectionsByTool)) t.push({ [`  tool ${tool || "(unknown)"}`]: String(n) });
-      return t.toString();
+      return render(t);
     });
   });
 }
@@ -242,7 +243,7 @@ function addToolCommands(program: Command): void {
         const v = toolView(tool);
         t.push([v.toolId, v.effectClass, v.keyFields.join(" ") || v.requestIdField, v.owner || "(none)", time(tool.registeredAt)]);
       }
-      return t.toString();
+      return render(t);
     });
   });
   kernelOperator(tools.command("show").description("one tool: effect class, derivation, argument schema, owner and grants"))
@@ -278,7 +279,7 @@ function addToolCommands(program: Command): void {
           { "argument schema": v.argumentsSchema === undefined ? "(none)" : JSON.stringify(v.argumentsSchema, null, 2) },
           ...(v.httpDestination ? [{ "HTTP destination": v.httpDestination }] : []),
         );
-        return t.toString();
+        return render(t);
       });
     });
 }
@@ -300,8 +301,8 @@ function addCallCommands(program: Command): void {
           if (calls.length === 0) return `no ${o.state} calls`;
           const t = newTable(["call", "tool", "class", "attempt", "begun", "key / request id", "arguments"]);
           for (const c of calls)
-            t.push([c.callId, c.toolId, kind(c.effectKind), String(c.attempt), time(c.createdAt), c.key || c.requestId, short(c.argumentsJson, 40)]);
-          return t.toString();
+            t.push([c.callId, c.toolId, kind(c.effectKind), String(c.attempt), time(c.createdAt), c.key || c.requestId, short(c.argumentsJson, 80)]);
+          return render(t);
         });
       } catch (err) {
         throw explain(err, "kernel", at);
@@ -356,8 +357,8 @@ function addRecoverCommand(program: Command): void {
         print(o, steps, () => {
           if (steps.length === 0) return "nothing to recover: no pending calls";
           const t = newTable(["call", "tool", "class", "attempt", "action", "result", "detail"]);
-          for (const s of steps) t.push([s.callId, s.toolId, s.effect, String(s.attempt), s.plan, s.result, short(s.detail, 60)]);
-          return t.toString();
+          for (const s of steps) t.push([s.callId, s.toolId, s.effect, String(s.attempt), s.plan, s.result, s.detail]);
+          return render(t);
         });
         if (steps.some((s) => s.result === "failed")) process.exitCode = 1;
       } catch (err) {
@@ -385,28 +386,3 @@ async function loadHandlers(modulePath: string): Promise<RuntimeTool[]> {
 }
 
 /** A tool as an operator reads it: names, not enum numbers (JSON and tables alike). */
-function toolView(t: Tool): {
-  toolId: string;
-  effectClass: string;
-  keyFields: string[];
-  derivationVersion: number;
-  contextFields: string[];
-  requestIdField: string;
-  owner: string;
-  argumentsSchema: unknown;
-  httpDestination: string;
-} {
-  const k = t.effectClass?.kind;
-  const key = k?.$case === "idempotent" ? k.value.key : undefined;
-  return {
-    toolId: t.toolId,
-    effectClass: k?.$case ?? "unspecified",
-    keyFields: key?.fields ?? [],
-    derivationVersion: key?.version ?? 0,
-    contextFields: (key?.contextFields ?? []).map(() => "run_id"),
-    requestIdField: k?.$case === "queryable" ? (k.value.lookup?.requestIdField ?? "") : "",
-    owner: t.owner,
-    argumentsSchema: t.argumentsSchemaJson === "" ? undefined : (JSON.parse(t.argumentsSchemaJson) as unknown),
-    httpDestination: t.httpDestination ? `${t.httpDestination.methods.join(",")} ${t.httpDestination.baseUrl}` : "",
-  };
-}

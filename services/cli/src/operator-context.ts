@@ -6,7 +6,8 @@ import {
   channelCredentials,
   ClientConfigError,
   KeycapClientError,
-  runtimeTokenFromEnv,
+  lookupRuntimeToken,
+  missingCredentialHint,
   tlsFromEnv,
   type TlsOptions,
 } from "../../../clients/ts/src";
@@ -48,17 +49,17 @@ export function tlsOptions(opts: OperatorOptions): TlsOptions | undefined {
 export function runtimeToken(opts: { runtimeTokenFile?: string }): string {
   if (opts.runtimeTokenFile !== undefined) {
     try {
-      return fs.readFileSync(opts.runtimeTokenFile, "utf8").trim();
+      const token = fs.readFileSync(opts.runtimeTokenFile, "utf8").trim();
+      noteRuntimeSource(`--runtime-token-file ${opts.runtimeTokenFile}`);
+      return token;
     } catch {
       throw new OperatorError(`--runtime-token-file: cannot read ${opts.runtimeTokenFile}`);
     }
   }
-  const token = runtimeTokenFromEnv();
-  if (token === undefined)
-    throw new OperatorError(
-      "no runtime credential: set KEYCAP_RUNTIME_TOKEN, KEYCAP_RUNTIME_TOKEN_FILE or pass --runtime-token-file (make run creates $KEYCAP_DATA_DIR/runtime-token)",
-    );
-  return token;
+  const found = lookupRuntimeToken();
+  if (found.token === undefined) throw new OperatorError(`no runtime credential: ${missingCredentialHint()}; or pass --runtime-token-file`);
+  noteRuntimeSource(found.source);
+  return found.token;
 }
 
 /**
@@ -69,13 +70,37 @@ export function runtimeToken(opts: { runtimeTokenFile?: string }): string {
  */
 export function adminToken(opts: OperatorOptions): string {
   const fromEnv = process.env["KEYCAP_ADMIN_TOKEN"]?.trim();
-  if (fromEnv && !opts.tokenFile) return fromEnv;
+  if (fromEnv && !opts.tokenFile) {
+    credentialSource = "KEYCAP_ADMIN_TOKEN";
+    return fromEnv;
+  }
+  const setting = opts.tokenFile !== undefined ? "--token-file " : process.env["KEYCAP_ADMIN_TOKEN_FILE"] !== undefined ? "KEYCAP_ADMIN_TOKEN_FILE=" : "";
   const file = opts.tokenFile ?? process.env["KEYCAP_ADMIN_TOKEN_FILE"] ?? path.join(resolveDataDir(process.env["KEYCAP_DATA_DIR"]), "admin-token");
   try {
-    return fs.readFileSync(file, "utf8").trim();
+    const token = fs.readFileSync(file, "utf8").trim();
+    credentialSource = `${setting}${file}`;
+    return token;
   } catch {
     throw new OperatorError(`no admin credential: set KEYCAP_ADMIN_TOKEN or pass --token-file (tried ${file})`);
   }
+}
+
+/** Where this command's credential was read from, so a refusal of it can say which one to fix. */
+let credentialSource: string | undefined;
+
+/** The runtime credential's source (recover), for the same purpose. */
+function noteRuntimeSource(source: string | undefined): void {
+  credentialSource = source;
+}
+
+/** A refused credential: which one it was, and what the fix is. */
+function refusedCredential(what: string, at: Address, reason: string): string {
+  const from = credentialSource ? `, read from ${credentialSource}` : "";
+  const fix =
+    reason === "PRINCIPAL_REVOKED"
+      ? "that principal is revoked: create another (keycap principals create) and use its secret"
+      : "it is not a credential of the keycap serve there: use the admin-token of that serve's data directory (its start banner names the file) or set KEYCAP_ADMIN_TOKEN / --token-file; a runtime's secret is a principal's (keycap principals list)";
+  return `the ${what} at ${at.address} refused the credential (${reason})${from}; ${fix}`;
 }
 
 /** A service address and the setting it came from, so an error can say what to change. */
@@ -158,7 +183,7 @@ export function explain(err: unknown, what: string, at: Address): OperatorError 
   if ((e.codeName === "UNAVAILABLE" || e.codeName === "DEADLINE_EXCEEDED") && !fromService)
     return fail(`cannot reach the ${what} at ${at.address} (setting ${at.setting}): ${unreachableCause(e)}`);
   if (e.codeName === "UNAVAILABLE") return fail(`the ${what} at ${at.address} cannot serve now, retry later: ${e.summary}`);
-  if (e.codeName === "UNAUTHENTICATED") return fail(`the ${what} at ${at.address} refused the credential (${e.reason})`);
+  if (e.codeName === "UNAUTHENTICATED") return fail(refusedCredential(what, at, e.reason));
   if (e.codeName === "PERMISSION_DENIED") return fail(`the ${what} at ${at.address} refused: ${e.reason}: ${e.message}`);
   if (e.codeName === "NOT_FOUND") return new NotFoundError(`${what} at ${at.address}: ${e.message || "not found"}`, e.reason);
   if (e.codeName === "INVALID_ARGUMENT") return new OperatorError(`${what} at ${at.address}: ${e.summary}`, EXIT.USAGE, e.codeName, e.reason);

@@ -4,7 +4,8 @@
  * the kernel for calls and their settlement (as `keycap calls` / `keycap complete`).
  */
 import type { ChannelCredentials } from "@grpc/grpc-js";
-import { AdminClient, KernelClient, type RejectionFilter } from "../../../clients/ts/src";
+import { AdminClient, KernelClient, KeycapClientError, Reasons, type RejectionFilter } from "../../../clients/ts/src";
+import { toolView, type ToolView } from "../../common/src/tool-view";
 import type { Call, CompleteCallResponse } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import type { Entry } from "../../../gen/ts/keycap/ledger/v1/ledger";
 import type { GetStatsResponse, ListEntriesResponse, ListRejectionsResponse } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
@@ -73,7 +74,10 @@ export class ConsoleBackend {
     let token = "";
     do {
       const page = await this.admin.listRejectionsPage({ toolId, since }, token, 1000, { timeoutMs: CALL_TIMEOUT_MS });
-      for (const r of page.rejections) if (r.rejectedAt) points.push({ at: r.rejectedAt, reason: r.reason, count: Number(r.count) || 1 });
+      for (const r of page.rejections) {
+        // Recovery handing an Unsafe call to an operator is recorded, but it refused no one's call.
+        if (r.rejectedAt && r.reason !== Reasons.UNSAFE_NOT_RESUMABLE) points.push({ at: r.rejectedAt, reason: r.reason, count: Number(r.count) || 1 });
+      }
       token = page.nextPageToken;
     } while (token !== "" && points.length < CHART_REFUSAL_LIMIT);
     return { points, truncated: token !== "" };
@@ -82,6 +86,17 @@ export class ConsoleBackend {
   async tools(): Promise<Map<string, string>> {
     const tools = await this.kernel.listTools({ timeoutMs: CALL_TIMEOUT_MS });
     return new Map(tools.map((t) => [t.toolId, t.effectClass?.kind?.$case ?? ""]));
+  }
+
+  /** A tool's definition as registered, or undefined when the kernel has no such tool. */
+  async tool(toolId: string): Promise<ToolView | undefined> {
+    try {
+      const tool = await this.kernel.getTool(toolId, { timeoutMs: CALL_TIMEOUT_MS });
+      return tool ? toolView(tool) : undefined;
+    } catch (err) {
+      if (KeycapClientError.from(err).reason === Reasons.TOOL_NOT_FOUND) return undefined;
+      throw err;
+    }
   }
 
   pendingCalls(): Promise<Call[]> {

@@ -7,6 +7,7 @@ import type { Call } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { CallOutcome, CallState, callOutcomeToJSON, callStateToJSON } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import type { Entry } from "../../../gen/ts/keycap/ledger/v1/ledger";
 import type { Rejection } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
+import type { ToolView } from "../../common/src/tool-view";
 import { html, query, type SafeHtml } from "./html";
 import { CHART_WINDOWS } from "./refusal-chart";
 
@@ -104,6 +105,35 @@ export interface OverviewData {
   window: string;
   /** Set when the overview is of one tool. */
   tool?: string;
+  /** That tool's registered definition, when the kernel knows it. */
+  definition?: ToolView;
+}
+
+/** A tool's definition as registered: what an operator judges a KEY_MISMATCH or a payload mismatch by. */
+function definitionSection(v: ToolView): SafeHtml {
+  const rows: [string, string | number][] = [["effect class", v.effectClass]];
+  if (v.effectClass === "idempotent") {
+    rows.push(
+      ["key fields", v.keyFields.join(" ")],
+      ["derivation version", v.derivationVersion || 1],
+      ["context fields", v.contextFields.join(" ") || "(none)"],
+    );
+  }
+  if (v.effectClass === "queryable") rows.push(["request id field", v.requestIdField]);
+  rows.push(["owner", v.owner || "(none)"]);
+  if (v.httpDestination) rows.push(["HTTP destination", v.httpDestination]);
+  return html`<section class="definition" aria-label="definition">
+    <h2>Definition</h2>
+    ${detailList(rows)}
+    ${
+      v.argumentsSchema === undefined
+        ? html`<p class="hint">No argument schema registered.</p>`
+        : html`<details>
+            <summary>argument schema</summary>
+            <pre class="payload">${JSON.stringify(v.argumentsSchema, null, 2)}</pre>
+          </details>`
+    }
+  </section>`;
 }
 
 function windowLinks(current: string, tool: string | undefined): SafeHtml {
@@ -122,7 +152,7 @@ export function overviewPage(d: OverviewData): SafeHtml {
       <div class="card"><span class="n">${t.payloadMismatches}</span> payload mismatches</div>
       <div class="card"><span class="n">${t.rejections}</span> refusals</div>
     </section>
-    ${d.tool ? html`<p><a href="/">All tools</a></p>` : html``}
+    ${d.tool ? html`<p><a href="/">All tools</a></p>` : html``} ${d.definition ? definitionSection(d.definition) : html``}
     <h2>Refusals over time${d.tool ? html` of <span class="id">${d.tool}</span>` : html``}</h2>
     ${windowLinks(d.window, d.tool)} ${d.chart}
     <h2>Tools</h2>
@@ -211,12 +241,8 @@ export function rejectionsPage(f: RejectionFilterForm, reasons: string[], rows: 
           ${options.map((r) => html`<option value="${r}" ${r === f.reason ? html` selected` : html``}>${r === "" ? "any" : r}</option>`)}
         </select></label
       >
-      <label
-        >Service
-        <select name="service">
-          ${["", "ledger", "kernel"].map((s) => html`<option value="${s}" ${s === f.service ? html` selected` : html``}>${s === "" ? "any" : s}</option>`)}
-        </select></label
-      >
+      <label>Service <input name="service" value="${f.service}" placeholder="any" list="services" /></label>
+      <datalist id="services">${knownServices(rows).map((s) => html`<option value="${s}"></option>`)}</datalist>
       <label>Since <input name="since" value="${f.since}" placeholder="1h, 2d or ISO time" /></label>
       <label>Until <input name="until" value="${f.until}" placeholder="ISO time" /></label>
       <button type="submit">Filter</button>
@@ -462,4 +488,12 @@ export function settledPage(c: Call, alreadyCompleted: boolean, by: string, at: 
 
 export function errorPage(message: string): SafeHtml {
   return notice("error", message);
+}
+
+/**
+ * Services refusals are recorded under: keycap's own, and every sink seen on this page
+ * (`sink:<name>`; a sink names itself, so the list cannot be closed — the field takes any name).
+ */
+function knownServices(rows: readonly { service: string }[]): string[] {
+  return [...new Set(["ledger", "kernel", "mcp", "sink:gateway", ...rows.map((r) => r.service).filter((s) => s !== "")])].sort();
 }

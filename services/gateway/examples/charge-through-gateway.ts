@@ -53,6 +53,8 @@ async function main(orderId: string): Promise<void> {
     console.log(`the API saw ${api.requests.get(call!.key) ?? 0} request(s) with Idempotency-Key ${call!.key}`);
     const off = await gateway.forward(capability, { ...charge, path: "../admin/refunds" }).catch((err: unknown) => err);
     console.log(`off the destination: ${off instanceof KeycapClientError ? off.reason : "sent (wrong!)"}`);
+    // The effect is done: say so, so the call is not left pending for recovery.
+    await kernel.completeCall(call!.callId, first.status < 300 ? "succeeded" : "failed", `HTTP ${first.status}`);
     const ok =
       first.status === 201 &&
       again.replayed &&

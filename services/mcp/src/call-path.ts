@@ -17,7 +17,8 @@ import { ErrorCode, McpError, type CallToolResult } from "@modelcontextprotocol/
 import type { Call } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { Reasons, type KernelClient } from "../../../clients/ts/src";
 import type { Logger } from "../../common/src/logger";
-import { fromKernelError, keycapMcpError } from "./call-errors";
+import { fromKernelError, keycapMcpError, type KeycapErrorData } from "./call-errors";
+import { ERROR_DOMAIN } from "../../common/src/errors";
 import { traceCall, traceMeta } from "./call-tracing";
 import type { GovernedTool } from "./governed-tools";
 import type { CallOutcome, CallRecorder } from "./mcp-metrics";
@@ -280,9 +281,14 @@ export class CallPath {
     const { store, logger } = this.opts;
     const why = err instanceof Error ? err.message : String(err);
     logger.warn({ slot, tool: b.tool.toolId, attempt, err: why }, "mcp: no result from the upstream");
+    const refusal = upstreamRefusal(err);
     if (b.tool.policy.class === "idempotent") {
       await store.release(slot, attempt, why);
-      await this.complete(b.call.callId, "failed", `no result from the upstream: ${why}`);
+      await this.complete(
+        b.call.callId,
+        "failed",
+        refusal ? `the upstream's keycap check refused the call: ${refusal.data.reason}` : `no result from the upstream: ${why}`,
+      );
       return;
     }
     const mayHaveArrived = err instanceof McpError && (err.code === ErrorCode.RequestTimeout || err.code === ErrorCode.ConnectionClosed);
@@ -405,8 +411,29 @@ function toolError(text: string, meta: Record<string, unknown>): CallToolResult 
 }
 
 function upstreamError(err: unknown, toolId: string, advice: string): McpError {
+  const refusal = upstreamRefusal(err);
+  if (refusal) {
+    // A keycap-aware server refused before its handler ran (issue 29): the host sees the
+    // server's own reason, and nothing took effect, so the call is as retryable as ever.
+    const { code, data, message } = refusal;
+    return keycapMcpError(code, data.reason, `the upstream's keycap check refused the call: ${message}`, toolId, { ...data.metadata, refused_by: "upstream" });
+  }
   const why = err instanceof Error ? err.message : String(err);
   return keycapMcpError(ErrorCode.InternalError, Reasons.UPSTREAM_UNAVAILABLE, `no result from the upstream (${why})${advice}`, toolId);
+}
+
+/** The refusal of a keycap-aware MCP server (its error carries keycap's reason in `data`), if `err` is one. */
+function upstreamRefusal(err: unknown): { code: ErrorCode; data: KeycapErrorData; message: string } | undefined {
+  if (!(err instanceof McpError) || (err.code !== ErrorCode.InvalidParams && err.code !== ErrorCode.InternalError)) return undefined;
+  const data = err.data as Partial<KeycapErrorData> | undefined;
+  if (typeof data !== "object" || data === null || data.domain !== ERROR_DOMAIN || typeof data.reason !== "string") return undefined;
+  const metadata: Record<string, string> = {};
+  for (const [k, v] of Object.entries(data.metadata ?? {})) if (typeof v === "string") metadata[k] = v;
+  return {
+    code: err.code,
+    data: { reason: data.reason, domain: ERROR_DOMAIN, tool_id: typeof data.tool_id === "string" ? data.tool_id : "", metadata },
+    message: err.message,
+  };
 }
 
 function sleep(ms: number): Promise<void> {

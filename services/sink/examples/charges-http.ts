@@ -45,8 +45,10 @@ async function main(orderId: string): Promise<void> {
   const port = (server.address() as AddressInfo).port;
   try {
     await kernel.registerTool({ id: TOOL, effect: { kind: "idempotent", key: { fields: ["/order_id"] } } });
-    const { capability } = await kernel.beginCall(TOOL, JSON.stringify({ order_id: orderId, amount_cents: 1250 }));
+    const { capability, call } = await kernel.beginCall(TOOL, JSON.stringify({ order_id: orderId, amount_cents: 1250 }));
     const first = await send(port, capability);
+    // The effect is done: say so, so the call is not left pending for recovery.
+    await kernel.completeCall(call!.callId, first.status === 200 ? "succeeded" : "failed", `HTTP ${first.status}`);
     const again = await send(port, capability);
     console.log(`charge: ${first.status} ${first.body}`);
     console.log(`retry:  ${again.status} ${again.body}`);

@@ -18,7 +18,15 @@ from keycap_client import reasons
 from keycap_client.access_client import AccessClient
 from keycap_client.admin_client import AdminClient
 from keycap_client.capability_handle import CapabilityHandle
-from keycap_client.credentials import ClientConfigError, TlsOptions, runtime_token_from_env, tls_from_env
+from keycap_client.credentials import (
+    ClientConfigError,
+    RuntimeTokenLookup,
+    TlsOptions,
+    default_data_dir,
+    lookup_runtime_token,
+    runtime_token_from_env,
+    tls_from_env,
+)
 from keycap_client.errors import CLIENT_ERROR_DOMAIN, ERROR_DOMAIN, FieldViolation, KeycapError
 from keycap_client.kernel_client import KernelClient
 from keycap_client.ledger_client import LedgerClient
@@ -28,7 +36,10 @@ __all__ = [
     "AccessClient",
     "AdminClient",
     "ClientConfigError",
+    "RuntimeTokenLookup",
     "TlsOptions",
+    "default_data_dir",
+    "lookup_runtime_token",
     "runtime_token_from_env",
     "tls_from_env",
     "CapabilityHandle",

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import grpc
 
 from keycap_client._core.call import Attempts, Flow
+from keycap_client._core.reach import Endpoint
 
 T = TypeVar("T")
 Stub = TypeVar("Stub")
@@ -27,6 +28,7 @@ def call_unary(
     bearer: str | None,
     timeout: float | None,
     retry: bool = True,
+    endpoint: Endpoint | None = None,
 ) -> Any:
     """Invokes ``method`` (a generated stub's multicallable) under the core's call policy
     (:class:`keycap_client._core.call.Attempts`): the request's rules checked first,
@@ -34,7 +36,7 @@ def call_unary(
     from now for every try, wait-for-ready, and an UNAVAILABLE answer retried with capped,
     jittered exponential backoff (``time.sleep``) until the deadline unless ``retry`` is False.
     """
-    attempts = Attempts(request, bearer=bearer, timeout=timeout, retry=retry)
+    attempts = Attempts(request, bearer=bearer, timeout=timeout, retry=retry, endpoint=endpoint)
     while True:
         try:
             return method(request, **attempts.options())
@@ -42,8 +44,8 @@ def call_unary(
             time.sleep(attempts.backoff(err))
 
 
-def run(flow: Flow[T], stub: Any, timeout: float | None) -> T:
-    """Runs ``flow`` to its result, making each call it yields on ``stub`` with :func:`call_unary`."""
+def run(flow: Flow[T], stub: Any, timeout: float | None, endpoint: Endpoint | None = None) -> T:
+    """Runs ``flow`` to its result, making each call it yields on ``stub`` (at ``endpoint``) with :func:`call_unary`."""
     res: Any = None
     while True:
         try:
@@ -51,7 +53,8 @@ def run(flow: Flow[T], stub: Any, timeout: float | None) -> T:
         except StopIteration as done:
             result: T = done.value
             return result
-        res = call_unary(getattr(stub, rpc.method), rpc.request, bearer=rpc.bearer, timeout=timeout, retry=rpc.retry)
+        method = getattr(stub, rpc.method)
+        res = call_unary(method, rpc.request, bearer=rpc.bearer, timeout=timeout, retry=rpc.retry, endpoint=endpoint)
 
 
 def open_channel(address: str, credentials: grpc.ChannelCredentials | None) -> grpc.Channel:
@@ -71,6 +74,7 @@ class ChannelClient:
     timeout: float
     _channel: grpc.Channel
     _stub: Any
+    _endpoint: Endpoint
 
     def _connect(
         self, address: str, credentials: grpc.ChannelCredentials | None, timeout: float, stub: Callable[[grpc.Channel], Stub]
@@ -80,11 +84,23 @@ class ChannelClient:
         self._channel = open_channel(address, credentials)
         made = stub(self._channel)
         self._stub = made
+        self._endpoint = Endpoint(getattr(stub, "__name__", ""), address, self._connected)
         return made
+
+    def _connected(self) -> bool | None:
+        """Whether the channel is connected now; None when grpcio does not say (its sync
+        channel has no public probe that does not wait)."""
+        probe = getattr(getattr(self._channel, "_channel", None), "check_connectivity_state", None)
+        if not callable(probe):
+            return None
+        try:
+            return bool(probe(False) == grpc.ChannelConnectivity.READY.value[0])
+        except Exception:  # a grpcio without the probe: unknown, never a failure of its own
+            return None
 
     def _run(self, flow: Flow[T], timeout: float | None) -> T:
         """``flow``'s result; ``timeout`` None is the client's own."""
-        return run(flow, self._stub, self.timeout if timeout is None else timeout)
+        return run(flow, self._stub, self.timeout if timeout is None else timeout, self._endpoint)
 
     def close(self) -> None:
         self._channel.close()

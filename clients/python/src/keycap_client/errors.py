@@ -140,6 +140,10 @@ class KeycapError(Exception):
                 pass
         return cls(code, code.name, message)
 
+    def with_message(self, message: str) -> KeycapError:
+        """The same error (code, reason, metadata, domain, field violations) with another message for people."""
+        return KeycapError(self.code, self.reason, message, self.metadata, self.domain, self.field_violations)
+
     def __repr__(self) -> str:
         return f"KeycapError(code={self.code.name}, reason={self.reason!r}, message={self.message!r})"
 

@@ -21,6 +21,7 @@ from typing import Any, Protocol, TypeAlias, TypeVar
 import grpc
 from google.protobuf.message import Message
 
+from keycap_client._core.reach import Endpoint, explain
 from keycap_client.errors import CLIENT_ERROR_DOMAIN, KeycapError
 from keycap_client.request_rules import check as check_request_rules
 
@@ -120,17 +121,30 @@ class Attempts:
     :meth:`backoff` turns a failed try into the wait before the next one, or raises it
     as a :class:`KeycapError` (anything but UNAVAILABLE, past the deadline, or when
     ``retry`` is False: a single-use capability's write, where a lost answer makes a
-    retry ambiguous).
+    retry ambiguous). Given the ``endpoint`` called, the raised error says what would fix
+    it where the client knows (:func:`keycap_client._core.reach.explain`: the service's
+    address and setting when it could not be reached, where the credential lookup looked).
     """
 
-    __slots__ = ("_metadata", "_deadline", "_retry", "_attempt")
+    __slots__ = ("_metadata", "_deadline", "_retry", "_attempt", "_timeout", "_bearer_sent", "_endpoint")
 
-    def __init__(self, request: Message, *, bearer: str | None, timeout: float | None, retry: bool = True) -> None:
+    def __init__(
+        self,
+        request: Message,
+        *,
+        bearer: str | None,
+        timeout: float | None,
+        retry: bool = True,
+        endpoint: Endpoint | None = None,
+    ) -> None:
         check_request_rules(request)
         self._metadata = bearer_metadata(bearer)
         self._deadline = deadline_after(timeout)
         self._retry = retry
         self._attempt = 0
+        self._timeout = timeout
+        self._bearer_sent = bearer is not None
+        self._endpoint = endpoint
 
     def options(self) -> dict[str, Any]:
         """The keyword arguments of the next try of a generated stub's multicallable."""
@@ -142,7 +156,7 @@ class Attempts:
         error = KeycapError.from_rpc_error(err)
         delay = retry_delay(error, attempt=self._attempt, deadline=self._deadline, retry=self._retry)
         if delay is None:
-            raise error from err
+            raise explain(error, self._endpoint, timeout=self._timeout, bearer_sent=self._bearer_sent) from err
         self._attempt += 1
         return delay
 

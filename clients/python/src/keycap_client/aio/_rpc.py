@@ -15,6 +15,7 @@ import grpc
 import grpc.aio
 
 from keycap_client._core.call import Attempts, Flow
+from keycap_client._core.reach import Endpoint
 
 T = TypeVar("T")
 Stub = TypeVar("Stub")
@@ -27,12 +28,13 @@ async def call_unary(
     bearer: str | None,
     timeout: float | None,
     retry: bool = True,
+    endpoint: Endpoint | None = None,
 ) -> Any:
     """Awaits ``method`` (a generated stub's multicallable on a ``grpc.aio`` channel) under
     :func:`keycap_client._rpc.call_unary`'s policy; between tries it sleeps with
     ``asyncio.sleep``: the event loop keeps running.
     """
-    attempts = Attempts(request, bearer=bearer, timeout=timeout, retry=retry)
+    attempts = Attempts(request, bearer=bearer, timeout=timeout, retry=retry, endpoint=endpoint)
     while True:
         try:
             return await method(request, **attempts.options())
@@ -40,8 +42,8 @@ async def call_unary(
             await asyncio.sleep(attempts.backoff(err))
 
 
-async def run(flow: Flow[T], stub: Any, timeout: float | None) -> T:
-    """Runs ``flow`` to its result, awaiting each call it yields on ``stub`` with :func:`call_unary`."""
+async def run(flow: Flow[T], stub: Any, timeout: float | None, endpoint: Endpoint | None = None) -> T:
+    """Runs ``flow`` to its result, awaiting each call it yields on ``stub`` (at ``endpoint``) with :func:`call_unary`."""
     res: Any = None
     while True:
         try:
@@ -50,7 +52,7 @@ async def run(flow: Flow[T], stub: Any, timeout: float | None) -> T:
             result: T = done.value
             return result
         res = await call_unary(
-            getattr(stub, rpc.method), rpc.request, bearer=rpc.bearer, timeout=timeout, retry=rpc.retry
+            getattr(stub, rpc.method), rpc.request, bearer=rpc.bearer, timeout=timeout, retry=rpc.retry, endpoint=endpoint
         )
 
 
@@ -74,6 +76,7 @@ class AsyncChannelClient:
     timeout: float
     _channel: grpc.aio.Channel
     _stub: Any
+    _endpoint: Endpoint
 
     def _connect(
         self,
@@ -87,11 +90,16 @@ class AsyncChannelClient:
         self._channel = open_channel(address, credentials)
         made = stub(self._channel)
         self._stub = made
+        self._endpoint = Endpoint(getattr(stub, "__name__", ""), address, self._connected)
         return made
+
+    def _connected(self) -> bool:
+        """Whether the channel is connected now."""
+        return self._channel.get_state(try_to_connect=False) == grpc.ChannelConnectivity.READY
 
     async def _run(self, flow: Flow[T], timeout: float | None) -> T:
         """``flow``'s result; ``timeout`` None is the client's own."""
-        return await run(flow, self._stub, self.timeout if timeout is None else timeout)
+        return await run(flow, self._stub, self.timeout if timeout is None else timeout, self._endpoint)
 
     async def close(self) -> None:
         await self._channel.close()

@@ -5,9 +5,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["VerifiedCapability", "Effect"]
+__all__ = ["VerifiedCapability", "DerivationClaim", "Effect"]
 
 Effect = Literal["idempotent", "queryable", "unsafe"]
+
+
+@dataclass(frozen=True)
+class DerivationClaim:
+    """How an idempotent capability's ``key`` was derived (ADR 0026): the key's canonical
+    document without the field values. With the call's arguments, a sink derives the key
+    again (keycap_client.key_derivation) and refuses KEY_MISMATCH when it differs.
+
+    ``run_id``: the run the kernel derived with, only when the derivation names it."""
+
+    version: int
+    fields: tuple[str, ...]
+    run_id: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        """The claim as it travels: ``{"version", "fields", "context": {"run_id"?}}``."""
+        return {
+            "version": self.version,
+            "fields": list(self.fields),
+            "context": {} if self.run_id is None else {"run_id": self.run_id},
+        }
 
 
 @dataclass(frozen=True)
@@ -17,6 +38,7 @@ class VerifiedCapability:
     ``key`` is the kernel-derived idempotency key (idempotent capabilities only): use it
     as the effect's own unique key. ``request_id``: queryable capabilities only. ``sub``:
     the principal (agent runtime) that began the call. Times are seconds since the epoch.
+    ``derivation``: idempotent capabilities minted since ADR 0026 (None on older ones).
     Only these fields exist: nothing from the request is presented as verified.
     """
 
@@ -33,6 +55,7 @@ class VerifiedCapability:
     kid: str
     key: str | None = None
     request_id: str | None = None
+    derivation: DerivationClaim | None = None
 
     def as_dict(self) -> dict[str, object]:
         """The claims as the ledger's verifier returns them (``key`` / ``request_id`` only when present)."""
@@ -53,4 +76,6 @@ class VerifiedCapability:
             out["key"] = self.key
         if self.request_id is not None:
             out["request_id"] = self.request_id
+        if self.derivation is not None:
+            out["derivation"] = self.derivation.as_dict()
         return out

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from keycap_client import reasons
 from keycap_client.sink._jws import ParsedJws, b64url_decode, is_utf8, js_length, parse_compact_jws
-from keycap_client.sink.claims import Effect, VerifiedCapability
+from keycap_client.sink.claims import DerivationClaim, Effect, VerifiedCapability
 from keycap_client.sink.keys import PublicKeySource
 from keycap_client.sink.refusal import SinkRefusal, UnverifiedInfo
 
@@ -271,6 +271,7 @@ class CapabilityVerifier:
             kid=kid,
             key=key if isinstance(key, str) else None,
             request_id=request_id if isinstance(request_id, str) else None,
+            derivation=_derivation_of(payload.get("derivation")),
         )
 
 
@@ -316,9 +317,48 @@ def _claim_problem(value: Mapping[str, object]) -> tuple[str, str, str] | None:
             return ("invalid", claim, f'capability claim "{claim}" must be a whole number of seconds')
     if cast(float, value["exp"]) <= cast(float, value["iat"]):
         return ("invalid", "exp", 'capability claim "exp" must be after "iat"')
-    return _paired_problem(value, "key", effect == "idempotent", "idempotent") or _paired_problem(
-        value, "request_id", effect == "queryable", "queryable"
+    return (
+        _paired_problem(value, "key", effect == "idempotent", "idempotent")
+        or _derivation_problem(value, effect == "idempotent")
+        or _paired_problem(value, "request_id", effect == "queryable", "queryable")
     )
+
+
+def _derivation_problem(value: Mapping[str, object], allowed: bool) -> tuple[str, str, str] | None:
+    """ADR 0026: optional, idempotent only, exactly shaped (claims.ts findDerivationProblem)."""
+    if "derivation" not in value:
+        return None
+
+    def invalid(detail: str) -> tuple[str, str, str]:
+        return ("invalid", "derivation", f'capability claim "derivation" {detail}')
+
+    d = value["derivation"]
+    if not allowed:
+        return invalid("is only allowed when effect is idempotent")
+    if not isinstance(d, dict):
+        return invalid("must be an object")
+    if any(member not in ("version", "fields", "context") for member in d):
+        return invalid("has a member other than version, fields and context")
+    version = d.get("version")
+    if not _is_safe_integer(version) or cast(float, version) < 1:
+        return invalid("version must be a positive integer")
+    fields = d.get("fields")
+    if not isinstance(fields, list) or not fields or not all(isinstance(f, str) for f in fields):
+        return invalid("fields must be a non-empty array of pointers")
+    context = d.get("context")
+    if not isinstance(context, dict):
+        return invalid("context must be an object")
+    if any(member != "run_id" for member in context) or ("run_id" in context and not isinstance(context["run_id"], str)):
+        return invalid("context may hold only run_id, a string")
+    return None
+
+
+def _derivation_of(d: object) -> DerivationClaim | None:
+    """The claim, already checked by _derivation_problem."""
+    if not isinstance(d, dict):
+        return None
+    run_id = d["context"].get("run_id")
+    return DerivationClaim(version=_whole(d["version"]), fields=tuple(d["fields"]), run_id=run_id)
 
 
 def _paired_problem(value: Mapping[str, object], claim: str, required: bool, effect: str) -> tuple[str, str, str] | None:
