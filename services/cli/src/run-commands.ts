@@ -8,7 +8,7 @@ import { KernelClient } from "../../../clients/ts/src";
 import { CallOutcome, CallState, RunMode, type RunCall } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { adminToken, explain, kernelAddress, tlsOptions, type OperatorOptions } from "./operator-context";
 import type { Print } from "./output";
-import { newTable } from "./output";
+import { newTable, render } from "./output";
 
 /** One row of `runs show`, also its --json shape. */
 export interface RunCallRow {
@@ -48,7 +48,7 @@ export function addRunCommands(program: Command, kernelOperator: (c: Command) =>
 function runTable(rows: RunCallRow[]): string {
   const t = newTable(["#", "tool", "key / request id", "outcome", "mode", "of run", "call"]);
   for (const r of rows) t.push([String(r.position), r.toolId, r.key || r.requestId || "-", r.outcome, r.mode, r.ofRun || "-", r.callId]);
-  return t.toString();
+  return render(t);
 }
 
 function rowOf(rc: RunCall): RunCallRow {
