@@ -14,6 +14,7 @@ import {
   CallState,
   KernelServiceClient,
   KernelServiceService,
+  RunMode,
   type BeginCallRequest,
   type BeginCallResponse,
   type BeginCallResult,
@@ -76,7 +77,15 @@ describe("batched BeginCall / CompleteCall: each call answered on its own (ADR 0
     callUnary(raw.completeCalls, raw, { calls }, TEST_RUNTIME_TOKEN).then((res) =>
       res.results.map((r: CompleteCallResult) => itemOf<CompleteCallResponse>(r, "completed")),
     );
-  const req = (callId: string, toolId: string, args: string): BeginCallRequest => ({ toolId, callId, runId: "", argumentsJson: args });
+  const req = (callId: string, toolId: string, args: string): BeginCallRequest => ({
+    toolId,
+    callId,
+    runId: "",
+    argumentsJson: args,
+    mode: RunMode.RUN_MODE_UNSPECIFIED,
+    replayOfRunId: "",
+    shadowsRunId: "",
+  });
 
   it("answers each item in order as BeginCall would: begun, unknown tool, bad arguments — each refusal recorded under BeginCall with its own ids", async function () {
     const tag = `b${Date.now()}`;

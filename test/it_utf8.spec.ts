@@ -111,7 +111,7 @@ describe("ill-formed UTF-8 (issue 14)", function () {
   it("decodes through the checking reader (ts-proto's requestDeserialize passes a reader on to decode)", function () {
     const checked = withUtf8Check(KernelServiceService).beginCall!;
     const ok = checked.requestDeserialize(
-      Buffer.from(BeginCallRequest.encode({ toolId: "t", callId: "c", runId: "", argumentsJson: "{}" }).finish()),
+      Buffer.from(BeginCallRequest.encode({ toolId: "t", callId: "c", runId: "", argumentsJson: "{}", mode: 0, replayOfRunId: "", shadowsRunId: "" }).finish()),
     ) as BeginCallRequest;
     expect(ok.toolId).to.equal("t");
   });

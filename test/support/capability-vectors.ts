@@ -18,12 +18,21 @@ export interface VectorJwks {
   keys: Record<string, unknown>[];
 }
 
+/** A reason a vector's verdict may name: a verification reason, or a mode-aware sink's refusal of a sandbox capability. */
+export type VerdictReason = CapabilityRefusalReason | "SANDBOX_CAPABILITY_NOT_LIVE";
+
 /** What the verifier must answer. */
 export type CapabilityVerdict =
   /** Accepted: exactly the object `CapabilityVerifier.verify` returns (claims plus `kid`). */
   | { verified: Record<string, unknown> }
   /** Refused with this reason; `signature_verified` as the refusal reports it. */
-  | { refused: CapabilityRefusalReason; signature_verified: boolean };
+  | { refused: VerdictReason; signature_verified: boolean };
+
+/** The mode-aware verifiers that may answer otherwise than `expect` (ADR 0028). */
+export const MODE_AWARE_VERIFIERS = ["ledger", "sink-typescript"] as const;
+
+/** Verdicts of mode-aware verifiers, where they differ from `expect`. */
+export type VerdictsBy = Partial<Record<(typeof MODE_AWARE_VERIFIERS)[number], CapabilityVerdict>>;
 
 /** One verification case. */
 export interface CapabilityVector {
@@ -41,7 +50,15 @@ export interface CapabilityVector {
   jwks: VectorJwks | null;
   /** Verification time, whole seconds since the epoch. */
   clock: number;
+  /** What every verifier that does not know run modes answers (the Python and Go SDKs, CapabilityVerifier's default). */
   expect: CapabilityVerdict;
+  /** Where a mode-aware verifier answers otherwise. */
+  expect_by?: VerdictsBy;
+}
+
+/** The verdict `verifier` must give: its own when the vector states one, else `expect`. */
+export function verdictFor(vector: CapabilityVector, verifier: (typeof MODE_AWARE_VERIFIERS)[number]): CapabilityVerdict {
+  return vector.expect_by?.[verifier] ?? vector.expect;
 }
 
 /** The verifier settings every vector is checked with (the ledger's defaults). */
@@ -120,7 +137,7 @@ function readSettings(v: unknown): VectorVerifierSettings {
 
 function readVector(v: unknown, where: string): CapabilityVector {
   if (!isRecord(v)) throw new Error(`corpus: ${where} is not an object`);
-  const { name, note, token, authorization, jwks, clock, expect } = v;
+  const { name, note, token, authorization, jwks, clock, expect, expect_by } = v;
   if (typeof name !== "string" || name.length === 0) throw new Error(`corpus: ${where} has no name`);
   where = `vector ${name}`;
   if (typeof note !== "string" || note.length === 0) throw new Error(`corpus: ${where} has no note`);
@@ -141,7 +158,19 @@ function readVector(v: unknown, where: string): CapabilityVector {
     expect: readVerdict(expect, where),
   };
   if (authorization !== undefined) vector.authorization = authorization;
+  if (expect_by !== undefined) vector.expect_by = readVerdictsBy(expect_by, where);
   return vector;
+}
+
+function readVerdictsBy(v: unknown, where: string): VerdictsBy {
+  if (!isRecord(v)) throw new Error(`corpus: ${where}: expect_by must be an object`);
+  const out: VerdictsBy = {};
+  for (const [name, verdict] of Object.entries(v)) {
+    const known = MODE_AWARE_VERIFIERS.find((m) => m === name);
+    if (!known) throw new Error(`corpus: ${where}: expect_by names an unknown verifier ${name}`);
+    out[known] = readVerdict(verdict, `${where} (${name})`);
+  }
+  return out;
 }
 
 function readVerdict(v: unknown, where: string): CapabilityVerdict {
@@ -153,8 +182,8 @@ function readVerdict(v: unknown, where: string): CapabilityVerdict {
   throw new Error(`corpus: ${where}: expect must be {"verified": {...}} or {"refused": <reason>, "signature_verified": <bool>}`);
 }
 
-function isRefusalReason(v: unknown): v is CapabilityRefusalReason {
-  return (CAPABILITY_REFUSAL_REASONS as readonly unknown[]).includes(v);
+function isRefusalReason(v: unknown): v is VerdictReason {
+  return v === "SANDBOX_CAPABILITY_NOT_LIVE" || (CAPABILITY_REFUSAL_REASONS as readonly unknown[]).includes(v);
 }
 
 /** The `authorization` value a vector presents. */
@@ -168,7 +197,7 @@ export function authorizationOf(vector: CapabilityVector): string | undefined {
  * vector's clock, and a {@link RemoteJwksSource} whose fetch answers the vector's JWKS
  * (or fails, when it is null). A fresh source per vector, so nothing is cached across.
  */
-export function ledgerVerifierFor(file: CapabilityVectorFile, vector: CapabilityVector): CapabilityVerifier {
+export function ledgerVerifierFor(file: CapabilityVectorFile, vector: CapabilityVector, sandbox: "refuse" | "verify" = "verify"): CapabilityVerifier {
   const jwks = vector.jwks;
   const source = new RemoteJwksSource(async () => {
     if (jwks === null) throw new Error("GetSigningKeys at 127.0.0.1:1: connect ECONNREFUSED");
@@ -181,6 +210,7 @@ export function ledgerVerifierFor(file: CapabilityVectorFile, vector: Capability
     maxLifetimeSeconds: file.verifier.max_lifetime_seconds,
     clockToleranceSeconds: file.verifier.clock_tolerance_seconds,
     now: () => vector.clock * 1000,
+    sandbox,
   });
 }
 

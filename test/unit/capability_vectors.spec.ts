@@ -8,6 +8,8 @@ import {
   ledgerVerifierFor,
   loadCapabilityVectors,
   serializeCapabilityVectorFile,
+  verdictFor,
+  type CapabilityVector,
 } from "../support/capability-vectors";
 import { buildCapabilityVectorFile } from "../vectors/generate-capability-vectors";
 
@@ -25,33 +27,40 @@ describe("capability verification vectors (test/vectors/capability-verification.
     expect(corpus.vectors).to.have.length.of.at.least(40);
   });
 
-  describe("the ledger's verifier gives each vector's expected verdict exactly", () => {
-    for (const vector of corpus.vectors) {
-      const verdict = vector.expect;
-      const title = "verified" in verdict ? "accepts" : `refuses ${verdict.refused}`;
-      it(`${vector.name}: ${title}`, async () => {
-        const verifier = ledgerVerifierFor(corpus, vector);
-        let caught: unknown;
-        let result: unknown;
-        try {
-          result = await verifier.verify(authorizationOf(vector));
-        } catch (err) {
-          caught = err;
-        }
-        if ("verified" in verdict) {
-          expect(caught, `${vector.name}: refused ${caught instanceof CapabilityRefusal ? caught.reason : String(caught)}`).to.equal(undefined);
-          expect(result).to.deep.equal(verdict.verified);
-          return;
-        }
-        expect(caught, `${vector.name} must be refused`).to.be.instanceOf(CapabilityRefusal);
-        const refusal = caught as CapabilityRefusal;
-        expect(refusal.reason).to.equal(verdict.refused);
-        expect(refusal.signatureVerified, "signature_verified").to.equal(verdict.signature_verified);
-        expect(refusal.code).to.equal(verdict.refused === "SIGNING_KEYS_UNAVAILABLE" ? status.UNAVAILABLE : status.UNAUTHENTICATED);
-        // A bearer credential never appears in what the refusal says.
-        if (vector.token.length > 0) expect(refusal.message).to.not.include(vector.token);
-        expect(refusal.message).to.not.include("\n");
-      });
-    }
-  });
+  for (const [who, sandbox] of [
+    ["the ledger's verifier (it verifies shadow and replay capabilities, ADR 0028)", "verify"],
+    ["a verifier that does not know run modes (CapabilityVerifier's default, as the Python and Go SDKs)", "refuse"],
+  ] as const) {
+    describe(`${who} gives each vector's expected verdict exactly`, () => {
+      for (const vector of corpus.vectors) checkVector(vector, sandbox);
+    });
+  }
 });
+
+function checkVector(vector: CapabilityVector, sandbox: "refuse" | "verify"): void {
+  const verdict = sandbox === "verify" ? verdictFor(vector, "ledger") : vector.expect;
+  const title = "verified" in verdict ? "accepts" : `refuses ${verdict.refused}`;
+  it(`${vector.name}: ${title}`, async () => {
+    const verifier = ledgerVerifierFor(corpus, vector, sandbox);
+    let caught: unknown;
+    let result: unknown;
+    try {
+      result = await verifier.verify(authorizationOf(vector));
+    } catch (err) {
+      caught = err;
+    }
+    if ("verified" in verdict) {
+      expect(caught, `${vector.name}: refused ${caught instanceof CapabilityRefusal ? caught.reason : String(caught)}`).to.equal(undefined);
+      expect(result).to.deep.equal(verdict.verified);
+      return;
+    }
+    expect(caught, `${vector.name} must be refused`).to.be.instanceOf(CapabilityRefusal);
+    const refusal = caught as CapabilityRefusal;
+    expect(refusal.reason).to.equal(verdict.refused);
+    expect(refusal.signatureVerified, "signature_verified").to.equal(verdict.signature_verified);
+    expect(refusal.code).to.equal(verdict.refused === "SIGNING_KEYS_UNAVAILABLE" ? status.UNAVAILABLE : status.UNAUTHENTICATED);
+    // A bearer credential never appears in what the refusal says.
+    if (vector.token.length > 0) expect(refusal.message).to.not.include(vector.token);
+    expect(refusal.message).to.not.include("\n");
+  });
+}

@@ -8,7 +8,7 @@
  */
 import { expect } from "chai";
 import { createLocalJWKSet, errors as joseErrors, jwtVerify, type JSONWebKeySet, type JWTPayload } from "jose";
-import { REQUIRED_CLAIMS } from "../../services/capability/src";
+import { CAPABILITY_SANDBOX_TYP, REQUIRED_CLAIMS } from "../../services/capability/src";
 import { CapabilityRefusal, type CapabilityRefusalReason } from "../../services/capability/src";
 import type { VerifiedCapability } from "../../services/capability/src";
 import { authorizationOf, ledgerVerifierFor, loadCapabilityVectors, type CapabilityVector, type CapabilityVectorFile } from "../support/capability-vectors";
@@ -55,7 +55,20 @@ const REFUSED_ONLY_BY_KEYCAP: Record<string, { reason: CapabilityRefusalReason; 
   "refuses-exp-before-iat": { reason: "CLAIM_INVALID", why: "exp must follow iat; jose checks each against the clock only" },
   "refuses-lifetime-of-901-s": { reason: "LIFETIME_TOO_LONG", why: "exp - iat is bounded by 900 s; jose bounds the age (maxTokenAge), not the lifetime" },
   "refuses-lifetime-of-a-day": { reason: "LIFETIME_TOO_LONG", why: "as above" },
+  // Run modes (ADR 0028): the typ/mode pairing and the mode's values are keycap's contract.
+  "refuses-sandbox-typ-without-mode": { reason: "CLAIM_INVALID", why: "the sandbox typ requires a mode claim; jose knows neither" },
+  "refuses-unknown-mode": { reason: "CLAIM_INVALID", why: "mode is a keycap claim: shadow or replay" },
 };
+
+/** The ledger accepts either typ (ADR 0028): jose is given the one the token claims, when it is one of the two. */
+function typOf(vector: CapabilityVector, profile: string): string {
+  try {
+    const header = JSON.parse(Buffer.from(vector.token.split(".")[0] ?? "", "base64url").toString("utf8")) as { typ?: unknown };
+    return header.typ === CAPABILITY_SANDBOX_TYP ? CAPABILITY_SANDBOX_TYP : profile;
+  } catch {
+    return profile;
+  }
+}
 
 type KeycapOutcome = { accepted: true; claims: Record<string, unknown>; kid: string } | { accepted: false; reason: CapabilityRefusalReason };
 type JoseOutcome = { accepted: true; claims: JWTPayload; kid: string | undefined } | { accepted: false; code: string };
@@ -77,7 +90,7 @@ async function joseOutcome(corpus: CapabilityVectorFile, vector: CapabilityVecto
     const keySet = createLocalJWKSet((vector.jwks ?? { keys: [] }) as JSONWebKeySet);
     const { payload, protectedHeader } = await jwtVerify(vector.token, keySet, {
       algorithms: ["EdDSA"],
-      typ: corpus.profile,
+      typ: typOf(vector, corpus.profile),
       issuer: s.issuer,
       audience: s.audience,
       clockTolerance: s.clock_tolerance_seconds,

@@ -21,10 +21,13 @@ import {
   type CapabilityVectorFile,
   type CapabilityVerdict,
   type VectorJwks,
+  type VerdictsBy,
 } from "../support/capability-vectors";
 import type { CapabilityRefusalReason } from "../../services/capability/src";
 
 const TYP = "keycap-capability+jwt";
+/** The typ of shadow and replay capabilities (ADR 0028). */
+const SANDBOX_TYP = "keycap-sandbox-capability+jwt";
 const ISSUER = "keycap-kernel";
 const AUDIENCE = "keycap-ledger";
 const MAX_TOKEN_BYTES = 4096;
@@ -162,6 +165,7 @@ interface Case {
   note: string;
   token: string;
   expect: CapabilityVerdict;
+  expectBy?: VerdictsBy;
   authorization?: string | null;
   jwks?: VectorJwks | null;
   clock?: number;
@@ -747,9 +751,58 @@ function cases(): Case[] {
   ];
 }
 
+/** An accepted verdict with the `mode` claim, which the mode-aware verifiers return. */
+function withMode(verdict: CapabilityVerdict, mode: unknown): CapabilityVerdict {
+  if (!("verified" in verdict)) throw new Error("only an accepted verdict has claims");
+  return { verified: { ...verdict.verified, mode } };
+}
+
+/**
+ * Run modes (ADR 0028): a sandbox capability has its own typ, so every verifier that does not
+ * know modes refuses it (`expect`: the Python and Go SDKs, CapabilityVerifier's default);
+ * `expect_by` states what the mode-aware TypeScript verifiers answer instead.
+ */
+function sandboxCases(): Case[] {
+  const notLive: CapabilityVerdict = { refused: "SANDBOX_CAPABILITY_NOT_LIVE", signature_verified: true };
+  const jti = (n: number): string => `9b2e4f6a-1c3d-4e5f-8a7b-0c1d2e3f4b0${n}`;
+  const sandbox = (name: string, note: string, claims: Claims): Case => ({
+    name,
+    note,
+    token: jws(header({ typ: SANDBOX_TYP }), claims),
+    expect: refused("WRONG_TOKEN_TYPE"),
+    expectBy: { ledger: withMode(verified(claims), claims["mode"]), "sink-typescript": notLive },
+  });
+  const invalidSandbox = (name: string, note: string, claims: Claims): Case => ({
+    name,
+    note,
+    token: jws(header({ typ: SANDBOX_TYP }), claims),
+    expect: refused("WRONG_TOKEN_TYPE"),
+    expectBy: { ledger: refused("CLAIM_INVALID"), "sink-typescript": refused("CLAIM_INVALID") },
+  });
+  return [
+    sandbox(
+      "sandbox-replay-idempotent",
+      "A replay capability: sandbox typ and mode claim. A verifier without modes refuses its typ; the ledger verifies it (and writes nothing with it); a sink refuses it as not live.",
+      idempotent({ jti: jti(1), mode: "replay" }),
+    ),
+    sandbox(
+      "sandbox-shadow-queryable",
+      "A shadow capability of a queryable call: the ledger verifies it (and writes to its shadow store); a sink refuses it as not live.",
+      queryable({ jti: jti(2), mode: "shadow" }),
+    ),
+    sandbox(
+      "sandbox-shadow-unsafe",
+      "An unsafe shadow capability (the kernel never mints one): it verifies at the ledger, whose write rule then refuses it SANDBOX_UNSAFE_DENIED.",
+      unsafe({ jti: jti(3), mode: "shadow" }),
+    ),
+    invalidSandbox("refuses-sandbox-typ-without-mode", "The sandbox typ without a mode claim: the typ and the claim must agree.", idempotent({ jti: jti(4) })),
+    invalidSandbox("refuses-unknown-mode", "A mode claim that is neither shadow nor replay.", idempotent({ jti: jti(5), mode: "dry-run" })),
+  ];
+}
+
 /** Builds the whole corpus (pure: the same bytes on every run). */
 export function buildCapabilityVectorFile(): CapabilityVectorFile {
-  const vectors: CapabilityVector[] = cases().map((c) => {
+  const vectors: CapabilityVector[] = [...cases(), ...sandboxCases()].map((c) => {
     // Members in reading order; authorization only where it is not `Bearer <token>`.
     return {
       name: c.name,
@@ -759,6 +812,7 @@ export function buildCapabilityVectorFile(): CapabilityVectorFile {
       jwks: c.jwks === undefined ? JWKS : c.jwks,
       clock: c.clock ?? T,
       expect: c.expect,
+      ...(c.expectBy ? { expect_by: c.expectBy } : {}),
     };
   });
   return {
@@ -769,7 +823,10 @@ export function buildCapabilityVectorFile(): CapabilityVectorFile {
       "to a verifier configured with `verifier`, whose key source serves `jwks` (null: the key set cannot be fetched), " +
       "at time `clock` (seconds since the epoch). `expect.verified` is exactly what the ledger's verifier returns " +
       "(the contract's claims plus the signing kid); `expect.refused` is the refusal reason (ErrorInfo.reason) and " +
-      "`signature_verified` whether the refusal came after the signature held. The keys in `keys` are test-only, " +
+      "`signature_verified` whether the refusal came after the signature held. `expect` is what every verifier " +
+      "that does not know run modes answers (shadow and replay capabilities carry another typ, ADR 0028); `expect_by` " +
+      "(when present) overrides it for the mode-aware verifiers named: `ledger` (verifies them, with `mode`) and " +
+      "`sink-typescript` (refuses them SANDBOX_CAPABILITY_NOT_LIVE). The keys in `keys` are test-only, " +
       "derived from fixed seeds and published with their private parts so the tokens can be re-signed. " +
       "Generated by test/vectors/generate-capability-vectors.ts; checked against the ledger's verifier and, " +
       "differentially, against jose (test/unit/capability_vectors*.spec.ts); the sink SDKs run the same file: TypeScript test/unit/sink_vectors.spec.ts, Python clients/python/tests/test_sink_vectors.py, Go clients/go/sink/vectors_test.go.",

@@ -329,6 +329,27 @@ const (
 
 	// An operator read ran past its database-side time limit (KEYCAP_OPERATOR_QUERY_TIMEOUT_MS) and was stopped; narrow it (a tool, a reason, a time range) or raise the limit.
 	OperatorQueryTimeout = "OPERATOR_QUERY_TIMEOUT"
+
+	// An Unsafe call or capability in a shadow or replay run (ADR 0028): denied outright, at
+	// BeginCall and at every sink; no state change makes it allowed.
+	SandboxUnsafeDenied = "SANDBOX_UNSAFE_DENIED"
+
+	// A replay call that does not match the recorded run's call at its position (tool and
+	// key, or request id); metadata: position, expected_call_id, expected_tool_id.
+	ReplayDiverged = "REPLAY_DIVERGED"
+
+	// A replay capability for an effect the ledger never recorded: nothing to answer from,
+	// and a replay writes nothing.
+	ReplayNoRecordedEffect = "REPLAY_NO_RECORDED_EFFECT"
+
+	// A shadow or replay capability shown to a sink that performs live effects only.
+	SandboxCapabilityNotLive = "SANDBOX_CAPABILITY_NOT_LIVE"
+
+	// A replay call without replay_of_run_id, or a run mode given ids it does not take.
+	InvalidRunMode = "INVALID_RUN_MODE"
+
+	// The replay run's position changed concurrently too often; retry.
+	ConcurrentReplay = "CONCURRENT_REPLAY"
 )
 
 var codeOf = map[string]codes.Code{
@@ -439,6 +460,12 @@ var codeOf = map[string]codes.Code{
 	InProgress:                     codes.Aborted,
 	UpstreamUnavailable:            codes.Unavailable,
 	OperatorQueryTimeout:           codes.DeadlineExceeded,
+	SandboxUnsafeDenied:            codes.PermissionDenied,
+	ReplayDiverged:                 codes.FailedPrecondition,
+	ReplayNoRecordedEffect:         codes.FailedPrecondition,
+	SandboxCapabilityNotLive:       codes.PermissionDenied,
+	InvalidRunMode:                 codes.InvalidArgument,
+	ConcurrentReplay:               codes.Aborted,
 }
 
 // Code is the gRPC status code reason always comes with; false for a reason not in the catalogue.
@@ -557,5 +584,11 @@ func All() []string {
 		InProgress,
 		UpstreamUnavailable,
 		OperatorQueryTimeout,
+		SandboxUnsafeDenied,
+		ReplayDiverged,
+		ReplayNoRecordedEffect,
+		SandboxCapabilityNotLive,
+		InvalidRunMode,
+		ConcurrentReplay,
 	}
 }

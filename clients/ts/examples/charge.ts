@@ -4,7 +4,11 @@
  * capability handle, complete), and prints the ledger entry. Run it twice with the same
  * order id: the second write is a duplicate of the first, not a second charge.
  *
- *     make build && node dist/clients/ts/examples/charge.js [ORDER_ID]
+ *     make build && node dist/clients/ts/examples/charge.js [ORDER_ID] [--run RUN] [--replay-of RECORDED_RUN]
+ *
+ * `--run` names the agent run the call belongs to; `--replay-of` replays a recorded run
+ * (docs/run-modes.md): the same call is matched to the recorded one and its write is
+ * answered from the recorded entry, writing nothing.
  *
  * Addresses come from KEYCAP_KERNEL_ADDRESS and KEYCAP_LEDGER_ADDRESS, else the defaults
  * of `make run`. The kernel credential is the runtime token by the default lookup
@@ -47,7 +51,22 @@ const charge = defineTool({
   effect: { kind: "idempotent", key: { fields: ["/order_id"] } },
 });
 
-async function main(orderId: string): Promise<void> {
+/** The command line: an order id, then `--run <id>` and `--replay-of <id>` in any order. */
+function parseArgs(argv: readonly string[]): { orderId: string; runId: string; replayOf: string } {
+  const out = { orderId: "order-42", runId: "", replayOf: "" };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i] ?? "";
+    if (a === "--run" || a === "--replay-of") {
+      const value = argv[++i];
+      if (!value) throw new Error(`${a} needs a run id`);
+      if (a === "--run") out.runId = value;
+      else out.replayOf = value;
+    } else out.orderId = a;
+  }
+  return out;
+}
+
+async function main({ orderId, runId, replayOf }: { orderId: string; runId: string; replayOf: string }): Promise<void> {
   const kernelService = service("kernel", "KEYCAP_KERNEL_ADDRESS", "127.0.0.1:50051");
   const ledgerService = service("ledger", "KEYCAP_LEDGER_ADDRESS", "127.0.0.1:50052");
   const tls = tlsFromEnv();
@@ -59,24 +78,27 @@ async function main(orderId: string): Promise<void> {
         // The tool: its one effect goes through the handle, always under the kernel's key.
         handler: async (args, handle) => {
           const res = await via(ledgerService, () => handle.write(JSON.stringify(args)));
-          const what = res.duplicate ? "already charged (duplicate)" : "charged";
+          const what = res.replayed ? "replayed (the recorded entry; nothing written)" : res.duplicate ? "already charged (duplicate)" : "charged";
           console.log(`${what}: entry ${res.entry?.entryId ?? "?"} key ${handle.key}`);
         },
       },
     ]);
     await via(kernelService, () => runtime.registerAll());
-    await via(kernelService, () => runtime.run(charge.id, { order_id: orderId, amount_cents: 500 }));
+    const mode = replayOf ? { mode: "replay" as const, replayOf } : {};
+    await via(kernelService, () => runtime.run(charge.id, { order_id: orderId, amount_cents: 500 }, { runId, ...mode }));
   } finally {
     kernel.close();
   }
 }
 
-main(process.argv[2] ?? "order-42").catch((err: unknown) => {
-  let line: string;
-  if (err instanceof Unreachable) line = err.message;
-  else if (err instanceof KeycapClientError) line = `refused: ${err.codeName} ${err.reason}: ${err.message}`;
-  else if (err instanceof ClientConfigError) line = err.message;
-  else line = err instanceof Error ? err.message : String(err);
-  process.stderr.write(`charge: ${line.split("\n")[0]}\n`);
-  process.exitCode = 1;
-});
+Promise.resolve()
+  .then(() => main(parseArgs(process.argv.slice(2))))
+  .catch((err: unknown) => {
+    let line: string;
+    if (err instanceof Unreachable) line = err.message;
+    else if (err instanceof KeycapClientError) line = `refused: ${err.codeName} ${err.reason}: ${err.message}`;
+    else if (err instanceof ClientConfigError) line = err.message;
+    else line = err instanceof Error ? err.message : String(err);
+    process.stderr.write(`charge: ${line.split("\n")[0]}\n`);
+    process.exitCode = 1;
+  });

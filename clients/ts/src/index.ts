@@ -12,7 +12,7 @@ export {
   type HttpDestinationSpec,
   type HttpWriteMethod,
 } from "./tool-definition";
-export { KernelClient, type BeginOptions, type KernelClientOptions } from "./kernel-client";
+export { KernelClient, type BeginOptions, type KernelClientOptions, type RunModeOption } from "./kernel-client";
 export { CapabilityHandle } from "./capability-handle";
 export { LedgerClient } from "./ledger-client";
 export { GatewayClient, type ForwardSpec } from "./gateway-client";
@@ -34,7 +34,7 @@ export {
   type TlsOptions,
 } from "./credentials";
 export type { CallSettings } from "./rpc";
-export { Runtime, type RuntimeTool, type ToolHandler, type RecoveryStep, type RecoverOptions } from "./runtime";
+export { Runtime, type RuntimeTool, type ToolHandler, type RecoveryStep, type RecoverOptions, type RunModeOptions } from "./runtime";
 // The batching schedule the client's call coalescer uses; keycap's services batch their
 // inserts with it too (group commit, ADR 0020), through this entry like any other user.
 export { TurnBatches } from "./turn-batches";

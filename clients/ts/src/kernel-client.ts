@@ -3,6 +3,7 @@ import { status, type ChannelCredentials } from "@grpc/grpc-js";
 import {
   CallOutcome,
   KernelServiceClient,
+  RunMode,
   type BeginCallRequest,
   type BeginCallResponse,
   type Call,
@@ -11,6 +12,7 @@ import {
   type ListPendingCallsResponse,
   type RegisterToolResponse,
   type ResumeCallResponse,
+  type RunCall,
   type Tool,
 } from "../gen/keycap/kernel/v1/kernel";
 import type { ToolValid } from "../gen/keycap/kernel/v1/kernel.valid";
@@ -52,7 +54,25 @@ export interface BeginOptions extends CallSettings {
   callId?: string;
   /** The agent run this call belongs to (enters the key when the tool's derivation names run_id). */
   runId?: string;
+  /**
+   * The run mode (ADR 0028, docs/run-modes.md); default "live". "replay" needs `replayOf` and a
+   * `runId` of its own; "shadow" may name the live run it shadows in `shadows`.
+   */
+  mode?: RunModeOption;
+  /** mode "replay": the recorded run replayed (its keys are derived in that run's context). */
+  replayOf?: string;
+  /** mode "shadow": the live run this shadow run runs beside, for listing them side by side. */
+  shadows?: string;
 }
+
+/** A run mode by name. */
+export type RunModeOption = "live" | "shadow" | "replay";
+
+const RUN_MODES: Record<RunModeOption, RunMode> = {
+  live: RunMode.RUN_MODE_LIVE,
+  shadow: RunMode.RUN_MODE_SHADOW,
+  replay: RunMode.RUN_MODE_REPLAY,
+};
 
 /**
  * Typed client of keycap.kernel.v1.KernelService. Every error is a
@@ -135,7 +155,15 @@ export class KernelClient {
     }
     // The call id is chosen here when not given, so a BeginCall retried after a lost
     // answer finds its call instead of beginning a second one.
-    const req: BeginCallRequest = { toolId, argumentsJson, callId: opts.callId || randomUUID(), runId: opts.runId ?? "" };
+    const req: BeginCallRequest = {
+      toolId,
+      argumentsJson,
+      callId: opts.callId || randomUUID(),
+      runId: opts.runId ?? "",
+      mode: RUN_MODES[opts.mode ?? "live"],
+      replayOfRunId: opts.replayOf ?? "",
+      shadowsRunId: opts.shadows ?? "",
+    };
     if (this.begins && !hasOwnSettings(opts)) return this.begins.submit(req);
     return callUnary(this.raw.beginCall, this.raw, req, this.token, opts);
   }
@@ -176,6 +204,14 @@ export class KernelClient {
   listIndeterminateCalls(toolId = "", s?: CallSettings): Promise<Call[]> {
     return collectPages(async (pageToken) => {
       const res = await callUnary(this.raw.listIndeterminateCalls, this.raw, { toolId, pageSize: 1000, pageToken }, this.token, s);
+      return { items: res.calls, nextPageToken: res.nextPageToken };
+    });
+  }
+
+  /** One run's calls in the order they were begun, each with its position (ADR 0028). */
+  listRunCalls(runId: string, s?: CallSettings): Promise<RunCall[]> {
+    return collectPages(async (pageToken) => {
+      const res = await callUnary(this.raw.listRunCalls, this.raw, { runId, pageSize: 1000, pageToken }, this.token, s);
       return { items: res.calls, nextPageToken: res.nextPageToken };
     });
   }

@@ -43,6 +43,17 @@ export interface RecoverOptions {
 }
 
 /**
+ * The run mode every run() of a Runtime begins its calls in, unless a run() says otherwise
+ * (ADR 0028, docs/run-modes.md).
+ *
+ * @example
+ * // Replays recorded run "run-1" as run "run-1-replay": same code, no new effect.
+ * const replay = new Runtime(kernel, tools, { mode: "replay", replayOf: "run-1" });
+ * await replay.run("payments.charge", args, { runId: "run-1-replay" });
+ */
+export type RunModeOptions = Pick<BeginOptions, "mode" | "replayOf" | "shadows">;
+
+/**
  * Runs tools under capabilities (begin → handler → complete) and recovers
  * the calls a crash left pending, each by its effect class: Idempotent calls
  * are re-run under the same key; Queryable calls ask the ledger first; Unsafe
@@ -54,6 +65,7 @@ export class Runtime {
   constructor(
     private readonly kernel: KernelClient,
     tools: readonly RuntimeTool[] = [],
+    private readonly runMode: RunModeOptions = {},
   ) {
     for (const t of tools) this.tools.set(t.definition.id, t);
   }
@@ -67,26 +79,31 @@ export class Runtime {
    * Runs one call: begin, the handler, complete. If the handler throws, the
    * call stays pending for recover(): whether its effect happened is for the
    * ledger to say, not for a guess here.
+   *
+   * In a replay (the Runtime's or this run's `mode`), the handler's writes are answered from
+   * the recorded effects and write nothing, and `recorded` is the recorded call it matched,
+   * with the outcome the recorded run got.
    */
-  async run(toolId: string, args: object | string, opts: BeginOptions = {}): Promise<{ handle: CapabilityHandle; output: string }> {
+  async run(toolId: string, args: object | string, opts: BeginOptions = {}): Promise<{ handle: CapabilityHandle; output: string; recorded?: Call }> {
     const tool = this.require(toolId);
-    const res = await this.kernel.beginCall(toolId, typeof args === "string" ? args : JSON.stringify(args), opts);
+    const res = await this.kernel.beginCall(toolId, typeof args === "string" ? args : JSON.stringify(args), { ...this.runMode, ...opts });
+    const recorded = res.recordedCall ? { recorded: res.recordedCall } : {};
     const handle = this.kernel.handleFor(res.call, res.capability, res.capabilityExpiresAt);
     // A step run again under its call id (an agent's in-place retry) may have
     // finished, or taken effect, the first time.
-    if (res.existingCall && res.call?.state === CallState.CALL_STATE_COMPLETED) return { handle, output: res.call.outcomeDetail };
+    if (res.existingCall && res.call?.state === CallState.CALL_STATE_COMPLETED) return { handle, output: res.call.outcomeDetail, ...recorded };
     if (res.existingCall && handle.effectKind === EffectKind.EFFECT_KIND_QUERYABLE) {
       // The capability is single-use: once its write took effect, writing again is
       // refused CAPABILITY_REUSED. Ask the ledger first, as recovery does.
       const found = await handle.lookup();
       if (found.found) {
         await handle.complete("succeeded", "");
-        return { handle, output: "" };
+        return { handle, output: "", ...recorded };
       }
     }
     const output = (await tool.handler(typeof args === "string" ? JSON.parse(args) : args, handle)) ?? "";
     await handle.complete("succeeded", output);
-    return { handle, output };
+    return { handle, output, ...recorded };
   }
 
   /** Finds pending calls and resumes each by its class. */

@@ -7,6 +7,24 @@
 /** JOSE `typ` header of every capability: a JWT from elsewhere is never mistaken for one. */
 export const CAPABILITY_TYP = "keycap-capability+jwt";
 
+/**
+ * JOSE `typ` header of a shadow or replay capability (ADR 0028). Another typ than live ones
+ * on purpose: a verifier that does not know run modes (an older sink SDK, a third-party
+ * sink) refuses it as WRONG_TOKEN_TYPE instead of performing a live effect with it.
+ */
+export const CAPABILITY_SANDBOX_TYP = "keycap-sandbox-capability+jwt";
+
+/** The run modes a capability's `mode` claim may name; absent means live. */
+export const SANDBOX_MODES = ["shadow", "replay"] as const;
+
+/** A sandbox run mode (the `mode` claim). */
+export type SandboxMode = (typeof SANDBOX_MODES)[number];
+
+/** The `typ` a capability with these claims is signed under: sandbox iff it has a `mode`. */
+export function capabilityTypOf(claims: Pick<CapabilityClaims, "mode">): string {
+  return claims.mode === undefined ? CAPABILITY_TYP : CAPABILITY_SANDBOX_TYP;
+}
+
 /** The only signature algorithm: Ed25519 (RFC 8037). Pinned, never read from a token. */
 export const CAPABILITY_ALG = "EdDSA";
 
@@ -54,6 +72,11 @@ export interface CapabilityClaims {
    * Absent on capabilities minted before it existed.
    */
   derivation?: DerivationClaim;
+  /**
+   * The run mode when not live (ADR 0028): "shadow" or "replay". Present exactly when the
+   * token's `typ` is {@link CAPABILITY_SANDBOX_TYP}; absent means live.
+   */
+  mode?: SandboxMode;
   /** Issued at, seconds since the epoch. */
   iat: number;
   /** Expiry, seconds since the epoch. */
@@ -123,6 +146,10 @@ export function findClaimProblem(value: Record<string, unknown>): ClaimProblem |
   }
   // The grant is the pairing of effect and key/request id: a stray key on an unsafe
   // capability would let a reader believe a write is keyed when nothing enforces it.
+  const mode = value["mode"];
+  if (mode !== undefined && !(SANDBOX_MODES as readonly unknown[]).includes(mode)) {
+    return { kind: "invalid", claim: "mode", detail: `capability claim "mode" must be one of ${SANDBOX_MODES.join(", ")} (absent: live)` };
+  }
   const keyProblem = pairedClaimProblem(value, "key", effect === "idempotent", "idempotent");
   if (keyProblem) return keyProblem;
   const derivationProblem = findDerivationProblem(value["derivation"], effect === "idempotent");

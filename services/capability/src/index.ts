@@ -7,6 +7,7 @@
  */
 export {
   CAPABILITY_ALG,
+  CAPABILITY_SANDBOX_TYP,
   CAPABILITY_TYP,
   CLOCK_TOLERANCE_SECONDS,
   DEFAULT_AUDIENCE,
@@ -15,11 +16,14 @@ export {
   EFFECT_NAMES,
   MAX_LIFETIME_SECONDS,
   REQUIRED_CLAIMS,
+  SANDBOX_MODES,
+  capabilityTypOf,
   findClaimProblem,
   type CapabilityClaims,
   type ClaimProblem,
   type DerivationClaim,
   type EffectName,
+  type SandboxMode,
 } from "./claims";
 export { parseBearer } from "../../common/src/bearer";
 export { CapabilityVerifier, type CapabilityVerifierOptions, type VerifiedCapability } from "./verifier";

@@ -14,6 +14,7 @@ import { isUtf8 } from "node:buffer";
 import type { KeyObject } from "node:crypto";
 import {
   CAPABILITY_ALG,
+  CAPABILITY_SANDBOX_TYP,
   CAPABILITY_TYP,
   CLOCK_TOLERANCE_SECONDS,
   DEFAULT_AUDIENCE,
@@ -54,6 +55,13 @@ export interface CapabilityVerifierOptions {
   clockToleranceSeconds?: number;
   /** Clock, in milliseconds since the epoch (like `Date.now`). Default `Date.now`. */
   now?: () => number;
+  /**
+   * Shadow and replay capabilities (typ {@link CAPABILITY_SANDBOX_TYP}, ADR 0028): "refuse"
+   * (the default) refuses them WRONG_TOKEN_TYPE, as every verifier that does not know run
+   * modes does; "verify" verifies them and returns their `mode`, for a caller that then
+   * applies the mode (the ledger writes nothing live for them; a sink refuses them).
+   */
+  sandbox?: "refuse" | "verify";
 }
 
 // Header members the profile allows. Anything else (jku, jwk, x5u, crit, b64...) would
@@ -80,6 +88,7 @@ export class CapabilityVerifier {
   private readonly maxLifetimeSeconds: number;
   private readonly clockToleranceSeconds: number;
   private readonly now: () => number;
+  private readonly acceptedTyps: readonly string[];
 
   constructor(
     private readonly source: PublicKeySource,
@@ -91,6 +100,7 @@ export class CapabilityVerifier {
     this.maxLifetimeSeconds = opts.maxLifetimeSeconds ?? MAX_LIFETIME_SECONDS;
     this.clockToleranceSeconds = opts.clockToleranceSeconds ?? CLOCK_TOLERANCE_SECONDS;
     this.now = opts.now ?? Date.now;
+    this.acceptedTyps = opts.sandbox === "verify" ? [CAPABILITY_TYP, CAPABILITY_SANDBOX_TYP] : [CAPABILITY_TYP];
     for (const [name, v] of [
       ["maxTokenBytes", this.maxTokenBytes],
       ["maxLifetimeSeconds", this.maxLifetimeSeconds],
@@ -117,7 +127,7 @@ export class CapabilityVerifier {
       );
     }
     const unverified = readUnverifiedInfo(jws.header, jws.payload);
-    const kid = checkHeader(jws, unverified);
+    const kid = checkHeader(jws, unverified, this.acceptedTyps);
     await this.checkSignature(jws, kid, unverified);
 
     // From here on the signature holds: the claims are the kernel's own words, and every
@@ -125,7 +135,19 @@ export class CapabilityVerifier {
     if (!jws.payload || !isUtf8(jws.payloadBytes)) {
       throw refuseCapability(Reasons.CAPABILITY_MALFORMED, "capability payload is not a JSON object", unverified, {}, true);
     }
-    return verifiedOf(this.checkClaims(jws.payload, unverified), kid);
+    const claims = this.checkClaims(jws.payload, unverified);
+    // The typ and the mode claim say the same thing, or the token is not the kernel's kind:
+    // a live typ with a mode (an older verifier would take it as live) or a sandbox typ without one.
+    if ((jws.header?.["typ"] === CAPABILITY_SANDBOX_TYP) !== (claims.mode !== undefined)) {
+      throw refuseCapability(
+        Reasons.CLAIM_INVALID,
+        `capability claim "mode" must be present exactly when typ is ${CAPABILITY_SANDBOX_TYP}`,
+        unverified,
+        { claim: "mode" },
+        true,
+      );
+    }
+    return verifiedOf(claims, kid);
   }
 
   /** The token of a Bearer `authorization` value, refused when absent, oversized or not Bearer. */
@@ -243,12 +265,12 @@ export class CapabilityVerifier {
  * not by the token: anything but the exact string "EdDSA" (none, HS256 keyed with our public
  * key, "eddsa"...) is refused. Returns the key id.
  */
-function checkHeader(jws: ParsedCompactJws, unverified: UnverifiedCapabilityInfo): string {
+function checkHeader(jws: ParsedCompactJws, unverified: UnverifiedCapabilityInfo, typs: readonly string[]): string {
   const refuse = (reason: UnauthenticatedReason, message: string): CapabilityRefusal => refuseCapability(reason, message, unverified);
   const header = jws.header;
   if (!header) throw refuse(Reasons.CAPABILITY_MALFORMED, "capability header is not a JSON object");
   if (header["alg"] !== CAPABILITY_ALG) throw refuse(Reasons.ALGORITHM_NOT_ALLOWED, `capability algorithm must be ${CAPABILITY_ALG}`);
-  if (header["typ"] !== CAPABILITY_TYP) throw refuse(Reasons.WRONG_TOKEN_TYPE, `capability typ must be ${CAPABILITY_TYP}`);
+  if (!typs.includes(header["typ"] as string)) throw refuse(Reasons.WRONG_TOKEN_TYPE, `capability typ must be ${typs.join(" or ")}`);
   const kid = header["kid"];
   if (typeof kid !== "string" || kid.length === 0) throw refuse(Reasons.CAPABILITY_MALFORMED, "capability header has no key id (kid)");
   for (const member of Object.keys(header)) {
@@ -278,5 +300,6 @@ function verifiedOf(claims: CapabilityClaims, kid: string): VerifiedCapability {
   if (claims.key !== undefined) verified.key = claims.key;
   if (claims.request_id !== undefined) verified.request_id = claims.request_id;
   if (claims.derivation !== undefined) verified.derivation = claims.derivation;
+  if (claims.mode !== undefined) verified.mode = claims.mode;
   return verified;
 }

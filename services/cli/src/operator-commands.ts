@@ -7,6 +7,7 @@ import type { Rejection } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
 import { AccessClient, KernelClient, KeycapClientError, Runtime, type RuntimeTool } from "../../../clients/ts/src";
 import type { Tool } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { addAccessCommands } from "./access-commands";
+import { addRunCommands } from "./run-commands";
 import {
   adminToken,
   explain,
@@ -368,6 +369,7 @@ function addRecoverCommand(program: Command): void {
     });
 
   addAccessCommands(program, kernelOperator, print);
+  addRunCommands(program, kernelOperator, print);
 }
 
 async function loadHandlers(modulePath: string): Promise<RuntimeTool[]> {

@@ -39,6 +39,14 @@ export interface CallRecord {
   updated_at: Date;
   /** The principal that began the call (the capability's `sub`); absent on calls begun before principals existed. */
   principal?: string;
+  /** The run mode when not live (ADR 0028); absent: live. */
+  mode?: "shadow" | "replay";
+  /** Replay calls: the recorded run, the recorded call matched and this call's position in its replay run. */
+  replay_of_run_id?: string;
+  replay_of_call_id?: string;
+  replay_position?: number;
+  /** Shadow calls: the live run shadowed, when named. */
+  shadows_run_id?: string;
   /** Last refused recovery, for operators (e.g. a key that no longer re-derives). */
   last_resume_refusal?: { reason: string; message: string; at: Date };
 }
@@ -134,7 +142,9 @@ export class CallJournal {
     const completions = db.collection<CompletionDoc>("call_completions");
     const pending = db.collection<CallRecord>("pending_calls");
     // Awaited at start: a failure stops the start (no fire-and-forget indexes).
-    // `calls` and `call_completions` are only read by `_id`: no secondary index.
+    // `call_completions` is only read by `_id`; `calls` by `_id`, and by run for a run's
+    // listing and a replay's matching (ADR 0028: an equality filter, then the run's order).
+    await calls.createIndex({ run_id: 1, created_at: 1, _id: 1 });
     await pending.createIndex({ created_at: 1, _id: 1 });
     await pending.createIndex({ tool_id: 1, created_at: 1, _id: 1 });
     return new CallJournal(calls, completions, pending, logger, opts.sweep, opts.listTimeMs);
@@ -163,12 +173,23 @@ export class CallJournal {
     }
     const existing = await this.get(record._id);
     if (!existing) throw refuse(Reasons.CONCURRENT_BEGIN, "the call changed during BeginCall; retry");
-    if (existing.tool_id !== record.tool_id || existing.run_id !== record.run_id || existing.arguments_json !== record.arguments_json) {
+    if (
+      existing.tool_id !== record.tool_id ||
+      existing.run_id !== record.run_id ||
+      existing.arguments_json !== record.arguments_json ||
+      // A call id names one call in one mode (ADR 0028): a live call is never answered as a replay's, nor the reverse.
+      (existing.mode ?? "live") !== (record.mode ?? "live") ||
+      (existing.replay_of_run_id ?? "") !== (record.replay_of_run_id ?? "")
+    ) {
       // Take back the copy this BeginCall inserted (only it has this created_at).
       if (copyInserted) await this.pending.deleteOne({ _id: record._id, created_at: record.created_at }, MAJORITY);
-      throw refuse(Reasons.CALL_ID_CONFLICT, `call ${record._id} was already begun with a different tool, run id or arguments; a call id names one call`, {
-        call_id: record._id,
-      });
+      throw refuse(
+        Reasons.CALL_ID_CONFLICT,
+        `call ${record._id} was already begun with a different tool, run id, arguments or mode; a call id names one call`,
+        {
+          call_id: record._id,
+        },
+      );
     }
     if (existing.state !== "pending") {
       if (copyInserted) await this.unmarkPending(record._id);
@@ -306,6 +327,21 @@ export class CallJournal {
   async listIndeterminate(toolId: string | readonly string[], after: JournalCursor | undefined, limit: number): Promise<PendingPage> {
     const { page, completed, next } = await this.pageOf(this.calls, { state: "indeterminate" }, toolId, after, limit);
     return { calls: page.filter((c) => !completed.has(c._id)), ...next };
+  }
+
+  /**
+   * One run's calls in journal order (created_at, then `_id`), from `skip` on, each with its
+   * completion. A run is a handful to thousands of calls, read by an operator or a replay:
+   * an equality filter on the run, sorted by the index.
+   */
+  async listRun(runId: string, skip: number, limit: number): Promise<CallRecord[]> {
+    const calls = await this.calls.find({ run_id: runId }).sort({ created_at: 1, _id: 1 }).skip(skip).limit(limit).toArray();
+    const ids = calls.map((c) => c._id);
+    const done = new Map(ids.length ? (await this.completions.find({ _id: { $in: ids } }).toArray()).map((c) => [c._id, c]) : []);
+    return calls.map((c) => {
+      const completion = done.get(c._id);
+      return completion ? withCompletion(c, completion) : c;
+    });
   }
 
   /**

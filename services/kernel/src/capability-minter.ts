@@ -18,6 +18,7 @@
 import { randomUUID } from "node:crypto";
 import {
   CAPABILITY_ALG,
+  CAPABILITY_SANDBOX_TYP,
   CAPABILITY_TYP,
   DEFAULT_AUDIENCE,
   DEFAULT_ISSUER,
@@ -27,6 +28,7 @@ import {
   type CapabilityClaims,
   type DerivationClaim,
   type EffectName,
+  type SandboxMode,
 } from "../../capability/src";
 import { signEd25519 } from "./ed25519-sign";
 import type { SigningKeys } from "./signing-keys";
@@ -58,6 +60,8 @@ export interface MintInput {
   requestId?: string;
   /** How `key` was derived (idempotent only; ADR 0026). */
   derivation?: DerivationClaim;
+  /** The run mode when not live (ADR 0028): signed under the sandbox typ with a `mode` claim. */
+  mode?: SandboxMode;
   /** Capability id. Default a fresh `crypto.randomUUID()`. */
   jti?: string;
   /** Issued-at, seconds since the epoch. Default now. */
@@ -83,8 +87,9 @@ export class CapabilityMinter {
   private readonly audience: string;
   private readonly lifetimeSeconds: number;
   private readonly now: () => number;
-  /** base64url of the protected header: the same for every token of this key. */
+  /** base64url of the protected headers (live, sandbox): the same for every token of this key. */
   private readonly encodedHeader: string;
+  private readonly encodedSandboxHeader: string;
 
   constructor(
     private readonly keys: SigningKeys,
@@ -103,6 +108,7 @@ export class CapabilityMinter {
       throw new RangeError("issuer and audience must be non-empty");
     }
     this.encodedHeader = base64url(JSON.stringify({ alg: CAPABILITY_ALG, typ: CAPABILITY_TYP, kid: keys.currentKid }));
+    this.encodedSandboxHeader = base64url(JSON.stringify({ alg: CAPABILITY_ALG, typ: CAPABILITY_SANDBOX_TYP, kid: keys.currentKid }));
   }
 
   /** Mints a capability for one call attempt. */
@@ -123,6 +129,7 @@ export class CapabilityMinter {
     if (input.key !== undefined) claims.key = input.key;
     if (input.requestId !== undefined) claims.request_id = input.requestId;
     if (input.derivation !== undefined) claims.derivation = input.derivation;
+    if (input.mode !== undefined) claims.mode = input.mode;
     return this.mintWithClaims(claims);
   }
 
@@ -150,7 +157,8 @@ export class CapabilityMinter {
     const ordered = canonicalOrder(claims);
     const problem = findClaimProblem(ordered as unknown as Record<string, unknown>);
     if (problem) throw new TypeError(`cannot mint: ${problem.detail}`);
-    const signingInput = `${this.encodedHeader}.${base64url(JSON.stringify(ordered))}`;
+    const header = ordered.mode === undefined ? this.encodedHeader : this.encodedSandboxHeader;
+    const signingInput = `${header}.${base64url(JSON.stringify(ordered))}`;
     // RFC 8032 PureEdDSA over the signing input, as RFC 8037 specifies for JWS.
     const token = `${signingInput}.${signEd25519(Buffer.from(signingInput), this.keys.privateKey).toString("base64url")}`;
     return { token, claims: ordered, expiresAt: new Date(ordered.exp * 1000) };
@@ -185,5 +193,6 @@ function canonicalOrder(c: CapabilityClaims): CapabilityClaims {
     const context = c.derivation.context.run_id !== undefined ? { run_id: c.derivation.context.run_id } : {};
     out.derivation = { version: c.derivation.version, fields: [...c.derivation.fields], context };
   }
+  if (c.mode !== undefined) out.mode = c.mode;
   return out;
 }

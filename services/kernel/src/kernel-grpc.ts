@@ -16,6 +16,7 @@ import type {
   KernelServiceServer,
   ListIndeterminateCallsRequest,
   ListPendingCallsRequest,
+  ListRunCallsRequest,
   ListToolsRequest,
   RegisterToolRequest,
   ResumeCallRequest,
@@ -23,12 +24,12 @@ import type {
 import type { Caller } from "./caller-auth";
 import type { Kernel } from "./kernel";
 import { kernelBatchHandler, kernelHandler, type KernelEdge } from "./kernel-handlers";
-import { begunToProto, callToProto, outcomeFromProto, resumedToProto } from "./kernel-proto";
+import { beginInputFromProto, begunToProto, callToProto, outcomeFromProto, resumedToProto } from "./kernel-proto";
 import { definitionFromProto, toolToProto } from "./tool-definition";
 
 export function kernelServiceImpl(kernel: Kernel, edge: KernelEdge): KernelServiceServer {
   const handle = <Req, Res>(method: string, fn: (r: Req, c: Caller) => Promise<Res>) => kernelHandler(edge, method, fn);
-  const begin = async (r: BeginCallRequest, c: Caller): Promise<BeginCallResponse> => begunToProto(await kernel.beginCall(r, c));
+  const begin = async (r: BeginCallRequest, c: Caller): Promise<BeginCallResponse> => begunToProto(await kernel.beginCall(beginInputFromProto(r), c));
   const complete = async (r: CompleteCallRequest, c: Caller): Promise<CompleteCallResponse> => {
     const { call, alreadyCompleted } = await kernel.completeCall({ callId: r.callId, outcome: outcomeFromProto(r.outcome), outcomeDetail: r.outcomeDetail }, c);
     return { call: callToProto(call), alreadyCompleted };
@@ -71,6 +72,10 @@ export function kernelServiceImpl(kernel: Kernel, edge: KernelEdge): KernelServi
     listIndeterminateCalls: handle("ListIndeterminateCalls", async (r: ListIndeterminateCallsRequest, c) => {
       const page = await kernel.listIndeterminateCalls(r, c);
       return { calls: page.items.map(callToProto), nextPageToken: page.nextPageToken };
+    }),
+    listRunCalls: handle("ListRunCalls", async (r: ListRunCallsRequest, c) => {
+      const page = await kernel.listRunCalls(r, c);
+      return { calls: page.items.map((rc) => ({ position: rc.position, call: callToProto(rc.call) })), nextPageToken: page.nextPageToken };
     }),
     // The JWKS is public (kernel.proto): its authenticity comes from the channel, not the caller.
     getSigningKeys: kernelHandler(edge, "GetSigningKeys", async () => kernel.getSigningKeys(), { anonymous: true }),

@@ -2,11 +2,21 @@
  * The kernel's wire mapping: its results as the proto messages of kernel.proto, and the
  * enums of requests as the service's names. Nothing here decides anything.
  */
-import { CallOutcome, CallState, ResumeAction, type BeginCallResponse, type Call, type ResumeCallResponse } from "../../../gen/ts/keycap/kernel/v1/kernel";
+import {
+  CallOutcome,
+  CallState,
+  ResumeAction,
+  RunMode,
+  type BeginCallRequest,
+  type BeginCallResponse,
+  type Call,
+  type ResumeCallResponse,
+} from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { effectKindOf } from "../../common/src/effect-kind";
 import { Reasons, refuse } from "../../common/src/refuse";
 import type { CallOutcomeName, CallRecord } from "./call-journal";
-import type { BegunCall, ResumeOutcome } from "./kernel";
+import type { BeginCallInput, BegunCall, ResumeOutcome } from "./kernel";
+import type { RunModeName } from "./run-mode";
 
 /** A journal record as the wire Call. */
 export function callToProto(c: CallRecord): Call {
@@ -30,11 +40,49 @@ export function callToProto(c: CallRecord): Call {
     createdAt: c.created_at,
     updatedAt: c.updated_at,
     principal: c.principal ?? "",
+    mode: c.mode === "shadow" ? RunMode.RUN_MODE_SHADOW : c.mode === "replay" ? RunMode.RUN_MODE_REPLAY : RunMode.RUN_MODE_LIVE,
+    replayOfRunId: c.replay_of_run_id ?? "",
+    shadowsRunId: c.shadows_run_id ?? "",
+    replayOfCallId: c.replay_of_call_id ?? "",
+    replayPosition: c.replay_position ?? 0,
   };
 }
 
+/** BeginCall's request as the service's input; an unknown mode is refused INVALID_RUN_MODE. */
+export function beginInputFromProto(r: BeginCallRequest): BeginCallInput {
+  return {
+    toolId: r.toolId,
+    callId: r.callId,
+    runId: r.runId,
+    argumentsJson: r.argumentsJson,
+    mode: modeFromProto(r.mode),
+    replayOfRunId: r.replayOfRunId,
+    shadowsRunId: r.shadowsRunId,
+  };
+}
+
+function modeFromProto(mode: RunMode): RunModeName {
+  switch (mode) {
+    case RunMode.RUN_MODE_UNSPECIFIED:
+    case RunMode.RUN_MODE_LIVE:
+      return "live";
+    case RunMode.RUN_MODE_SHADOW:
+      return "shadow";
+    case RunMode.RUN_MODE_REPLAY:
+      return "replay";
+    default:
+      throw refuse(Reasons.INVALID_RUN_MODE, `mode ${String(mode)} is not a RunMode`, { field: "mode" });
+  }
+}
+
 export function begunToProto(b: BegunCall): BeginCallResponse {
-  return { call: callToProto(b.call), capability: b.capability.token, capabilityExpiresAt: b.capability.expiresAt, existingCall: b.existing };
+  return {
+    call: callToProto(b.call),
+    capability: b.capability.token,
+    capabilityExpiresAt: b.capability.expiresAt,
+    existingCall: b.existing,
+    recordedCall: b.recorded ? callToProto(b.recorded) : undefined,
+  };
 }
 
 const RESUME_ACTIONS: Record<ResumeOutcome["action"], ResumeAction> = {

@@ -13,6 +13,8 @@ import type { SigningKeys } from "./signing-keys";
 import { checkToolId, type CompiledTool } from "./tool-definition";
 import type { ToolRegistry } from "./tool-registry";
 import { Reasons, refuse } from "../../common/src/refuse";
+import type { ReplayMatch, ReplayMatcher } from "./replay-matcher";
+import { checkRunMode, derivationRunId, sandboxModeOf, type RunModeInput } from "./run-mode";
 
 export interface KernelDeps {
   registry: ToolRegistry;
@@ -23,10 +25,11 @@ export interface KernelDeps {
   limits: JsonLimits;
   logger: Logger;
   access: AccessPolicy;
+  replay: ReplayMatcher;
 }
 
-/** BeginCall's input: the call as the runtime recorded it. */
-export interface BeginCallInput {
+/** BeginCall's input: the call as the runtime recorded it, and its run mode (ADR 0028). */
+export interface BeginCallInput extends RunModeInput {
   toolId: string;
   /** The runtime's own call id, or "" for one the kernel picks. */
   callId: string;
@@ -40,6 +43,14 @@ export interface BegunCall {
   capability: MintedCapability;
   /** The call id was begun before: the same call and the same capability grant. */
   existing: boolean;
+  /** Replay: the recorded call this call matched, with its outcome. */
+  recorded?: CallRecord;
+}
+
+/** One call of a run and its position among the run's journaled calls. */
+export interface RunCall {
+  position: number;
+  call: CallRecord;
 }
 
 /** CompleteCall's input. */
@@ -143,14 +154,22 @@ export class Kernel {
     if ([...req.runId].length > MAX_RUN_ID) {
       throw refuse(Reasons.INVALID_RUN_ID, `run_id must be at most ${MAX_RUN_ID} characters`, { field: "run_id" });
     }
+    checkRunMode(req);
     const tool = await this.d.registry.require(req.toolId);
     await this.d.access.requireTool(caller, tool, "begin calls of", { operatorsToo: false, ...(req.callId ? { callId: req.callId } : {}) });
     // Everything that can refuse the call happens before anything is journaled.
     const args = parseArguments(req.argumentsJson, this.d.limits);
     tool.schema?.validate(args.value);
-    const identity = this.identify(tool, args, req.runId);
-
+    const identity = this.identify(tool, args, derivationRunId(req));
     const callId = req.callId || randomUUID();
+    const replayCall = { runId: req.runId, replayOfRunId: req.replayOfRunId, callId, toolId: tool.definition.toolId, ...identity };
+    if (req.mode !== "live" && tool.definition.effect.kind === "unsafe") {
+      throw req.mode === "replay"
+        ? await this.d.replay.denyUnsafe(replayCall)
+        : refuse(Reasons.SANDBOX_UNSAFE_DENIED, `tool ${req.toolId} is Unsafe: it is denied outright in a shadow run`, { mode: "shadow" });
+    }
+    const replay = req.mode === "replay" ? await this.d.replay.match(replayCall) : undefined;
+    const mode = sandboxModeOf(req.mode);
     const minted = await this.d.minter.mint({
       principal: caller.name,
       toolId: tool.definition.toolId,
@@ -158,30 +177,36 @@ export class Kernel {
       callId,
       attempt: 1,
       ...identity,
+      ...(mode ? { mode } : {}),
     });
-    const now = new Date();
-    const record: CallRecord = {
-      _id: callId,
-      tool_id: tool.definition.toolId,
-      run_id: req.runId,
-      arguments_json: req.argumentsJson,
-      effect: tool.definition.effect.kind,
-      ...(identity.key !== undefined ? { key: identity.key } : {}),
-      ...(identity.requestId !== undefined ? { request_id: identity.requestId } : {}),
-      attempt: 1,
-      state: "pending",
-      capability: minted.claims,
-      created_at: now,
-      updated_at: now,
-      principal: caller.name,
-    };
+    const record = callRecord(req, tool, callId, identity, minted, caller, replay);
     const { call, existing } = await this.d.journal.begin(record);
     // A repeated BeginCall returns the same call and the same capability (same jti;
     // Ed25519 is deterministic, so the same token while it has time left, renewed once
     // it has not): an Unsafe call cannot gain a second single-use capability by
     // beginning again, and a late retry never gets an already-expired one.
     const capability = existing ? await this.d.minter.mintWithClaims(this.d.minter.renewed(call.capability)) : minted;
-    return { call, capability, existing };
+    return { call, capability, existing, ...(replay ? { recorded: replay.recorded } : {}) };
+  }
+
+  /**
+   * One run's calls in the order they were begun, each with its position among the run's
+   * journaled calls; a runtime sees only the calls of tools it owns or is granted (gaps in
+   * the positions), an operator all (ADR 0028).
+   */
+  async listRunCalls(req: PageRequest & { runId: string }, caller: Caller): Promise<Page<RunCall>> {
+    if (req.runId === "" || [...req.runId].length > MAX_RUN_ID) {
+      throw refuse(Reasons.INVALID_RUN_ID, `run_id is required, at most ${MAX_RUN_ID} characters`, { field: "run_id" });
+    }
+    const limit = pageSize(req.pageSize);
+    const skip = decodePageToken(req.pageToken, { p: "time" })?.p ?? 0;
+    const [found, visible] = await Promise.all([this.d.journal.listRun(req.runId, skip, limit + 1), this.d.access.visibleTools(caller)]);
+    const seen = visible ? new Set(visible) : undefined;
+    const items = found
+      .slice(0, limit)
+      .map((call, i) => ({ position: skip + i, call }))
+      .filter((c) => !seen || seen.has(c.call.tool_id));
+    return { items, nextPageToken: found.length > limit ? encodePageToken({ p: skip + limit }) : "" };
   }
 
   async completeCall(req: CompleteCallInput, caller: Caller): Promise<{ call: CallRecord; alreadyCompleted: boolean }> {
@@ -267,6 +292,7 @@ export class Kernel {
           callId: call._id,
           attempt: call.attempt,
           requestId,
+          ...modeOf(call),
         });
         const { found, entryId } = await this.d.ledger.lookup(requestId, probe.token);
         if (found) {
@@ -297,7 +323,7 @@ export class Kernel {
     let identity: { key?: string; derivation?: DerivationClaim } = {};
     let problem = "";
     try {
-      identity = this.identify(tool, parseArguments(call.arguments_json, this.d.limits), call.run_id);
+      identity = this.identify(tool, parseArguments(call.arguments_json, this.d.limits), call.replay_of_run_id ?? call.run_id);
     } catch (err) {
       problem = err instanceof Error ? err.message : String(err);
     }
@@ -325,11 +351,49 @@ export class Kernel {
       callId: call._id,
       attempt: call.attempt + 1,
       ...identity,
+      ...modeOf(call),
     });
     const advanced = await this.d.journal.advanceAttempt(call, minted.claims);
     this.d.logger.info({ call_id: call._id, tool_id: call.tool_id, attempt: advanced.attempt }, "call resumed");
     return { action: "retry", call: advanced, capability: minted };
   }
+}
+
+/** The journal record of a call about to be begun. */
+function callRecord(
+  req: BeginCallInput,
+  tool: CompiledTool,
+  callId: string,
+  identity: { key?: string; requestId?: string },
+  minted: MintedCapability,
+  caller: Caller,
+  replay: ReplayMatch | undefined,
+): CallRecord {
+  const now = new Date();
+  const mode = sandboxModeOf(req.mode);
+  return {
+    _id: callId,
+    tool_id: tool.definition.toolId,
+    run_id: req.runId,
+    arguments_json: req.argumentsJson,
+    effect: tool.definition.effect.kind,
+    ...(identity.key !== undefined ? { key: identity.key } : {}),
+    ...(identity.requestId !== undefined ? { request_id: identity.requestId } : {}),
+    attempt: 1,
+    state: "pending",
+    capability: minted.claims,
+    created_at: now,
+    updated_at: now,
+    principal: caller.name,
+    ...(mode ? { mode } : {}),
+    ...(replay ? { replay_of_run_id: req.replayOfRunId, replay_of_call_id: replay.recorded._id, replay_position: replay.position } : {}),
+    ...(req.shadowsRunId ? { shadows_run_id: req.shadowsRunId } : {}),
+  };
+}
+
+/** The `mode` a call's capabilities carry (none when live). */
+function modeOf(call: CallRecord): { mode?: "shadow" | "replay" } {
+  return call.mode ? { mode: call.mode } : {};
 }
 
 function requireCallId(callId: string): void {

@@ -12,6 +12,8 @@ import { AccessPolicy } from "./access-policy";
 import { Access, accessServiceImpl } from "./access-service";
 import { bootstrapRuntime } from "./bootstrap-runtime";
 import { CallJournal } from "./call-journal";
+import { ReplayMatcher } from "./replay-matcher";
+import { ReplayPositions } from "./replay-positions";
 import { CallerAuthenticator } from "./caller-auth";
 import { CapabilityMinter } from "./capability-minter";
 import { GrantStore } from "./grant-store";
@@ -64,7 +66,8 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
     const policy = new AccessPolicy(registry, grants);
     const edge = { auth: new CallerAuthenticator(principals, admin, config.tls.certPrincipals), audit, logger };
     const limits = { maxBytes: config.maxArgumentsBytes, maxDepth: config.maxArgumentsDepth };
-    const kernel = new Kernel({ registry, journal, minter, keys, ledger, limits, logger, access: policy });
+    const replay = new ReplayMatcher(journal, await ReplayPositions.open(mongo.db));
+    const kernel = new Kernel({ registry, journal, minter, keys, ledger, limits, logger, access: policy, replay });
     const access = new Access({ principals, grants, registry, policy, logger });
     const listener = await scope.listen({
       name: "kernel",

@@ -4,20 +4,32 @@
  * and of the wire's types: ledger-grpc.ts binds it to grpc-js, ledger-proto.ts maps results.
  */
 import { faultPoint } from "../../common/src/fault-points";
-import { Reasons } from "../../common/src/refuse";
+import { REASON_CODES, Reasons } from "../../common/src/refuse";
 import { createHash, randomUUID } from "node:crypto";
-import { Code, KeycapError, codeName, type KeycapCode } from "../../common/src/errors";
+import { KeycapError, codeName, type KeycapCode } from "../../common/src/errors";
 import type { Logger } from "../../common/src/logger";
 import { CapabilityRefusal } from "../../capability/src";
 import type { CapabilityVerifier, VerifiedCapability } from "../../capability/src";
-import { CAPABILITY_REUSED, decideLookup, decideWrite, legacyQueryableEffectId, type RuleRefusal } from "./domain/write-rule";
+import {
+  CAPABILITY_REUSED,
+  REPLAY_NO_RECORDED_EFFECT,
+  SANDBOX_UNSAFE_DENIED,
+  decideLookup,
+  decideWrite,
+  legacyQueryableEffectId,
+  type RuleRefusal,
+  type WriteGrant,
+} from "./domain/write-rule";
 import type { EntryDoc, EntryStore } from "./entry-store";
+import type { ShadowStore } from "./shadow-store";
 import type { RejectionAudit } from "../../common/src/rejection-audit";
 import type { Metrics } from "../../common/src/metrics";
 
 export interface LedgerDeps {
   verifier: CapabilityVerifier;
   entries: EntryStore;
+  /** Where shadow runs' effects go (ADR 0028). */
+  shadow: ShadowStore;
   audit: RejectionAudit;
   /** Largest accepted payload, in bytes. */
   maxPayloadBytes: number;
@@ -48,6 +60,10 @@ export interface WriteOutcome {
   entry: EntryDoc;
   duplicate: boolean;
   payloadMismatch: boolean;
+  /** A replay capability: answered from the recorded entry; nothing was written. */
+  replayed?: boolean;
+  /** A shadow capability: the entry is in the shadow store, never in `entries`. */
+  shadow?: boolean;
 }
 
 /** The ledger's behaviour, independent of transport. */
@@ -57,9 +73,13 @@ export class Ledger {
   async write(req: WriteInput, ctx: CallContext): Promise<WriteOutcome> {
     const attempted = { attemptedKey: req.key, attemptedRequestId: req.requestId };
     const cap = await this.verify("Write", ctx, attempted);
+    // A sandbox capability never produces a live effect, whatever else it grants (ADR 0028).
+    if (cap.mode !== undefined && cap.effect === "unsafe") throw await this.refuseGrant("Write", ctx, cap, SANDBOX_UNSAFE_DENIED, attempted);
     const decision = decideWrite(cap, { key: req.key, requestId: req.requestId, payloadBytes: req.payload.length }, this.d.maxPayloadBytes);
     if (!decision.ok) throw await this.refuseGrant("Write", ctx, cap, decision.refusal, attempted);
     const grant = decision.grant;
+    if (cap.mode === "replay") return this.answerReplay(cap, grant, req.payload, ctx, attempted);
+    if (cap.mode === "shadow") return this.writeShadow(cap, grant, req.payload);
 
     // Queryable: the capability is spent before the effect is claimed. Spent already: a
     // replay, refused below when its effect exists; when it does not, a crash came
@@ -117,12 +137,48 @@ export class Ledger {
     return { entry, duplicate: true, payloadMismatch };
   }
 
+  /**
+   * A replay write: answered from the recorded (live) entry under the same effect id, as a
+   * duplicate marked replayed; nothing is written, not even a duplicate record. No recorded
+   * entry: refused REPLAY_NO_RECORDED_EFFECT (a replay never creates an effect).
+   */
+  private async answerReplay(cap: VerifiedCapability, grant: WriteGrant, payload: Buffer, ctx: CallContext, attempted: Attempted): Promise<WriteOutcome> {
+    const entry = await this.d.entries.findByEffectId(grant.effectId);
+    if (!entry) throw await this.refuseGrant("Write", ctx, cap, REPLAY_NO_RECORDED_EFFECT, attempted);
+    const payloadMismatch = entry.payload_sha256 !== createHash("sha256").update(payload).digest("hex");
+    return { entry, duplicate: true, payloadMismatch, replayed: true };
+  }
+
+  /** A shadow write: into the shadow store under the same effect id, never into `entries`. */
+  private async writeShadow(cap: VerifiedCapability, grant: WriteGrant, payload: Buffer): Promise<WriteOutcome> {
+    const payloadSha256 = createHash("sha256").update(payload).digest("hex");
+    const { entry, duplicate } = await this.d.shadow.insert({
+      _id: grant.effectId,
+      entry_id: newEntryId(),
+      tool_id: cap.tool_id,
+      effect: grant.effect,
+      call_id: cap.call_id,
+      attempt: cap.attempt,
+      capability_id: cap.jti,
+      key: grant.key,
+      request_id: grant.requestId,
+      payload,
+      payload_sha256: payloadSha256,
+      recorded_at: new Date(),
+      payload_mismatch: false,
+      principal: cap.sub,
+    });
+    return { entry, duplicate, payloadMismatch: duplicate && entry.payload_sha256 !== payloadSha256, shadow: true };
+  }
+
   /** The entry of a Queryable call's request, or undefined when the ledger holds none. */
   async lookupRequest(req: { requestId: string }, ctx: CallContext): Promise<EntryDoc | undefined> {
     const attempted = { attemptedRequestId: req.requestId };
     const cap = await this.verify("LookupRequest", ctx, attempted);
     const decision = decideLookup(cap, req.requestId);
     if (!decision.ok) throw await this.refuseGrant("LookupRequest", ctx, cap, decision.refusal, attempted);
+    // A shadow run asks its own store; a replay asks the recorded (live) one.
+    if (cap.mode === "shadow") return (await this.d.shadow.findByEffectId(decision.effectId)) ?? undefined;
     const entry = (await this.d.entries.findByEffectId(decision.effectId)) ?? (await this.legacyQueryable(cap.tool_id, req.requestId));
     return entry ?? undefined;
   }
@@ -171,7 +227,9 @@ export class Ledger {
 
   /** Records a refusal of a verified capability and returns the error to throw. */
   private async refuseGrant(method: string, ctx: CallContext, cap: VerifiedCapability, refusal: RuleRefusal, attempted: Attempted): Promise<KeycapError> {
-    const code: KeycapCode = refusal.kind === "malformed" ? Code.INVALID_ARGUMENT : Code.PERMISSION_DENIED;
+    // The catalogue's code: PERMISSION_DENIED outside the grant, INVALID_ARGUMENT for a
+    // malformed request, FAILED_PRECONDITION for a replay with nothing recorded.
+    const code = REASON_CODES[refusal.reason] as KeycapCode;
     await this.d.audit.record({
       method,
       reason: refusal.reason,

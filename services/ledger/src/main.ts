@@ -9,6 +9,7 @@ import { startScoped } from "../../common/src/service-scope";
 import { loadAdminCredential } from "../../common/src/admin-credential";
 import { adminServiceImpl, LedgerAdmin } from "./admin-service";
 import { CapabilityVerifier } from "../../capability/src";
+import { ShadowStore } from "./shadow-store";
 import { EntryStore } from "./entry-store";
 import { openKernelKeys } from "../../capability/src";
 import { Ledger } from "./ledger";
@@ -47,10 +48,13 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
       audience: config.audience,
       maxLifetimeSeconds: config.capabilityMaxLifetimeSeconds,
       clockToleranceSeconds: config.clockToleranceSeconds,
+      // Shadow and replay capabilities verify here; the ledger writes nothing live for them (ADR 0028).
+      sandbox: "verify",
     });
     const ledger = new Ledger({
       verifier,
       entries: store,
+      shadow: await ShadowStore.open(mongo.db),
       audit,
       maxPayloadBytes: config.maxPayloadBytes,
       clockToleranceSeconds: config.clockToleranceSeconds,

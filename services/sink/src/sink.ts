@@ -2,7 +2,7 @@
  * A sink: a service that performs an effect and admits a request only under a genuine
  * capability for one of its tools (ADR 0013). The admission order is fixed, so a request
  * breaking several rules gets the same reason every time: the ledger's verification, the
- * tool allow-list, the request's idempotency key against the capability's, then single use
+ * run mode (live only: a shadow or replay capability is refused, ADR 0028), the tool allow-list, the request's idempotency key against the capability's, then single use
  * for unsafe and queryable capabilities. Every refusal goes to the hook and, when
  * configured, to keycap's refusal store under `sink:<name>`.
  */
@@ -92,7 +92,8 @@ export class Sink {
       this.serves = (toolId) => tools.has(toolId);
     }
     this.now = opts.now ?? Date.now;
-    this.verifier = new CapabilityVerifier(opts.keys, { now: this.now, ...opts.verifier });
+    // Sandbox capabilities are verified so their refusal names the verified tool; then refused (checkVerified).
+    this.verifier = new CapabilityVerifier(opts.keys, { now: this.now, ...opts.verifier, sandbox: "verify" });
     this.toleranceMs = (opts.verifier?.clockToleranceSeconds ?? CLOCK_TOLERANCE_SECONDS) * 1000;
   }
 
@@ -126,6 +127,12 @@ export class Sink {
   }
 
   private async checkVerified(cap: VerifiedCapability, context: AdmissionContext): Promise<KeycapError | undefined> {
+    // A sink performs live effects: a shadow or replay capability grants none here (ADR 0028).
+    if (cap.mode !== undefined) {
+      return refuse(Reasons.SANDBOX_CAPABILITY_NOT_LIVE, `sink ${this.name} performs live effects only; this capability is of a ${cap.mode} run`, {
+        mode: cap.mode,
+      });
+    }
     if (!this.serves(cap.tool_id)) {
       return refuse(Reasons.TOOL_NOT_ACCEPTED, `sink ${this.name} does not serve tool ${JSON.stringify(cap.tool_id.slice(0, 128))}`);
     }

@@ -229,6 +229,21 @@ IN_PROGRESS: Final = "IN_PROGRESS"
 UPSTREAM_UNAVAILABLE: Final = "UPSTREAM_UNAVAILABLE"
 #: An operator read ran past its database-side time limit (KEYCAP_OPERATOR_QUERY_TIMEOUT_MS) and was stopped; narrow it (a tool, a reason, a time range) or raise the limit.
 OPERATOR_QUERY_TIMEOUT: Final = "OPERATOR_QUERY_TIMEOUT"
+#: An Unsafe call or capability in a shadow or replay run (ADR 0028): denied outright, at
+#: BeginCall and at every sink; no state change makes it allowed.
+SANDBOX_UNSAFE_DENIED: Final = "SANDBOX_UNSAFE_DENIED"
+#: A replay call that does not match the recorded run's call at its position (tool and
+#: key, or request id); metadata: position, expected_call_id, expected_tool_id.
+REPLAY_DIVERGED: Final = "REPLAY_DIVERGED"
+#: A replay capability for an effect the ledger never recorded: nothing to answer from,
+#: and a replay writes nothing.
+REPLAY_NO_RECORDED_EFFECT: Final = "REPLAY_NO_RECORDED_EFFECT"
+#: A shadow or replay capability shown to a sink that performs live effects only.
+SANDBOX_CAPABILITY_NOT_LIVE: Final = "SANDBOX_CAPABILITY_NOT_LIVE"
+#: A replay call without replay_of_run_id, or a run mode given ids it does not take.
+INVALID_RUN_MODE: Final = "INVALID_RUN_MODE"
+#: The replay run's position changed concurrently too often; retry.
+CONCURRENT_REPLAY: Final = "CONCURRENT_REPLAY"
 
 #: The gRPC status code of every reason of the catalogue, in its order.
 CODES: Final[Mapping[str, grpc.StatusCode]] = MappingProxyType(
@@ -340,6 +355,12 @@ CODES: Final[Mapping[str, grpc.StatusCode]] = MappingProxyType(
         IN_PROGRESS: grpc.StatusCode.ABORTED,
         UPSTREAM_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
         OPERATOR_QUERY_TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
+        SANDBOX_UNSAFE_DENIED: grpc.StatusCode.PERMISSION_DENIED,
+        REPLAY_DIVERGED: grpc.StatusCode.FAILED_PRECONDITION,
+        REPLAY_NO_RECORDED_EFFECT: grpc.StatusCode.FAILED_PRECONDITION,
+        SANDBOX_CAPABILITY_NOT_LIVE: grpc.StatusCode.PERMISSION_DENIED,
+        INVALID_RUN_MODE: grpc.StatusCode.INVALID_ARGUMENT,
+        CONCURRENT_REPLAY: grpc.StatusCode.ABORTED,
     }
 )
 
@@ -452,4 +473,10 @@ __all__ = [
     "IN_PROGRESS",
     "UPSTREAM_UNAVAILABLE",
     "OPERATOR_QUERY_TIMEOUT",
+    "SANDBOX_UNSAFE_DENIED",
+    "REPLAY_DIVERGED",
+    "REPLAY_NO_RECORDED_EFFECT",
+    "SANDBOX_CAPABILITY_NOT_LIVE",
+    "INVALID_RUN_MODE",
+    "CONCURRENT_REPLAY",
 ]

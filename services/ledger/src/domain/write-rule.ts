@@ -28,7 +28,15 @@ export interface WriteAsk {
 
 /** Why a call is refused by the rule (ErrorInfo.reason). */
 export type RuleRefusalReason =
-  "KEY_MISSING" | "KEY_MISMATCH" | "REQUEST_ID_MISSING" | "REQUEST_ID_MISMATCH" | "EFFECT_CLASS_MISMATCH" | "CAPABILITY_REUSED" | "PAYLOAD_TOO_LARGE";
+  | "KEY_MISSING"
+  | "KEY_MISMATCH"
+  | "REQUEST_ID_MISSING"
+  | "REQUEST_ID_MISMATCH"
+  | "EFFECT_CLASS_MISMATCH"
+  | "CAPABILITY_REUSED"
+  | "PAYLOAD_TOO_LARGE"
+  | "SANDBOX_UNSAFE_DENIED"
+  | "REPLAY_NO_RECORDED_EFFECT";
 
 /**
  * A refusal. `outside_grant`: a verified capability used for something it does not grant
@@ -94,6 +102,20 @@ export const CAPABILITY_REUSED: RuleRefusal = {
   kind: "outside_grant",
   reason: "CAPABILITY_REUSED",
   message: "this capability was already used for a write; it is single-use",
+};
+
+/** The refusal of an Unsafe capability minted for a shadow or replay run (ADR 0028). */
+export const SANDBOX_UNSAFE_DENIED: RuleRefusal = {
+  kind: "outside_grant",
+  reason: "SANDBOX_UNSAFE_DENIED",
+  message: "an Unsafe capability of a shadow or replay run grants no effect; Unsafe is denied outright in sandbox runs",
+};
+
+/** The refusal of a replay write for an effect the recorded run never made (ADR 0028). */
+export const REPLAY_NO_RECORDED_EFFECT: RuleRefusal = {
+  kind: "outside_grant",
+  reason: "REPLAY_NO_RECORDED_EFFECT",
+  message: "a replay capability is answered from the recorded effect, and the ledger holds none for this key or request id; nothing was written",
 };
 
 /**

@@ -29,6 +29,69 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// The mode a call is begun in (ADR 0028, DESIGN section 12). The mode is a signed claim of
+// the call's capability: a sandbox (shadow or replay) capability carries another JOSE
+// `typ`, so a verifier that does not know modes refuses it instead of taking it as live.
+type RunMode int32
+
+const (
+	// Not set: live.
+	RunMode_RUN_MODE_UNSPECIFIED RunMode = 0
+	// A real run: effects are real (what keycap did before modes existed).
+	RunMode_RUN_MODE_LIVE RunMode = 1
+	// Runs beside a live run: Idempotent and Queryable effects go to the ledger's shadow
+	// store, never to `entries`; Unsafe calls are refused SANDBOX_UNSAFE_DENIED.
+	RunMode_RUN_MODE_SHADOW RunMode = 2
+	// Re-runs a recorded run (replay_of_run_id): each call must match the recorded call at
+	// its position (tool and key, or request id), else REPLAY_DIVERGED; a matched call is
+	// answered from the recorded effect and writes nothing; Unsafe calls are refused
+	// SANDBOX_UNSAFE_DENIED.
+	RunMode_RUN_MODE_REPLAY RunMode = 3
+)
+
+// Enum value maps for RunMode.
+var (
+	RunMode_name = map[int32]string{
+		0: "RUN_MODE_UNSPECIFIED",
+		1: "RUN_MODE_LIVE",
+		2: "RUN_MODE_SHADOW",
+		3: "RUN_MODE_REPLAY",
+	}
+	RunMode_value = map[string]int32{
+		"RUN_MODE_UNSPECIFIED": 0,
+		"RUN_MODE_LIVE":        1,
+		"RUN_MODE_SHADOW":      2,
+		"RUN_MODE_REPLAY":      3,
+	}
+)
+
+func (x RunMode) Enum() *RunMode {
+	p := new(RunMode)
+	*p = x
+	return p
+}
+
+func (x RunMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RunMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_keycap_kernel_v1_kernel_proto_enumTypes[0].Descriptor()
+}
+
+func (RunMode) Type() protoreflect.EnumType {
+	return &file_keycap_kernel_v1_kernel_proto_enumTypes[0]
+}
+
+func (x RunMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RunMode.Descriptor instead.
+func (RunMode) EnumDescriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{0}
+}
+
 // Lifecycle state of a journaled call.
 type CallState int32
 
@@ -71,11 +134,11 @@ func (x CallState) String() string {
 }
 
 func (CallState) Descriptor() protoreflect.EnumDescriptor {
-	return file_keycap_kernel_v1_kernel_proto_enumTypes[0].Descriptor()
+	return file_keycap_kernel_v1_kernel_proto_enumTypes[1].Descriptor()
 }
 
 func (CallState) Type() protoreflect.EnumType {
-	return &file_keycap_kernel_v1_kernel_proto_enumTypes[0]
+	return &file_keycap_kernel_v1_kernel_proto_enumTypes[1]
 }
 
 func (x CallState) Number() protoreflect.EnumNumber {
@@ -84,7 +147,7 @@ func (x CallState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CallState.Descriptor instead.
 func (CallState) EnumDescriptor() ([]byte, []int) {
-	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{0}
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{1}
 }
 
 // How a call ended, as reported by the runtime.
@@ -124,11 +187,11 @@ func (x CallOutcome) String() string {
 }
 
 func (CallOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_keycap_kernel_v1_kernel_proto_enumTypes[1].Descriptor()
+	return file_keycap_kernel_v1_kernel_proto_enumTypes[2].Descriptor()
 }
 
 func (CallOutcome) Type() protoreflect.EnumType {
-	return &file_keycap_kernel_v1_kernel_proto_enumTypes[1]
+	return &file_keycap_kernel_v1_kernel_proto_enumTypes[2]
 }
 
 func (x CallOutcome) Number() protoreflect.EnumNumber {
@@ -137,7 +200,7 @@ func (x CallOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CallOutcome.Descriptor instead.
 func (CallOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{1}
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{2}
 }
 
 // What the runtime should do after ResumeCall.
@@ -185,11 +248,11 @@ func (x ResumeAction) String() string {
 }
 
 func (ResumeAction) Descriptor() protoreflect.EnumDescriptor {
-	return file_keycap_kernel_v1_kernel_proto_enumTypes[2].Descriptor()
+	return file_keycap_kernel_v1_kernel_proto_enumTypes[3].Descriptor()
 }
 
 func (ResumeAction) Type() protoreflect.EnumType {
-	return &file_keycap_kernel_v1_kernel_proto_enumTypes[2]
+	return &file_keycap_kernel_v1_kernel_proto_enumTypes[3]
 }
 
 func (x ResumeAction) Number() protoreflect.EnumNumber {
@@ -198,7 +261,7 @@ func (x ResumeAction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ResumeAction.Descriptor instead.
 func (ResumeAction) EnumDescriptor() ([]byte, []int) {
-	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{2}
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{3}
 }
 
 // A registered tool.
@@ -629,9 +692,19 @@ type Call struct {
 	// When the call record last changed.
 	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	// The principal that began the call (also the capability's `sub` claim).
-	Principal     string `protobuf:"bytes,14,opt,name=principal,proto3" json:"principal,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Principal string `protobuf:"bytes,14,opt,name=principal,proto3" json:"principal,omitempty"`
+	// The mode the call was begun in; RUN_MODE_LIVE for calls begun before modes existed.
+	Mode RunMode `protobuf:"varint,15,opt,name=mode,proto3,enum=keycap.kernel.v1.RunMode" json:"mode,omitempty"`
+	// Replay calls: the recorded run replayed.
+	ReplayOfRunId string `protobuf:"bytes,16,opt,name=replay_of_run_id,json=replayOfRunId,proto3" json:"replay_of_run_id,omitempty"`
+	// Shadow calls: the live run shadowed, when the runtime named it.
+	ShadowsRunId string `protobuf:"bytes,17,opt,name=shadows_run_id,json=shadowsRunId,proto3" json:"shadows_run_id,omitempty"`
+	// Replay calls: the recorded call this call matched.
+	ReplayOfCallId string `protobuf:"bytes,18,opt,name=replay_of_call_id,json=replayOfCallId,proto3" json:"replay_of_call_id,omitempty"`
+	// Replay calls: the call's 0-based position in its replay run.
+	ReplayPosition uint32 `protobuf:"varint,19,opt,name=replay_position,json=replayPosition,proto3" json:"replay_position,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Call) Reset() {
@@ -762,6 +835,41 @@ func (x *Call) GetPrincipal() string {
 	return ""
 }
 
+func (x *Call) GetMode() RunMode {
+	if x != nil {
+		return x.Mode
+	}
+	return RunMode_RUN_MODE_UNSPECIFIED
+}
+
+func (x *Call) GetReplayOfRunId() string {
+	if x != nil {
+		return x.ReplayOfRunId
+	}
+	return ""
+}
+
+func (x *Call) GetShadowsRunId() string {
+	if x != nil {
+		return x.ShadowsRunId
+	}
+	return ""
+}
+
+func (x *Call) GetReplayOfCallId() string {
+	if x != nil {
+		return x.ReplayOfCallId
+	}
+	return ""
+}
+
+func (x *Call) GetReplayPosition() uint32 {
+	if x != nil {
+		return x.ReplayPosition
+	}
+	return 0
+}
+
 // Request of BeginCall.
 type BeginCallRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -777,6 +885,16 @@ type BeginCallRequest struct {
 	// The call's arguments: UTF-8 JSON text of one object. Duplicate member names,
 	// non-finite numbers and (in key fields) integers beyond +-2^53 are refused.
 	ArgumentsJson string `protobuf:"bytes,4,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
+	// The run mode (ADR 0028); unset is live. Checked per call by the kernel (not by a
+	// schema rule, which would refuse a whole BeginCalls batch): INVALID_RUN_MODE for a
+	// replay without replay_of_run_id or run_id, or ids given to a mode that takes none.
+	Mode RunMode `protobuf:"varint,5,opt,name=mode,proto3,enum=keycap.kernel.v1.RunMode" json:"mode,omitempty"`
+	// REPLAY only, and required there: the recorded run this run replays. Keys are derived
+	// in its context (as if run_id were this), so they are the recorded keys.
+	ReplayOfRunId string `protobuf:"bytes,6,opt,name=replay_of_run_id,json=replayOfRunId,proto3" json:"replay_of_run_id,omitempty"`
+	// SHADOW only, optional: the live run this shadow run runs beside, for listing them
+	// side by side.
+	ShadowsRunId  string `protobuf:"bytes,7,opt,name=shadows_run_id,json=shadowsRunId,proto3" json:"shadows_run_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -839,6 +957,27 @@ func (x *BeginCallRequest) GetArgumentsJson() string {
 	return ""
 }
 
+func (x *BeginCallRequest) GetMode() RunMode {
+	if x != nil {
+		return x.Mode
+	}
+	return RunMode_RUN_MODE_UNSPECIFIED
+}
+
+func (x *BeginCallRequest) GetReplayOfRunId() string {
+	if x != nil {
+		return x.ReplayOfRunId
+	}
+	return ""
+}
+
+func (x *BeginCallRequest) GetShadowsRunId() string {
+	if x != nil {
+		return x.ShadowsRunId
+	}
+	return ""
+}
+
 // Response of BeginCall. Only returned after the call is journaled durably.
 type BeginCallResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -850,7 +989,10 @@ type BeginCallResponse struct {
 	// When the capability expires.
 	CapabilityExpiresAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=capability_expires_at,json=capabilityExpiresAt,proto3" json:"capability_expires_at,omitempty"`
 	// True when call_id named an existing call and that call was returned.
-	ExistingCall  bool `protobuf:"varint,4,opt,name=existing_call,json=existingCall,proto3" json:"existing_call,omitempty"`
+	ExistingCall bool `protobuf:"varint,4,opt,name=existing_call,json=existingCall,proto3" json:"existing_call,omitempty"`
+	// REPLAY: the recorded call this call matched, with its outcome (the answer the
+	// recorded run got). Unset in other modes.
+	RecordedCall  *Call `protobuf:"bytes,5,opt,name=recorded_call,json=recordedCall,proto3" json:"recorded_call,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -911,6 +1053,13 @@ func (x *BeginCallResponse) GetExistingCall() bool {
 		return x.ExistingCall
 	}
 	return false
+}
+
+func (x *BeginCallResponse) GetRecordedCall() *Call {
+	if x != nil {
+		return x.RecordedCall
+	}
+	return nil
 }
 
 // Request of CompleteCall.
@@ -1858,6 +2007,181 @@ func (x *GetSigningKeysResponse) GetCurrentKeyId() string {
 	return ""
 }
 
+// Request of ListRunCalls.
+type ListRunCallsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run whose calls to list (the run_id given to BeginCall). REQUIRED.
+	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Maximum calls to return; 0 means 100, larger values are capped at 1000.
+	PageSize uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token from a previous response's next_page_token; empty for the first page.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunCallsRequest) Reset() {
+	*x = ListRunCallsRequest{}
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunCallsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunCallsRequest) ProtoMessage() {}
+
+func (x *ListRunCallsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunCallsRequest.ProtoReflect.Descriptor instead.
+func (*ListRunCallsRequest) Descriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ListRunCallsRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ListRunCallsRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRunCallsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// Response of ListRunCalls, in the order the calls were begun.
+type ListRunCallsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The calls of this page, each with its state, outcome and mode.
+	Calls []*RunCall `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	// Pass to the next request to continue; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunCallsResponse) Reset() {
+	*x = ListRunCallsResponse{}
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunCallsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunCallsResponse) ProtoMessage() {}
+
+func (x *ListRunCallsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunCallsResponse.ProtoReflect.Descriptor instead.
+func (*ListRunCallsResponse) Descriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListRunCallsResponse) GetCalls() []*RunCall {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+func (x *ListRunCallsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// One call of a run and where it stands in the run.
+type RunCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The 0-based position of the call among the run's journaled calls (a runtime that may
+	// not see some of the run's tools sees gaps, never renumbered positions).
+	Position uint32 `protobuf:"varint,1,opt,name=position,proto3" json:"position,omitempty"`
+	// The call.
+	Call          *Call `protobuf:"bytes,2,opt,name=call,proto3" json:"call,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunCall) Reset() {
+	*x = RunCall{}
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunCall) ProtoMessage() {}
+
+func (x *RunCall) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunCall.ProtoReflect.Descriptor instead.
+func (*RunCall) Descriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RunCall) GetPosition() uint32 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *RunCall) GetCall() *Call {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
 var File_keycap_kernel_v1_kernel_proto protoreflect.FileDescriptor
 
 const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
@@ -1888,7 +2212,7 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"i\n" +
 	"\x11ListToolsResponse\x12,\n" +
 	"\x05tools\x18\x01 \x03(\v2\x16.keycap.kernel.v1.ToolR\x05tools\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa7\x04\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf9\x05\n" +
 	"\x04Call\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x17\n" +
 	"\atool_id\x18\x02 \x01(\tR\x06toolId\x12\x15\n" +
@@ -1908,19 +2232,28 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"created_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x1c\n" +
-	"\tprincipal\x18\x0e \x01(\tR\tprincipal\"\x82\x01\n" +
+	"\tprincipal\x18\x0e \x01(\tR\tprincipal\x12-\n" +
+	"\x04mode\x18\x0f \x01(\x0e2\x19.keycap.kernel.v1.RunModeR\x04mode\x12'\n" +
+	"\x10replay_of_run_id\x18\x10 \x01(\tR\rreplayOfRunId\x12$\n" +
+	"\x0eshadows_run_id\x18\x11 \x01(\tR\fshadowsRunId\x12)\n" +
+	"\x11replay_of_call_id\x18\x12 \x01(\tR\x0ereplayOfCallId\x12'\n" +
+	"\x0freplay_position\x18\x13 \x01(\rR\x0ereplayPosition\"\x80\x02\n" +
 	"\x10BeginCallRequest\x12\x17\n" +
 	"\atool_id\x18\x01 \x01(\tR\x06toolId\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\tR\x06callId\x12\x15\n" +
 	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12%\n" +
-	"\x0earguments_json\x18\x04 \x01(\tR\rargumentsJson\"\xd4\x01\n" +
+	"\x0earguments_json\x18\x04 \x01(\tR\rargumentsJson\x12-\n" +
+	"\x04mode\x18\x05 \x01(\x0e2\x19.keycap.kernel.v1.RunModeR\x04mode\x12'\n" +
+	"\x10replay_of_run_id\x18\x06 \x01(\tR\rreplayOfRunId\x12$\n" +
+	"\x0eshadows_run_id\x18\a \x01(\tR\fshadowsRunId\"\x91\x02\n" +
 	"\x11BeginCallResponse\x12*\n" +
 	"\x04call\x18\x01 \x01(\v2\x16.keycap.kernel.v1.CallR\x04call\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x02 \x01(\tR\n" +
 	"capability\x12N\n" +
 	"\x15capability_expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x13capabilityExpiresAt\x12#\n" +
-	"\rexisting_call\x18\x04 \x01(\bR\fexistingCall\"\x8e\x01\n" +
+	"\rexisting_call\x18\x04 \x01(\bR\fexistingCall\x12;\n" +
+	"\rrecorded_call\x18\x05 \x01(\v2\x16.keycap.kernel.v1.CallR\frecordedCall\"\x8e\x01\n" +
 	"\x13CompleteCallRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x127\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x1d.keycap.kernel.v1.CallOutcomeR\aoutcome\x12%\n" +
@@ -1978,7 +2311,23 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\x15GetSigningKeysRequest\"[\n" +
 	"\x16GetSigningKeysResponse\x12\x1b\n" +
 	"\tjwks_json\x18\x01 \x01(\tR\bjwksJson\x12$\n" +
-	"\x0ecurrent_key_id\x18\x02 \x01(\tR\fcurrentKeyId*w\n" +
+	"\x0ecurrent_key_id\x18\x02 \x01(\tR\fcurrentKeyId\"h\n" +
+	"\x13ListRunCallsRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"o\n" +
+	"\x14ListRunCallsResponse\x12/\n" +
+	"\x05calls\x18\x01 \x03(\v2\x19.keycap.kernel.v1.RunCallR\x05calls\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"Q\n" +
+	"\aRunCall\x12\x1a\n" +
+	"\bposition\x18\x01 \x01(\rR\bposition\x12*\n" +
+	"\x04call\x18\x02 \x01(\v2\x16.keycap.kernel.v1.CallR\x04call*`\n" +
+	"\aRunMode\x12\x18\n" +
+	"\x14RUN_MODE_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rRUN_MODE_LIVE\x10\x01\x12\x13\n" +
+	"\x0fRUN_MODE_SHADOW\x10\x02\x12\x13\n" +
+	"\x0fRUN_MODE_REPLAY\x10\x03*w\n" +
 	"\tCallState\x12\x1a\n" +
 	"\x16CALL_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CALL_STATE_PENDING\x10\x01\x12\x18\n" +
@@ -1993,7 +2342,7 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\x13RESUME_ACTION_RETRY\x10\x01\x12\x16\n" +
 	"\x12RESUME_ACTION_DONE\x10\x02\x12#\n" +
 	"\x1fRESUME_ACTION_ALREADY_COMPLETED\x10\x03\x12\x1e\n" +
-	"\x1aRESUME_ACTION_LEFT_PENDING\x10\x042\xaa\b\n" +
+	"\x1aRESUME_ACTION_LEFT_PENDING\x10\x042\x89\t\n" +
 	"\rKernelService\x12]\n" +
 	"\fRegisterTool\x12%.keycap.kernel.v1.RegisterToolRequest\x1a&.keycap.kernel.v1.RegisterToolResponse\x12N\n" +
 	"\aGetTool\x12 .keycap.kernel.v1.GetToolRequest\x1a!.keycap.kernel.v1.GetToolResponse\x12T\n" +
@@ -2007,7 +2356,8 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\n" +
 	"ResumeCall\x12#.keycap.kernel.v1.ResumeCallRequest\x1a$.keycap.kernel.v1.ResumeCallResponse\x12{\n" +
 	"\x16ListIndeterminateCalls\x12/.keycap.kernel.v1.ListIndeterminateCallsRequest\x1a0.keycap.kernel.v1.ListIndeterminateCallsResponse\x12c\n" +
-	"\x0eGetSigningKeys\x12'.keycap.kernel.v1.GetSigningKeysRequest\x1a(.keycap.kernel.v1.GetSigningKeysResponseBCZAgithub.com/keycap/keycap/clients/go/gen/keycap/kernel/v1;kernelv1b\x06proto3"
+	"\x0eGetSigningKeys\x12'.keycap.kernel.v1.GetSigningKeysRequest\x1a(.keycap.kernel.v1.GetSigningKeysResponse\x12]\n" +
+	"\fListRunCalls\x12%.keycap.kernel.v1.ListRunCallsRequest\x1a&.keycap.kernel.v1.ListRunCallsResponseBCZAgithub.com/keycap/keycap/clients/go/gen/keycap/kernel/v1;kernelv1b\x06proto3"
 
 var (
 	file_keycap_kernel_v1_kernel_proto_rawDescOnce sync.Once
@@ -2021,98 +2371,109 @@ func file_keycap_kernel_v1_kernel_proto_rawDescGZIP() []byte {
 	return file_keycap_kernel_v1_kernel_proto_rawDescData
 }
 
-var file_keycap_kernel_v1_kernel_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_keycap_kernel_v1_kernel_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_keycap_kernel_v1_kernel_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_keycap_kernel_v1_kernel_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_keycap_kernel_v1_kernel_proto_goTypes = []any{
-	(CallState)(0),                         // 0: keycap.kernel.v1.CallState
-	(CallOutcome)(0),                       // 1: keycap.kernel.v1.CallOutcome
-	(ResumeAction)(0),                      // 2: keycap.kernel.v1.ResumeAction
-	(*Tool)(nil),                           // 3: keycap.kernel.v1.Tool
-	(*RegisterToolRequest)(nil),            // 4: keycap.kernel.v1.RegisterToolRequest
-	(*RegisterToolResponse)(nil),           // 5: keycap.kernel.v1.RegisterToolResponse
-	(*GetToolRequest)(nil),                 // 6: keycap.kernel.v1.GetToolRequest
-	(*GetToolResponse)(nil),                // 7: keycap.kernel.v1.GetToolResponse
-	(*ListToolsRequest)(nil),               // 8: keycap.kernel.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),              // 9: keycap.kernel.v1.ListToolsResponse
-	(*Call)(nil),                           // 10: keycap.kernel.v1.Call
-	(*BeginCallRequest)(nil),               // 11: keycap.kernel.v1.BeginCallRequest
-	(*BeginCallResponse)(nil),              // 12: keycap.kernel.v1.BeginCallResponse
-	(*CompleteCallRequest)(nil),            // 13: keycap.kernel.v1.CompleteCallRequest
-	(*CompleteCallResponse)(nil),           // 14: keycap.kernel.v1.CompleteCallResponse
-	(*BeginCallsRequest)(nil),              // 15: keycap.kernel.v1.BeginCallsRequest
-	(*BeginCallsResponse)(nil),             // 16: keycap.kernel.v1.BeginCallsResponse
-	(*BeginCallResult)(nil),                // 17: keycap.kernel.v1.BeginCallResult
-	(*CompleteCallsRequest)(nil),           // 18: keycap.kernel.v1.CompleteCallsRequest
-	(*CompleteCallsResponse)(nil),          // 19: keycap.kernel.v1.CompleteCallsResponse
-	(*CompleteCallResult)(nil),             // 20: keycap.kernel.v1.CompleteCallResult
-	(*ListPendingCallsRequest)(nil),        // 21: keycap.kernel.v1.ListPendingCallsRequest
-	(*ListPendingCallsResponse)(nil),       // 22: keycap.kernel.v1.ListPendingCallsResponse
-	(*ListIndeterminateCallsRequest)(nil),  // 23: keycap.kernel.v1.ListIndeterminateCallsRequest
-	(*ListIndeterminateCallsResponse)(nil), // 24: keycap.kernel.v1.ListIndeterminateCallsResponse
-	(*ResumeCallRequest)(nil),              // 25: keycap.kernel.v1.ResumeCallRequest
-	(*ResumeCallResponse)(nil),             // 26: keycap.kernel.v1.ResumeCallResponse
-	(*GetSigningKeysRequest)(nil),          // 27: keycap.kernel.v1.GetSigningKeysRequest
-	(*GetSigningKeysResponse)(nil),         // 28: keycap.kernel.v1.GetSigningKeysResponse
-	(*v1.EffectClass)(nil),                 // 29: keycap.effect.v1.EffectClass
-	(*timestamppb.Timestamp)(nil),          // 30: google.protobuf.Timestamp
-	(*v1.HttpDestination)(nil),             // 31: keycap.effect.v1.HttpDestination
-	(v1.EffectKind)(0),                     // 32: keycap.effect.v1.EffectKind
+	(RunMode)(0),                           // 0: keycap.kernel.v1.RunMode
+	(CallState)(0),                         // 1: keycap.kernel.v1.CallState
+	(CallOutcome)(0),                       // 2: keycap.kernel.v1.CallOutcome
+	(ResumeAction)(0),                      // 3: keycap.kernel.v1.ResumeAction
+	(*Tool)(nil),                           // 4: keycap.kernel.v1.Tool
+	(*RegisterToolRequest)(nil),            // 5: keycap.kernel.v1.RegisterToolRequest
+	(*RegisterToolResponse)(nil),           // 6: keycap.kernel.v1.RegisterToolResponse
+	(*GetToolRequest)(nil),                 // 7: keycap.kernel.v1.GetToolRequest
+	(*GetToolResponse)(nil),                // 8: keycap.kernel.v1.GetToolResponse
+	(*ListToolsRequest)(nil),               // 9: keycap.kernel.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),              // 10: keycap.kernel.v1.ListToolsResponse
+	(*Call)(nil),                           // 11: keycap.kernel.v1.Call
+	(*BeginCallRequest)(nil),               // 12: keycap.kernel.v1.BeginCallRequest
+	(*BeginCallResponse)(nil),              // 13: keycap.kernel.v1.BeginCallResponse
+	(*CompleteCallRequest)(nil),            // 14: keycap.kernel.v1.CompleteCallRequest
+	(*CompleteCallResponse)(nil),           // 15: keycap.kernel.v1.CompleteCallResponse
+	(*BeginCallsRequest)(nil),              // 16: keycap.kernel.v1.BeginCallsRequest
+	(*BeginCallsResponse)(nil),             // 17: keycap.kernel.v1.BeginCallsResponse
+	(*BeginCallResult)(nil),                // 18: keycap.kernel.v1.BeginCallResult
+	(*CompleteCallsRequest)(nil),           // 19: keycap.kernel.v1.CompleteCallsRequest
+	(*CompleteCallsResponse)(nil),          // 20: keycap.kernel.v1.CompleteCallsResponse
+	(*CompleteCallResult)(nil),             // 21: keycap.kernel.v1.CompleteCallResult
+	(*ListPendingCallsRequest)(nil),        // 22: keycap.kernel.v1.ListPendingCallsRequest
+	(*ListPendingCallsResponse)(nil),       // 23: keycap.kernel.v1.ListPendingCallsResponse
+	(*ListIndeterminateCallsRequest)(nil),  // 24: keycap.kernel.v1.ListIndeterminateCallsRequest
+	(*ListIndeterminateCallsResponse)(nil), // 25: keycap.kernel.v1.ListIndeterminateCallsResponse
+	(*ResumeCallRequest)(nil),              // 26: keycap.kernel.v1.ResumeCallRequest
+	(*ResumeCallResponse)(nil),             // 27: keycap.kernel.v1.ResumeCallResponse
+	(*GetSigningKeysRequest)(nil),          // 28: keycap.kernel.v1.GetSigningKeysRequest
+	(*GetSigningKeysResponse)(nil),         // 29: keycap.kernel.v1.GetSigningKeysResponse
+	(*ListRunCallsRequest)(nil),            // 30: keycap.kernel.v1.ListRunCallsRequest
+	(*ListRunCallsResponse)(nil),           // 31: keycap.kernel.v1.ListRunCallsResponse
+	(*RunCall)(nil),                        // 32: keycap.kernel.v1.RunCall
+	(*v1.EffectClass)(nil),                 // 33: keycap.effect.v1.EffectClass
+	(*timestamppb.Timestamp)(nil),          // 34: google.protobuf.Timestamp
+	(*v1.HttpDestination)(nil),             // 35: keycap.effect.v1.HttpDestination
+	(v1.EffectKind)(0),                     // 36: keycap.effect.v1.EffectKind
 }
 var file_keycap_kernel_v1_kernel_proto_depIdxs = []int32{
-	29, // 0: keycap.kernel.v1.Tool.effect_class:type_name -> keycap.effect.v1.EffectClass
-	30, // 1: keycap.kernel.v1.Tool.registered_at:type_name -> google.protobuf.Timestamp
-	31, // 2: keycap.kernel.v1.Tool.http_destination:type_name -> keycap.effect.v1.HttpDestination
-	3,  // 3: keycap.kernel.v1.RegisterToolRequest.tool:type_name -> keycap.kernel.v1.Tool
-	3,  // 4: keycap.kernel.v1.RegisterToolResponse.tool:type_name -> keycap.kernel.v1.Tool
-	3,  // 5: keycap.kernel.v1.GetToolResponse.tool:type_name -> keycap.kernel.v1.Tool
-	3,  // 6: keycap.kernel.v1.ListToolsResponse.tools:type_name -> keycap.kernel.v1.Tool
-	32, // 7: keycap.kernel.v1.Call.effect_kind:type_name -> keycap.effect.v1.EffectKind
-	0,  // 8: keycap.kernel.v1.Call.state:type_name -> keycap.kernel.v1.CallState
-	1,  // 9: keycap.kernel.v1.Call.outcome:type_name -> keycap.kernel.v1.CallOutcome
-	30, // 10: keycap.kernel.v1.Call.created_at:type_name -> google.protobuf.Timestamp
-	30, // 11: keycap.kernel.v1.Call.updated_at:type_name -> google.protobuf.Timestamp
-	10, // 12: keycap.kernel.v1.BeginCallResponse.call:type_name -> keycap.kernel.v1.Call
-	30, // 13: keycap.kernel.v1.BeginCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 14: keycap.kernel.v1.CompleteCallRequest.outcome:type_name -> keycap.kernel.v1.CallOutcome
-	10, // 15: keycap.kernel.v1.CompleteCallResponse.call:type_name -> keycap.kernel.v1.Call
-	11, // 16: keycap.kernel.v1.BeginCallsRequest.calls:type_name -> keycap.kernel.v1.BeginCallRequest
-	17, // 17: keycap.kernel.v1.BeginCallsResponse.results:type_name -> keycap.kernel.v1.BeginCallResult
-	12, // 18: keycap.kernel.v1.BeginCallResult.begun:type_name -> keycap.kernel.v1.BeginCallResponse
-	13, // 19: keycap.kernel.v1.CompleteCallsRequest.calls:type_name -> keycap.kernel.v1.CompleteCallRequest
-	20, // 20: keycap.kernel.v1.CompleteCallsResponse.results:type_name -> keycap.kernel.v1.CompleteCallResult
-	14, // 21: keycap.kernel.v1.CompleteCallResult.completed:type_name -> keycap.kernel.v1.CompleteCallResponse
-	10, // 22: keycap.kernel.v1.ListPendingCallsResponse.calls:type_name -> keycap.kernel.v1.Call
-	10, // 23: keycap.kernel.v1.ListIndeterminateCallsResponse.calls:type_name -> keycap.kernel.v1.Call
-	10, // 24: keycap.kernel.v1.ResumeCallResponse.call:type_name -> keycap.kernel.v1.Call
-	2,  // 25: keycap.kernel.v1.ResumeCallResponse.action:type_name -> keycap.kernel.v1.ResumeAction
-	30, // 26: keycap.kernel.v1.ResumeCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
-	4,  // 27: keycap.kernel.v1.KernelService.RegisterTool:input_type -> keycap.kernel.v1.RegisterToolRequest
-	6,  // 28: keycap.kernel.v1.KernelService.GetTool:input_type -> keycap.kernel.v1.GetToolRequest
-	8,  // 29: keycap.kernel.v1.KernelService.ListTools:input_type -> keycap.kernel.v1.ListToolsRequest
-	11, // 30: keycap.kernel.v1.KernelService.BeginCall:input_type -> keycap.kernel.v1.BeginCallRequest
-	13, // 31: keycap.kernel.v1.KernelService.CompleteCall:input_type -> keycap.kernel.v1.CompleteCallRequest
-	15, // 32: keycap.kernel.v1.KernelService.BeginCalls:input_type -> keycap.kernel.v1.BeginCallsRequest
-	18, // 33: keycap.kernel.v1.KernelService.CompleteCalls:input_type -> keycap.kernel.v1.CompleteCallsRequest
-	21, // 34: keycap.kernel.v1.KernelService.ListPendingCalls:input_type -> keycap.kernel.v1.ListPendingCallsRequest
-	25, // 35: keycap.kernel.v1.KernelService.ResumeCall:input_type -> keycap.kernel.v1.ResumeCallRequest
-	23, // 36: keycap.kernel.v1.KernelService.ListIndeterminateCalls:input_type -> keycap.kernel.v1.ListIndeterminateCallsRequest
-	27, // 37: keycap.kernel.v1.KernelService.GetSigningKeys:input_type -> keycap.kernel.v1.GetSigningKeysRequest
-	5,  // 38: keycap.kernel.v1.KernelService.RegisterTool:output_type -> keycap.kernel.v1.RegisterToolResponse
-	7,  // 39: keycap.kernel.v1.KernelService.GetTool:output_type -> keycap.kernel.v1.GetToolResponse
-	9,  // 40: keycap.kernel.v1.KernelService.ListTools:output_type -> keycap.kernel.v1.ListToolsResponse
-	12, // 41: keycap.kernel.v1.KernelService.BeginCall:output_type -> keycap.kernel.v1.BeginCallResponse
-	14, // 42: keycap.kernel.v1.KernelService.CompleteCall:output_type -> keycap.kernel.v1.CompleteCallResponse
-	16, // 43: keycap.kernel.v1.KernelService.BeginCalls:output_type -> keycap.kernel.v1.BeginCallsResponse
-	19, // 44: keycap.kernel.v1.KernelService.CompleteCalls:output_type -> keycap.kernel.v1.CompleteCallsResponse
-	22, // 45: keycap.kernel.v1.KernelService.ListPendingCalls:output_type -> keycap.kernel.v1.ListPendingCallsResponse
-	26, // 46: keycap.kernel.v1.KernelService.ResumeCall:output_type -> keycap.kernel.v1.ResumeCallResponse
-	24, // 47: keycap.kernel.v1.KernelService.ListIndeterminateCalls:output_type -> keycap.kernel.v1.ListIndeterminateCallsResponse
-	28, // 48: keycap.kernel.v1.KernelService.GetSigningKeys:output_type -> keycap.kernel.v1.GetSigningKeysResponse
-	38, // [38:49] is the sub-list for method output_type
-	27, // [27:38] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	33, // 0: keycap.kernel.v1.Tool.effect_class:type_name -> keycap.effect.v1.EffectClass
+	34, // 1: keycap.kernel.v1.Tool.registered_at:type_name -> google.protobuf.Timestamp
+	35, // 2: keycap.kernel.v1.Tool.http_destination:type_name -> keycap.effect.v1.HttpDestination
+	4,  // 3: keycap.kernel.v1.RegisterToolRequest.tool:type_name -> keycap.kernel.v1.Tool
+	4,  // 4: keycap.kernel.v1.RegisterToolResponse.tool:type_name -> keycap.kernel.v1.Tool
+	4,  // 5: keycap.kernel.v1.GetToolResponse.tool:type_name -> keycap.kernel.v1.Tool
+	4,  // 6: keycap.kernel.v1.ListToolsResponse.tools:type_name -> keycap.kernel.v1.Tool
+	36, // 7: keycap.kernel.v1.Call.effect_kind:type_name -> keycap.effect.v1.EffectKind
+	1,  // 8: keycap.kernel.v1.Call.state:type_name -> keycap.kernel.v1.CallState
+	2,  // 9: keycap.kernel.v1.Call.outcome:type_name -> keycap.kernel.v1.CallOutcome
+	34, // 10: keycap.kernel.v1.Call.created_at:type_name -> google.protobuf.Timestamp
+	34, // 11: keycap.kernel.v1.Call.updated_at:type_name -> google.protobuf.Timestamp
+	0,  // 12: keycap.kernel.v1.Call.mode:type_name -> keycap.kernel.v1.RunMode
+	0,  // 13: keycap.kernel.v1.BeginCallRequest.mode:type_name -> keycap.kernel.v1.RunMode
+	11, // 14: keycap.kernel.v1.BeginCallResponse.call:type_name -> keycap.kernel.v1.Call
+	34, // 15: keycap.kernel.v1.BeginCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
+	11, // 16: keycap.kernel.v1.BeginCallResponse.recorded_call:type_name -> keycap.kernel.v1.Call
+	2,  // 17: keycap.kernel.v1.CompleteCallRequest.outcome:type_name -> keycap.kernel.v1.CallOutcome
+	11, // 18: keycap.kernel.v1.CompleteCallResponse.call:type_name -> keycap.kernel.v1.Call
+	12, // 19: keycap.kernel.v1.BeginCallsRequest.calls:type_name -> keycap.kernel.v1.BeginCallRequest
+	18, // 20: keycap.kernel.v1.BeginCallsResponse.results:type_name -> keycap.kernel.v1.BeginCallResult
+	13, // 21: keycap.kernel.v1.BeginCallResult.begun:type_name -> keycap.kernel.v1.BeginCallResponse
+	14, // 22: keycap.kernel.v1.CompleteCallsRequest.calls:type_name -> keycap.kernel.v1.CompleteCallRequest
+	21, // 23: keycap.kernel.v1.CompleteCallsResponse.results:type_name -> keycap.kernel.v1.CompleteCallResult
+	15, // 24: keycap.kernel.v1.CompleteCallResult.completed:type_name -> keycap.kernel.v1.CompleteCallResponse
+	11, // 25: keycap.kernel.v1.ListPendingCallsResponse.calls:type_name -> keycap.kernel.v1.Call
+	11, // 26: keycap.kernel.v1.ListIndeterminateCallsResponse.calls:type_name -> keycap.kernel.v1.Call
+	11, // 27: keycap.kernel.v1.ResumeCallResponse.call:type_name -> keycap.kernel.v1.Call
+	3,  // 28: keycap.kernel.v1.ResumeCallResponse.action:type_name -> keycap.kernel.v1.ResumeAction
+	34, // 29: keycap.kernel.v1.ResumeCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
+	32, // 30: keycap.kernel.v1.ListRunCallsResponse.calls:type_name -> keycap.kernel.v1.RunCall
+	11, // 31: keycap.kernel.v1.RunCall.call:type_name -> keycap.kernel.v1.Call
+	5,  // 32: keycap.kernel.v1.KernelService.RegisterTool:input_type -> keycap.kernel.v1.RegisterToolRequest
+	7,  // 33: keycap.kernel.v1.KernelService.GetTool:input_type -> keycap.kernel.v1.GetToolRequest
+	9,  // 34: keycap.kernel.v1.KernelService.ListTools:input_type -> keycap.kernel.v1.ListToolsRequest
+	12, // 35: keycap.kernel.v1.KernelService.BeginCall:input_type -> keycap.kernel.v1.BeginCallRequest
+	14, // 36: keycap.kernel.v1.KernelService.CompleteCall:input_type -> keycap.kernel.v1.CompleteCallRequest
+	16, // 37: keycap.kernel.v1.KernelService.BeginCalls:input_type -> keycap.kernel.v1.BeginCallsRequest
+	19, // 38: keycap.kernel.v1.KernelService.CompleteCalls:input_type -> keycap.kernel.v1.CompleteCallsRequest
+	22, // 39: keycap.kernel.v1.KernelService.ListPendingCalls:input_type -> keycap.kernel.v1.ListPendingCallsRequest
+	26, // 40: keycap.kernel.v1.KernelService.ResumeCall:input_type -> keycap.kernel.v1.ResumeCallRequest
+	24, // 41: keycap.kernel.v1.KernelService.ListIndeterminateCalls:input_type -> keycap.kernel.v1.ListIndeterminateCallsRequest
+	28, // 42: keycap.kernel.v1.KernelService.GetSigningKeys:input_type -> keycap.kernel.v1.GetSigningKeysRequest
+	30, // 43: keycap.kernel.v1.KernelService.ListRunCalls:input_type -> keycap.kernel.v1.ListRunCallsRequest
+	6,  // 44: keycap.kernel.v1.KernelService.RegisterTool:output_type -> keycap.kernel.v1.RegisterToolResponse
+	8,  // 45: keycap.kernel.v1.KernelService.GetTool:output_type -> keycap.kernel.v1.GetToolResponse
+	10, // 46: keycap.kernel.v1.KernelService.ListTools:output_type -> keycap.kernel.v1.ListToolsResponse
+	13, // 47: keycap.kernel.v1.KernelService.BeginCall:output_type -> keycap.kernel.v1.BeginCallResponse
+	15, // 48: keycap.kernel.v1.KernelService.CompleteCall:output_type -> keycap.kernel.v1.CompleteCallResponse
+	17, // 49: keycap.kernel.v1.KernelService.BeginCalls:output_type -> keycap.kernel.v1.BeginCallsResponse
+	20, // 50: keycap.kernel.v1.KernelService.CompleteCalls:output_type -> keycap.kernel.v1.CompleteCallsResponse
+	23, // 51: keycap.kernel.v1.KernelService.ListPendingCalls:output_type -> keycap.kernel.v1.ListPendingCallsResponse
+	27, // 52: keycap.kernel.v1.KernelService.ResumeCall:output_type -> keycap.kernel.v1.ResumeCallResponse
+	25, // 53: keycap.kernel.v1.KernelService.ListIndeterminateCalls:output_type -> keycap.kernel.v1.ListIndeterminateCallsResponse
+	29, // 54: keycap.kernel.v1.KernelService.GetSigningKeys:output_type -> keycap.kernel.v1.GetSigningKeysResponse
+	31, // 55: keycap.kernel.v1.KernelService.ListRunCalls:output_type -> keycap.kernel.v1.ListRunCallsResponse
+	44, // [44:56] is the sub-list for method output_type
+	32, // [32:44] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_keycap_kernel_v1_kernel_proto_init() }
@@ -2133,8 +2494,8 @@ func file_keycap_kernel_v1_kernel_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keycap_kernel_v1_kernel_proto_rawDesc), len(file_keycap_kernel_v1_kernel_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   26,
+			NumEnums:      4,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

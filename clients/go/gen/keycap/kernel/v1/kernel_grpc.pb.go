@@ -34,6 +34,7 @@ const (
 	KernelService_ResumeCall_FullMethodName             = "/keycap.kernel.v1.KernelService/ResumeCall"
 	KernelService_ListIndeterminateCalls_FullMethodName = "/keycap.kernel.v1.KernelService/ListIndeterminateCalls"
 	KernelService_GetSigningKeys_FullMethodName         = "/keycap.kernel.v1.KernelService/GetSigningKeys"
+	KernelService_ListRunCalls_FullMethodName           = "/keycap.kernel.v1.KernelService/ListRunCalls"
 )
 
 // KernelServiceClient is the client API for KernelService service.
@@ -92,6 +93,10 @@ type KernelServiceClient interface {
 	// Whether the keys are the kernel's is proven by the channel (TLS with the
 	// kernel's CA pinned), never by this answer.
 	GetSigningKeys(ctx context.Context, in *GetSigningKeysRequest, opts ...grpc.CallOption) (*GetSigningKeysResponse, error)
+	// Lists one run's calls in the order they were begun (created_at, then call id):
+	// what `keycap runs show` prints (ADR 0028). A runtime sees only the calls of tools
+	// it owns or is granted; an operator sees all.
+	ListRunCalls(ctx context.Context, in *ListRunCallsRequest, opts ...grpc.CallOption) (*ListRunCallsResponse, error)
 }
 
 type kernelServiceClient struct {
@@ -212,6 +217,16 @@ func (c *kernelServiceClient) GetSigningKeys(ctx context.Context, in *GetSigning
 	return out, nil
 }
 
+func (c *kernelServiceClient) ListRunCalls(ctx context.Context, in *ListRunCallsRequest, opts ...grpc.CallOption) (*ListRunCallsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRunCallsResponse)
+	err := c.cc.Invoke(ctx, KernelService_ListRunCalls_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // KernelServiceServer is the server API for KernelService service.
 // All implementations must embed UnimplementedKernelServiceServer
 // for forward compatibility.
@@ -268,6 +283,10 @@ type KernelServiceServer interface {
 	// Whether the keys are the kernel's is proven by the channel (TLS with the
 	// kernel's CA pinned), never by this answer.
 	GetSigningKeys(context.Context, *GetSigningKeysRequest) (*GetSigningKeysResponse, error)
+	// Lists one run's calls in the order they were begun (created_at, then call id):
+	// what `keycap runs show` prints (ADR 0028). A runtime sees only the calls of tools
+	// it owns or is granted; an operator sees all.
+	ListRunCalls(context.Context, *ListRunCallsRequest) (*ListRunCallsResponse, error)
 	mustEmbedUnimplementedKernelServiceServer()
 }
 
@@ -310,6 +329,9 @@ func (UnimplementedKernelServiceServer) ListIndeterminateCalls(context.Context, 
 }
 func (UnimplementedKernelServiceServer) GetSigningKeys(context.Context, *GetSigningKeysRequest) (*GetSigningKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSigningKeys not implemented")
+}
+func (UnimplementedKernelServiceServer) ListRunCalls(context.Context, *ListRunCallsRequest) (*ListRunCallsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRunCalls not implemented")
 }
 func (UnimplementedKernelServiceServer) mustEmbedUnimplementedKernelServiceServer() {}
 func (UnimplementedKernelServiceServer) testEmbeddedByValue()                       {}
@@ -530,6 +552,24 @@ func _KernelService_GetSigningKeys_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _KernelService_ListRunCalls_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRunCallsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KernelServiceServer).ListRunCalls(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KernelService_ListRunCalls_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KernelServiceServer).ListRunCalls(ctx, req.(*ListRunCallsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // KernelService_ServiceDesc is the grpc.ServiceDesc for KernelService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -580,6 +620,10 @@ var KernelService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetSigningKeys",
 			Handler:    _KernelService_GetSigningKeys_Handler,
+		},
+		{
+			MethodName: "ListRunCalls",
+			Handler:    _KernelService_ListRunCalls_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -280,8 +280,14 @@ type WriteResponse struct {
 	// True when this write was a duplicate whose payload differs from the stored
 	// one.
 	PayloadMismatch bool `protobuf:"varint,3,opt,name=payload_mismatch,json=payloadMismatch,proto3" json:"payload_mismatch,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// True for a replay capability (ADR 0028): the entry is the recorded effect, answered
+	// as a duplicate; nothing was written.
+	Replayed bool `protobuf:"varint,4,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// True for a shadow capability (ADR 0028): the entry is in the shadow store
+	// (`shadow_entries`), never among the live entries.
+	Shadow        bool `protobuf:"varint,5,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WriteResponse) Reset() {
@@ -331,6 +337,20 @@ func (x *WriteResponse) GetDuplicate() bool {
 func (x *WriteResponse) GetPayloadMismatch() bool {
 	if x != nil {
 		return x.PayloadMismatch
+	}
+	return false
+}
+
+func (x *WriteResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
+func (x *WriteResponse) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
 	}
 	return false
 }
@@ -465,11 +485,13 @@ const file_keycap_ledger_v1_ledger_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x18\n" +
-	"\apayload\x18\x03 \x01(\fR\apayload\"\x87\x01\n" +
+	"\apayload\x18\x03 \x01(\fR\apayload\"\xbb\x01\n" +
 	"\rWriteResponse\x12-\n" +
 	"\x05entry\x18\x01 \x01(\v2\x17.keycap.ledger.v1.EntryR\x05entry\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12)\n" +
-	"\x10payload_mismatch\x18\x03 \x01(\bR\x0fpayloadMismatch\"5\n" +
+	"\x10payload_mismatch\x18\x03 \x01(\bR\x0fpayloadMismatch\x12\x1a\n" +
+	"\breplayed\x18\x04 \x01(\bR\breplayed\x12\x16\n" +
+	"\x06shadow\x18\x05 \x01(\bR\x06shadow\"5\n" +
 	"\x14LookupRequestRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"\\\n" +

@@ -246,6 +246,21 @@ const (
 	Reason_REASON_UPSTREAM_UNAVAILABLE Reason = 106
 	// An operator read ran past its database-side time limit (KEYCAP_OPERATOR_QUERY_TIMEOUT_MS) and was stopped; narrow it (a tool, a reason, a time range) or raise the limit.
 	Reason_REASON_OPERATOR_QUERY_TIMEOUT Reason = 107
+	// An Unsafe call or capability in a shadow or replay run (ADR 0028): denied outright, at
+	// BeginCall and at every sink; no state change makes it allowed.
+	Reason_REASON_SANDBOX_UNSAFE_DENIED Reason = 108
+	// A replay call that does not match the recorded run's call at its position (tool and
+	// key, or request id); metadata: position, expected_call_id, expected_tool_id.
+	Reason_REASON_REPLAY_DIVERGED Reason = 109
+	// A replay capability for an effect the ledger never recorded: nothing to answer from,
+	// and a replay writes nothing.
+	Reason_REASON_REPLAY_NO_RECORDED_EFFECT Reason = 110
+	// A shadow or replay capability shown to a sink that performs live effects only.
+	Reason_REASON_SANDBOX_CAPABILITY_NOT_LIVE Reason = 111
+	// A replay call without replay_of_run_id, or a run mode given ids it does not take.
+	Reason_REASON_INVALID_RUN_MODE Reason = 112
+	// The replay run's position changed concurrently too often; retry.
+	Reason_REASON_CONCURRENT_REPLAY Reason = 113
 )
 
 // Enum value maps for Reason.
@@ -359,6 +374,12 @@ var (
 		105: "REASON_IN_PROGRESS",
 		106: "REASON_UPSTREAM_UNAVAILABLE",
 		107: "REASON_OPERATOR_QUERY_TIMEOUT",
+		108: "REASON_SANDBOX_UNSAFE_DENIED",
+		109: "REASON_REPLAY_DIVERGED",
+		110: "REASON_REPLAY_NO_RECORDED_EFFECT",
+		111: "REASON_SANDBOX_CAPABILITY_NOT_LIVE",
+		112: "REASON_INVALID_RUN_MODE",
+		113: "REASON_CONCURRENT_REPLAY",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":                       0,
@@ -469,6 +490,12 @@ var (
 		"REASON_IN_PROGRESS":                       105,
 		"REASON_UPSTREAM_UNAVAILABLE":              106,
 		"REASON_OPERATOR_QUERY_TIMEOUT":            107,
+		"REASON_SANDBOX_UNSAFE_DENIED":             108,
+		"REASON_REPLAY_DIVERGED":                   109,
+		"REASON_REPLAY_NO_RECORDED_EFFECT":         110,
+		"REASON_SANDBOX_CAPABILITY_NOT_LIVE":       111,
+		"REASON_INVALID_RUN_MODE":                  112,
+		"REASON_CONCURRENT_REPLAY":                 113,
 	}
 )
 
@@ -615,7 +642,7 @@ var File_keycap_rules_v1_reasons_proto protoreflect.FileDescriptor
 
 const file_keycap_rules_v1_reasons_proto_rawDesc = "" +
 	"\n" +
-	"\x1dkeycap/rules/v1/reasons.proto\x12\x0fkeycap.rules.v1\x1a google/protobuf/descriptor.proto*\x8e \n" +
+	"\x1dkeycap/rules/v1/reasons.proto\x12\x0fkeycap.rules.v1\x1a google/protobuf/descriptor.proto*\xf9!\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x13REASON_INVALID_UTF8\x10\x01\x1a\x04\xe8\xf9\x18\x03\x12 \n" +
@@ -730,7 +757,14 @@ const file_keycap_rules_v1_reasons_proto_rawDesc = "" +
 	"\x12REASON_IN_PROGRESS\x10i\x1a\x04\xe8\xf9\x18\n" +
 	"\x12%\n" +
 	"\x1bREASON_UPSTREAM_UNAVAILABLE\x10j\x1a\x04\xe8\xf9\x18\x0e\x12'\n" +
-	"\x1dREASON_OPERATOR_QUERY_TIMEOUT\x10k\x1a\x04\xe8\xf9\x18\x04*\xc7\x02\n" +
+	"\x1dREASON_OPERATOR_QUERY_TIMEOUT\x10k\x1a\x04\xe8\xf9\x18\x04\x12&\n" +
+	"\x1cREASON_SANDBOX_UNSAFE_DENIED\x10l\x1a\x04\xe8\xf9\x18\a\x12 \n" +
+	"\x16REASON_REPLAY_DIVERGED\x10m\x1a\x04\xe8\xf9\x18\t\x12*\n" +
+	" REASON_REPLAY_NO_RECORDED_EFFECT\x10n\x1a\x04\xe8\xf9\x18\t\x12,\n" +
+	"\"REASON_SANDBOX_CAPABILITY_NOT_LIVE\x10o\x1a\x04\xe8\xf9\x18\a\x12!\n" +
+	"\x17REASON_INVALID_RUN_MODE\x10p\x1a\x04\xe8\xf9\x18\x03\x12\"\n" +
+	"\x18REASON_CONCURRENT_REPLAY\x10q\x1a\x04\xe8\xf9\x18\n" +
+	"*\xc7\x02\n" +
 	"\x04Code\x12\x17\n" +
 	"\x13CODE_OK_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CODE_INVALID_ARGUMENT\x10\x03\x12\x1a\n" +

@@ -13,6 +13,13 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class RunMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RUN_MODE_UNSPECIFIED: _ClassVar[RunMode]
+    RUN_MODE_LIVE: _ClassVar[RunMode]
+    RUN_MODE_SHADOW: _ClassVar[RunMode]
+    RUN_MODE_REPLAY: _ClassVar[RunMode]
+
 class CallState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     CALL_STATE_UNSPECIFIED: _ClassVar[CallState]
@@ -33,6 +40,10 @@ class ResumeAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESUME_ACTION_DONE: _ClassVar[ResumeAction]
     RESUME_ACTION_ALREADY_COMPLETED: _ClassVar[ResumeAction]
     RESUME_ACTION_LEFT_PENDING: _ClassVar[ResumeAction]
+RUN_MODE_UNSPECIFIED: RunMode
+RUN_MODE_LIVE: RunMode
+RUN_MODE_SHADOW: RunMode
+RUN_MODE_REPLAY: RunMode
 CALL_STATE_UNSPECIFIED: CallState
 CALL_STATE_PENDING: CallState
 CALL_STATE_COMPLETED: CallState
@@ -105,7 +116,7 @@ class ListToolsResponse(_message.Message):
     def __init__(self, tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class Call(_message.Message):
-    __slots__ = ("call_id", "tool_id", "run_id", "arguments_json", "effect_kind", "key", "request_id", "attempt", "state", "outcome", "outcome_detail", "created_at", "updated_at", "principal")
+    __slots__ = ("call_id", "tool_id", "run_id", "arguments_json", "effect_kind", "key", "request_id", "attempt", "state", "outcome", "outcome_detail", "created_at", "updated_at", "principal", "mode", "replay_of_run_id", "shadows_run_id", "replay_of_call_id", "replay_position")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +131,11 @@ class Call(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_OF_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SHADOWS_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_OF_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_POSITION_FIELD_NUMBER: _ClassVar[int]
     call_id: str
     tool_id: str
     run_id: str
@@ -134,31 +150,44 @@ class Call(_message.Message):
     created_at: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
     principal: str
-    def __init__(self, call_id: _Optional[str] = ..., tool_id: _Optional[str] = ..., run_id: _Optional[str] = ..., arguments_json: _Optional[str] = ..., effect_kind: _Optional[_Union[_effect_pb2.EffectKind, str]] = ..., key: _Optional[str] = ..., request_id: _Optional[str] = ..., attempt: _Optional[int] = ..., state: _Optional[_Union[CallState, str]] = ..., outcome: _Optional[_Union[CallOutcome, str]] = ..., outcome_detail: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., principal: _Optional[str] = ...) -> None: ...
+    mode: RunMode
+    replay_of_run_id: str
+    shadows_run_id: str
+    replay_of_call_id: str
+    replay_position: int
+    def __init__(self, call_id: _Optional[str] = ..., tool_id: _Optional[str] = ..., run_id: _Optional[str] = ..., arguments_json: _Optional[str] = ..., effect_kind: _Optional[_Union[_effect_pb2.EffectKind, str]] = ..., key: _Optional[str] = ..., request_id: _Optional[str] = ..., attempt: _Optional[int] = ..., state: _Optional[_Union[CallState, str]] = ..., outcome: _Optional[_Union[CallOutcome, str]] = ..., outcome_detail: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., principal: _Optional[str] = ..., mode: _Optional[_Union[RunMode, str]] = ..., replay_of_run_id: _Optional[str] = ..., shadows_run_id: _Optional[str] = ..., replay_of_call_id: _Optional[str] = ..., replay_position: _Optional[int] = ...) -> None: ...
 
 class BeginCallRequest(_message.Message):
-    __slots__ = ("tool_id", "call_id", "run_id", "arguments_json")
+    __slots__ = ("tool_id", "call_id", "run_id", "arguments_json", "mode", "replay_of_run_id", "shadows_run_id")
     TOOL_ID_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_OF_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SHADOWS_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     tool_id: str
     call_id: str
     run_id: str
     arguments_json: str
-    def __init__(self, tool_id: _Optional[str] = ..., call_id: _Optional[str] = ..., run_id: _Optional[str] = ..., arguments_json: _Optional[str] = ...) -> None: ...
+    mode: RunMode
+    replay_of_run_id: str
+    shadows_run_id: str
+    def __init__(self, tool_id: _Optional[str] = ..., call_id: _Optional[str] = ..., run_id: _Optional[str] = ..., arguments_json: _Optional[str] = ..., mode: _Optional[_Union[RunMode, str]] = ..., replay_of_run_id: _Optional[str] = ..., shadows_run_id: _Optional[str] = ...) -> None: ...
 
 class BeginCallResponse(_message.Message):
-    __slots__ = ("call", "capability", "capability_expires_at", "existing_call")
+    __slots__ = ("call", "capability", "capability_expires_at", "existing_call", "recorded_call")
     CALL_FIELD_NUMBER: _ClassVar[int]
     CAPABILITY_FIELD_NUMBER: _ClassVar[int]
     CAPABILITY_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     EXISTING_CALL_FIELD_NUMBER: _ClassVar[int]
+    RECORDED_CALL_FIELD_NUMBER: _ClassVar[int]
     call: Call
     capability: str
     capability_expires_at: _timestamp_pb2.Timestamp
     existing_call: bool
-    def __init__(self, call: _Optional[_Union[Call, _Mapping]] = ..., capability: _Optional[str] = ..., capability_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., existing_call: _Optional[bool] = ...) -> None: ...
+    recorded_call: Call
+    def __init__(self, call: _Optional[_Union[Call, _Mapping]] = ..., capability: _Optional[str] = ..., capability_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., existing_call: _Optional[bool] = ..., recorded_call: _Optional[_Union[Call, _Mapping]] = ...) -> None: ...
 
 class CompleteCallRequest(_message.Message):
     __slots__ = ("call_id", "outcome", "outcome_detail")
@@ -285,3 +314,29 @@ class GetSigningKeysResponse(_message.Message):
     jwks_json: str
     current_key_id: str
     def __init__(self, jwks_json: _Optional[str] = ..., current_key_id: _Optional[str] = ...) -> None: ...
+
+class ListRunCallsRequest(_message.Message):
+    __slots__ = ("run_id", "page_size", "page_token")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, run_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListRunCallsResponse(_message.Message):
+    __slots__ = ("calls", "next_page_token")
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[RunCall]
+    next_page_token: str
+    def __init__(self, calls: _Optional[_Iterable[_Union[RunCall, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class RunCall(_message.Message):
+    __slots__ = ("position", "call")
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    CALL_FIELD_NUMBER: _ClassVar[int]
+    position: int
+    call: Call
+    def __init__(self, position: _Optional[int] = ..., call: _Optional[_Union[Call, _Mapping]] = ...) -> None: ...

@@ -99,6 +99,11 @@ class KernelServiceStub:
                 request_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.GetSigningKeysRequest.SerializeToString,
                 response_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.GetSigningKeysResponse.FromString,
                 _registered_method=True)
+        self.ListRunCalls = channel.unary_unary(
+                '/keycap.kernel.v1.KernelService/ListRunCalls',
+                request_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.ListRunCallsRequest.SerializeToString,
+                response_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.ListRunCallsResponse.FromString,
+                _registered_method=True)
 
 
 class KernelServiceServicer:
@@ -210,6 +215,15 @@ class KernelServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRunCalls(self, request, context):
+        """Lists one run's calls in the order they were begun (created_at, then call id):
+        what `keycap runs show` prints (ADR 0028). A runtime sees only the calls of tools
+        it owns or is granted; an operator sees all.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KernelServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -267,6 +281,11 @@ def add_KernelServiceServicer_to_server(servicer, server):
                     servicer.GetSigningKeys,
                     request_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.GetSigningKeysRequest.FromString,
                     response_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.GetSigningKeysResponse.SerializeToString,
+            ),
+            'ListRunCalls': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRunCalls,
+                    request_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.ListRunCallsRequest.FromString,
+                    response_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.ListRunCallsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -576,6 +595,33 @@ class KernelService:
             '/keycap.kernel.v1.KernelService/GetSigningKeys',
             keycap_dot_kernel_dot_v1_dot_kernel__pb2.GetSigningKeysRequest.SerializeToString,
             keycap_dot_kernel_dot_v1_dot_kernel__pb2.GetSigningKeysResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRunCalls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keycap.kernel.v1.KernelService/ListRunCalls',
+            keycap_dot_kernel_dot_v1_dot_kernel__pb2.ListRunCallsRequest.SerializeToString,
+            keycap_dot_kernel_dot_v1_dot_kernel__pb2.ListRunCallsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -54,14 +54,18 @@ class WriteRequest(_message.Message):
     def __init__(self, key: _Optional[str] = ..., request_id: _Optional[str] = ..., payload: _Optional[bytes] = ...) -> None: ...
 
 class WriteResponse(_message.Message):
-    __slots__ = ("entry", "duplicate", "payload_mismatch")
+    __slots__ = ("entry", "duplicate", "payload_mismatch", "replayed", "shadow")
     ENTRY_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_MISMATCH_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    SHADOW_FIELD_NUMBER: _ClassVar[int]
     entry: Entry
     duplicate: bool
     payload_mismatch: bool
-    def __init__(self, entry: _Optional[_Union[Entry, _Mapping]] = ..., duplicate: _Optional[bool] = ..., payload_mismatch: _Optional[bool] = ...) -> None: ...
+    replayed: bool
+    shadow: bool
+    def __init__(self, entry: _Optional[_Union[Entry, _Mapping]] = ..., duplicate: _Optional[bool] = ..., payload_mismatch: _Optional[bool] = ..., replayed: _Optional[bool] = ..., shadow: _Optional[bool] = ...) -> None: ...
 
 class LookupRequestRequest(_message.Message):
     __slots__ = ("request_id",)
