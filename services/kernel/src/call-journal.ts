@@ -334,8 +334,10 @@ export class CallJournal {
    * completion. A run is a handful to thousands of calls, read by an operator or a replay:
    * an equality filter on the run, sorted by the index.
    */
-  async listRun(runId: string, skip: number, limit: number): Promise<CallRecord[]> {
-    const calls = await this.calls.find({ run_id: runId }).sort({ created_at: 1, _id: 1 }).skip(skip).limit(limit).toArray();
+  async listRun(runId: string, skip: number, limit: number, opts: { operator?: boolean } = {}): Promise<CallRecord[]> {
+    // An operator's listing is stopped at the operator time limit; a replay's match is not an operator read.
+    const limited = opts.operator === true && this.listTimeMs !== undefined ? { maxTimeMS: this.listTimeMs } : {};
+    const calls = await this.calls.find({ run_id: runId }, limited).sort({ created_at: 1, _id: 1 }).skip(skip).limit(limit).toArray();
     const ids = calls.map((c) => c._id);
     const done = new Map(ids.length ? (await this.completions.find({ _id: { $in: ids } }).toArray()).map((c) => [c._id, c]) : []);
     return calls.map((c) => {

@@ -200,7 +200,7 @@ export class Kernel {
     }
     const limit = pageSize(req.pageSize);
     const skip = decodePageToken(req.pageToken, { p: "time" })?.p ?? 0;
-    const [found, visible] = await Promise.all([this.d.journal.listRun(req.runId, skip, limit + 1), this.d.access.visibleTools(caller)]);
+    const [found, visible] = await Promise.all([this.d.journal.listRun(req.runId, skip, limit + 1, { operator: true }), this.d.access.visibleTools(caller)]);
     const seen = visible ? new Set(visible) : undefined;
     const items = found
       .slice(0, limit)
