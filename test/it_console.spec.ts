@@ -207,6 +207,7 @@ describe("web console: operators read and settle through the browser, behind the
     const definition = page.locator("section.definition dl");
     const text = (await definition.textContent()) ?? "";
     expect(text).to.include("idempotent").and.include("/order_id").and.include("key fields");
+    await page.screenshot({ path: path.join(SHOTS_DIR, "console-tool.png") });
     await page.goto(`${base}/?tool=console.transfer`);
     expect(await page.locator("section.definition dl").textContent())
       .to.include("unsafe")

@@ -57,6 +57,8 @@ describe("Prometheus metrics (issue 13)", function () {
     expect(metrics).to.match(/^127\.0\.0\.1:\d+$/);
     // The banner is on stderr, a pipe of its own: it may be read a moment after the ready line.
     await until("the banner", async () => svc.output().includes(`metrics http://${metrics}/metrics`));
+    // The banner ends with what to run next (issue 33 item 10).
+    expect(svc.output()).to.include("next: node dist/clients/ts/examples/charge.js");
     expect((await fetch(`http://${metrics}/other`)).status).to.equal(404);
   });
 

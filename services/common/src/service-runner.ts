@@ -153,6 +153,9 @@ function banner(config: KeycapConfig, endpoints: Endpoint[], backend: string, mo
   if (services.has("kernel") && config.bootstrapRuntime) {
     lines.push(`  runtime credential (principal local-runtime): ${config.runtimeToken ? "KEYCAP_RUNTIME_TOKEN" : config.runtimeTokenFile}`);
   }
+  if (services.has("kernel") && services.has("ledger")) {
+    lines.push("  next: node dist/clients/ts/examples/charge.js A-17 (a first tool call), then npx keycap entries; docs/start.md");
+  }
   lines.push("Press Ctrl-C to stop.\n\n");
   return lines.join("\n");
 }
