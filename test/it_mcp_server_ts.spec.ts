@@ -43,28 +43,7 @@ describe("keycap-aware MCP server in TypeScript (issue 29): the capability verif
     s = await startLedgerStack();
     api = await startChargeApi();
     dir = fs.mkdtempSync(path.join(os.tmpdir(), "keycap-mcp-server-ts-"));
-    const serverEnv = {
-      CHARGE_API_URL: api.url,
-      KEYCAP_KERNEL_ADDRESS: s.kernel.endpoints.kernel!,
-      MONGODB_URI: s.env["MONGODB_URI"]!,
-      KEYCAP_MONGODB_DATABASE: s.env["KEYCAP_MONGODB_DATABASE"]!,
-    };
-    const policy = writePolicy(
-      dir,
-      "policy.yaml",
-      [
-        "version: 1",
-        "upstreams:",
-        "  payments:",
-        `    command: ${JSON.stringify(process.execPath)}`,
-        `    args: [${JSON.stringify(EXAMPLE)}]`,
-        `    env: ${JSON.stringify(serverEnv)}`,
-        "    tools:",
-        "      charge: { class: idempotent, key: [/order_id, /amount_cents] }",
-        "      send_receipt: { class: unsafe }",
-        "",
-      ].join("\n"),
-    );
+    const policy = examplePolicy("payments");
     // The gateway registers mcp:payments/* with the kernel as it starts.
     host = await connectHost(policy, {
       ...s.env,
@@ -95,6 +74,29 @@ describe("keycap-aware MCP server in TypeScript (issue 29): the capability verif
     await s?.stop();
     if (dir) fs.rmSync(dir, { recursive: true, force: true });
   });
+
+  /** A gateway policy running the example server as the upstream `name` (it governs mcp:payments/* whatever the name). */
+  function examplePolicy(name: string): string {
+    const serverEnv = {
+      CHARGE_API_URL: api.url,
+      KEYCAP_KERNEL_ADDRESS: s.kernel.endpoints.kernel!,
+      MONGODB_URI: s.env["MONGODB_URI"]!,
+      KEYCAP_MONGODB_DATABASE: s.env["KEYCAP_MONGODB_DATABASE"]!,
+    };
+    const lines = [
+      "version: 1",
+      "upstreams:",
+      `  ${name}:`,
+      `    command: ${JSON.stringify(process.execPath)}`,
+      `    args: [${JSON.stringify(EXAMPLE)}]`,
+      `    env: ${JSON.stringify(serverEnv)}`,
+      "    tools:",
+      "      charge: { class: idempotent, key: [/order_id, /amount_cents] }",
+      "      send_receipt: { class: unsafe }",
+      "",
+    ];
+    return writePolicy(dir, `${name}.yaml`, lines.join("\n"));
+  }
 
   function callDirect(name: string, args: Record<string, unknown>, capability?: string): Promise<CallToolResult> {
     return client.callTool({
@@ -205,28 +207,7 @@ describe("keycap-aware MCP server in TypeScript (issue 29): the capability verif
   it("passes a keycap-aware server's refusal of the gateway's own call through to the host, and the call stays retryable", async function () {
     // The same server behind an upstream named "billing": the gateway registers and begins
     // mcp:billing/charge, which the server (governing mcp:payments/*) does not accept.
-    const serverEnv = {
-      CHARGE_API_URL: api.url,
-      KEYCAP_KERNEL_ADDRESS: s.kernel.endpoints.kernel!,
-      MONGODB_URI: s.env["MONGODB_URI"]!,
-      KEYCAP_MONGODB_DATABASE: s.env["KEYCAP_MONGODB_DATABASE"]!,
-    };
-    const policy = writePolicy(
-      dir,
-      "billing.yaml",
-      [
-        "version: 1",
-        "upstreams:",
-        "  billing:",
-        `    command: ${JSON.stringify(process.execPath)}`,
-        `    args: [${JSON.stringify(EXAMPLE)}]`,
-        `    env: ${JSON.stringify(serverEnv)}`,
-        "    tools:",
-        "      charge: { class: idempotent, key: [/order_id, /amount_cents] }",
-        "      send_receipt: { class: unsafe }",
-        "",
-      ].join("\n"),
-    );
+    const policy = examplePolicy("billing");
     const billing = await connectHost(policy, { ...s.env, KEYCAP_KERNEL_ADDRESS: s.kernel.endpoints.kernel!, KEYCAP_RUNTIME_TOKEN: TEST_RUNTIME_TOKEN });
     try {
       const args = { order_id: "ord-billing", amount_cents: 700 };

@@ -93,23 +93,8 @@ export class Ledger {
       faultPoint("ledger.write.after-spend");
     }
 
-    const payloadSha256 = createHash("sha256").update(req.payload).digest("hex");
-    const doc: EntryDoc = {
-      _id: grant.effectId,
-      entry_id: newEntryId(),
-      tool_id: cap.tool_id,
-      effect: grant.effect,
-      call_id: cap.call_id,
-      attempt: cap.attempt,
-      capability_id: cap.jti,
-      key: grant.key,
-      request_id: grant.requestId,
-      payload: req.payload,
-      payload_sha256: payloadSha256,
-      recorded_at: new Date(),
-      payload_mismatch: false,
-      principal: cap.sub,
-    };
+    const doc = entryOf(cap, grant, req.payload);
+    const payloadSha256 = doc.payload_sha256;
     // An effect an older ledger recorded under the ambiguous queryable id is that effect.
     const legacy = grant.effect === "queryable" ? await this.legacyQueryable(cap.tool_id, grant.requestId) : null;
     // A known entry cannot be claimed again; skipping the doomed insert keeps a
@@ -151,24 +136,9 @@ export class Ledger {
 
   /** A shadow write: into the shadow store under the same effect id, never into `entries`. */
   private async writeShadow(cap: VerifiedCapability, grant: WriteGrant, payload: Buffer): Promise<WriteOutcome> {
-    const payloadSha256 = createHash("sha256").update(payload).digest("hex");
-    const { entry, duplicate } = await this.d.shadow.insert({
-      _id: grant.effectId,
-      entry_id: newEntryId(),
-      tool_id: cap.tool_id,
-      effect: grant.effect,
-      call_id: cap.call_id,
-      attempt: cap.attempt,
-      capability_id: cap.jti,
-      key: grant.key,
-      request_id: grant.requestId,
-      payload,
-      payload_sha256: payloadSha256,
-      recorded_at: new Date(),
-      payload_mismatch: false,
-      principal: cap.sub,
-    });
-    return { entry, duplicate, payloadMismatch: duplicate && entry.payload_sha256 !== payloadSha256, shadow: true };
+    const doc = entryOf(cap, grant, payload);
+    const { entry, duplicate } = await this.d.shadow.insert(doc);
+    return { entry, duplicate, payloadMismatch: duplicate && entry.payload_sha256 !== doc.payload_sha256, shadow: true };
   }
 
   /** The entry of a Queryable call's request, or undefined when the ledger holds none. */
@@ -253,6 +223,26 @@ export class Ledger {
 }
 
 type Attempted = { attemptedKey?: string; attemptedRequestId?: string };
+
+/** The entry a granted write records, live or shadow: the grant's effect id, the capability's claims, the payload and its hash. */
+function entryOf(cap: VerifiedCapability, grant: WriteGrant, payload: Buffer): EntryDoc {
+  return {
+    _id: grant.effectId,
+    entry_id: newEntryId(),
+    tool_id: cap.tool_id,
+    effect: grant.effect,
+    call_id: cap.call_id,
+    attempt: cap.attempt,
+    capability_id: cap.jti,
+    key: grant.key,
+    request_id: grant.requestId,
+    payload,
+    payload_sha256: createHash("sha256").update(payload).digest("hex"),
+    recorded_at: new Date(),
+    payload_mismatch: false,
+    principal: cap.sub,
+  };
+}
 
 /** A fresh opaque entry id. */
 export function newEntryId(): string {
