@@ -236,6 +236,21 @@ describe("run modes: live, shadow, replay (issue 30, ADR 0028)", function () {
     expect([next.call?.replayPosition, next.recordedCall?.callId]).to.deep.equal([1, recorded.calls[1]]);
   });
 
+  it("a replay run whose position hint fell behind (the kernel killed between taking a position and moving the hint) still matches the next call at the next free position", async function () {
+    // Found by the torture's replay lane: the stale hint's position was compared before it was known to be free.
+    const begin = (i: number): Promise<BeginCallResponse> =>
+      kernel.beginCall(args[i]!.tool, JSON.stringify(args[i]!.args), {
+        runId: "rep-stale",
+        callId: `rep-stale-${i}`,
+        mode: "replay",
+        replayOf: recorded.runId,
+      });
+    expect((await begin(0)).call?.replayPosition).to.equal(0);
+    await db.collection("replay_runs").updateOne({ _id: "rep-stale" as never }, { $set: { next: 0 } });
+    const second = await begin(1);
+    expect([second.call?.replayPosition, second.recordedCall?.callId]).to.deep.equal([1, recorded.calls[1]]);
+  });
+
   it("a call id names one call in one mode: beginning a live call id again in shadow is refused CALL_ID_CONFLICT", async function () {
     const a = JSON.stringify({ order_id: "M-1", amount_cents: 7 });
     await kernel.beginCall(charge.id, a, { runId: "run-m", callId: "mode-call-1" });
