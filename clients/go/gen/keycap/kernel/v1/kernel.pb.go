@@ -886,9 +886,9 @@ type BeginCallRequest struct {
 	// The call's arguments: UTF-8 JSON text of one object. Duplicate member names,
 	// non-finite numbers and (in key fields) integers beyond +-2^53 are refused.
 	ArgumentsJson string `protobuf:"bytes,4,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
-	// The run mode (ADR 0028); unset is live. Checked per call by the kernel (not by a
-	// schema rule, which would refuse a whole BeginCalls batch): INVALID_RUN_MODE for a
-	// replay without replay_of_run_id or run_id, or ids given to a mode that takes none.
+	// The run mode (ADR 0028); unset is live. The kernel checks it with the fields it
+	// needs: INVALID_RUN_MODE for a replay without replay_of_run_id or run_id, or ids given
+	// to a mode that takes none.
 	Mode RunMode `protobuf:"varint,5,opt,name=mode,proto3,enum=keycap.kernel.v1.RunMode" json:"mode,omitempty"`
 	// REPLAY only, and required there: the recorded run this run replays. Keys are derived
 	// in its context (as if run_id were this), so they are the recorded keys. At most 256
