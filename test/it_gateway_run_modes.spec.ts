@@ -176,8 +176,11 @@ describe("HTTP gateway run modes (issue 30): replay and shadow forwards never ca
       expect([shadowed.status, shadowed.mode, shadowed.shadowed, shadowed.body.length]).to.deep.equal([0, "shadow", true, 0]);
       // The tool's key does not name the run, so the shadow key is the live one: the live record under it is left alone.
       expect(shadowed.key).to.equal(begun.call!.key).and.be.oneOf(liveKeys);
-      // Forwarded again under the same shadow key: still one shadow effect.
-      expect((await forward(begun.capability, args)).shadowed).to.equal(true);
+      // Forwarded again under the same shadow key: still one shadow effect; another request under it is flagged.
+      const again = await forward(begun.capability, args);
+      expect([again.shadowed, again.requestMismatch]).to.deep.equal([true, false]);
+      const other = await forward(begun.capability, { ...args, amount: 999 });
+      expect([other.shadowed, other.requestMismatch]).to.deep.equal([true, true]);
     }
     expect(api.requests.slice(before.requests), "the live run's requests, and only those").to.deep.equal(liveRequests);
     expect(await count("gateway_requests")).to.equal(forwardsAfterLive);

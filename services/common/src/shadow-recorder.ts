@@ -15,6 +15,8 @@ export interface ShadowRecord {
   recordedAt: Date | undefined;
   /** True when the shadow store already held an effect under this key (the first one is kept). */
   duplicate: boolean;
+  /** A duplicate whose would-be effect differs from the one kept (another request under the same key). */
+  payloadMismatch: boolean;
 }
 
 /** What the shadow effect is recorded under: the shadow capability's key (Idempotent) or request id (Queryable). */
@@ -47,7 +49,7 @@ export class LedgerShadowRecorder implements ShadowRecorder {
       // The ledger wrote somewhere other than its shadow store: never expected; say so loudly rather than call it shadowed.
       throw refuse(Reasons.INTERNAL, "the ledger did not take the shadow capability's write as a shadow effect");
     }
-    return { entryId: res.entry?.entryId ?? "", recordedAt: res.entry?.recordedAt, duplicate: res.duplicate };
+    return { entryId: res.entry?.entryId ?? "", recordedAt: res.entry?.recordedAt, duplicate: res.duplicate, payloadMismatch: res.payloadMismatch };
   }
 
   close(): void {

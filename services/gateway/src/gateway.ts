@@ -229,7 +229,8 @@ export class Gateway {
       replayed: false,
       key,
       recordedAt: recorded.recordedAt,
-      requestMismatch: false,
+      // A second shadow forward of the key with another request: the first one is kept, as live.
+      requestMismatch: recorded.payloadMismatch,
       attempts: 0,
       mode: "shadow",
       shadowed: true,

@@ -124,6 +124,7 @@ export class SandboxCalls {
         [META_SHADOWED]: true,
         [META_RUN_MODE]: "shadow",
         [META_NOT_SENT]: true,
+        ...(recorded.payloadMismatch ? { [META_ARGUMENTS_MISMATCH]: true } : {}),
         [META_CALL_ID]: call.callId,
         ...(call.key ? { [META_IDEMPOTENCY_KEY]: call.key } : {}),
         ...(call.requestId ? { [META_REQUEST_ID]: call.requestId } : {}),
