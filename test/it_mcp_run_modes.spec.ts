@@ -12,7 +12,7 @@ import { MongoClient, type Db } from "mongodb";
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
-import { McpError, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { ErrorCode, McpError, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { KernelClient } from "../clients/ts/src";
 import { startLedgerStack, type LedgerStack } from "./support/ledger-harness";
 import { readEvents } from "./support/counting-mcp-server";
@@ -66,12 +66,14 @@ describe("MCP gateway run modes (issue 30): replay and shadow calls are never se
     return h.client.callTool({ name, arguments: args, _meta: meta }, undefined, { timeout: 30_000 }) as Promise<CallToolResult>;
   }
 
+  /** A refusal's `data`; every sandbox refusal is InvalidParams (not to be retried as sent). */
   async function refused(p: Promise<unknown>): Promise<{ reason: string; tool_id: string; metadata: Record<string, string> }> {
     const err = await p.then(
       () => undefined,
       (e: unknown) => e,
     );
     expect(err).to.be.instanceOf(McpError);
+    expect((err as McpError).code).to.equal(ErrorCode.InvalidParams);
     return (err as McpError).data as { reason: string; tool_id: string; metadata: Record<string, string> };
   }
 
