@@ -277,4 +277,19 @@ describe("run modes: live, shadow, replay (issue 30, ADR 0028)", function () {
     const empty = await cli(["runs", "show", "no-such-run"]);
     expect(empty.stdout).to.include("no calls in run no-such-run");
   });
+
+  it("`keycap runs diff` lines a replay up with the recorded run (matches, the Unsafe call denied) and a shadow run with the live run it shadows", async function () {
+    const json = await cli(["runs", "diff", recorded.runId, "rep-1", "--json"]);
+    expect(json.code, json.stderr).to.equal(0);
+    const rows = JSON.parse(json.stdout) as { mark: string; a?: { callId: string; toolId: string }; b?: { mode: string } }[];
+    expect(rows.map((r) => [r.mark, r.a?.callId, r.b?.mode])).to.deep.equal([
+      ["match", recorded.calls[0], "replay"],
+      ["match", recorded.calls[1], "replay"],
+      ["denied-unsafe", recorded.calls[2], undefined],
+      ["match", recorded.calls[3], "replay"],
+    ]);
+    const table = await cli(["runs", "diff", "live-2", "shadow-2"]);
+    expect(table.code, table.stderr).to.equal(0);
+    expect(table.stdout).to.include(charge.id).and.include(notify.id).and.include("2 match");
+  });
 });
