@@ -173,18 +173,7 @@ func (c *KernelClient) beginCoalescer() *coalescer[*kernelv1.BeginCallRequest, *
 		},
 		batch: func(ctx context.Context, reqs []*kernelv1.BeginCallRequest) ([]itemAnswer[*kernelv1.BeginCallResponse], error) {
 			res, err := invoke(ctx, c.o.callTimeout, "", c.raw.BeginCalls, &kernelv1.BeginCallsRequest{Calls: reqs})
-			if err != nil {
-				return nil, err
-			}
-			out := make([]itemAnswer[*kernelv1.BeginCallResponse], len(res.GetResults()))
-			for i, r := range res.GetResults() {
-				if b := r.GetBegun(); b != nil {
-					out[i].res = b
-				} else {
-					out[i].err = statusError(r.GetErrorStatus())
-				}
-			}
-			return out, nil
+			return answersOf(res.GetResults(), (*kernelv1.BeginCallResult).GetBegun), err
 		},
 	}
 }
@@ -197,18 +186,22 @@ func (c *KernelClient) completeCoalescer() *coalescer[*kernelv1.CompleteCallRequ
 		},
 		batch: func(ctx context.Context, reqs []*kernelv1.CompleteCallRequest) ([]itemAnswer[*kernelv1.CompleteCallResponse], error) {
 			res, err := invoke(ctx, c.o.callTimeout, "", c.raw.CompleteCalls, &kernelv1.CompleteCallsRequest{Calls: reqs})
-			if err != nil {
-				return nil, err
-			}
-			out := make([]itemAnswer[*kernelv1.CompleteCallResponse], len(res.GetResults()))
-			for i, r := range res.GetResults() {
-				if d := r.GetCompleted(); d != nil {
-					out[i].res = d
-				} else {
-					out[i].err = statusError(r.GetErrorStatus())
-				}
-			}
-			return out, nil
+			return answersOf(res.GetResults(), (*kernelv1.CompleteCallResult).GetCompleted), err
 		},
 	}
+}
+
+// answersOf reads a batch's results: each item's response, or the error its
+// encoded status holds.
+func answersOf[R interface{ GetErrorStatus() []byte }, Res comparable](results []R, response func(R) Res) []itemAnswer[Res] {
+	out := make([]itemAnswer[Res], len(results))
+	var none Res
+	for i, r := range results {
+		if v := response(r); v != none {
+			out[i].res = v
+		} else {
+			out[i].err = statusError(r.GetErrorStatus())
+		}
+	}
+	return out
 }
