@@ -8,6 +8,7 @@ import { AccessClient, KernelClient, KeycapClientError, Runtime, type RuntimeToo
 import type { Tool } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { addAccessCommands } from "./access-commands";
 import { addRunCommands } from "./run-commands";
+import { addCallStoryCommands } from "./call-story-commands";
 import {
   adminToken,
   explain,
@@ -286,7 +287,9 @@ function addToolCommands(program: Command): void {
 
 /** calls, complete: calls left for recovery or for an operator. */
 function addCallCommands(program: Command): void {
-  kernelOperator(program.command("calls").description("calls left for recovery (pending) or for an operator (indeterminate)"))
+  const calls = kernelOperator(program.command("calls").description("calls left for recovery (pending) or for an operator (indeterminate); show one, search"));
+  addCallStoryCommands(calls, kernelOperator, parseLimit);
+  calls
     .option("--state <state>", "pending | indeterminate", "pending")
     .option("--tool <id>", "only calls of this tool")
     .action(async (o: OperatorOptions & { state: string; tool?: string }) => {
