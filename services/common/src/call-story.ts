@@ -8,7 +8,7 @@
  */
 import { effectKindToJSON } from "../../../gen/ts/keycap/effect/v1/effect";
 import { CallOutcome, CallState, RunMode, type GetCallResponse } from "../../../gen/ts/keycap/kernel/v1/kernel";
-import type { GetEntryResponse, ListRejectionsResponse } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
+import type { EntryWrite, GetEntryResponse, ListRejectionsResponse } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
 
 /** Refusals a story lists, newest first; more are counted as truncated (the refusal list pages on). */
 export const STORY_REFUSALS = 50;
@@ -139,23 +139,28 @@ export async function callStory(callId: string, src: StorySources): Promise<Call
           recordedAt: entry.entry.recordedAt,
           duplicates: Number(entry.entry.duplicateCount),
           payloadMismatches: Number(entry.entry.payloadMismatchCount),
-          writes: entry.writes.map((w) => ({
-            first: w.first,
-            payloadMismatch: w.payloadMismatch,
-            payloadSha256: w.payloadSha256,
-            payloadSize: Number(w.payloadSize),
-            preview: payloadPreview(w.payloadPreview, Number(w.payloadSize)),
-            callId: w.callId,
-            attempt: w.attempt,
-            capabilityId: w.capabilityId,
-            at: w.at,
-          })),
+          writes: entry.writes.map(storyWrite),
         }
       : undefined,
     timeline: [],
   };
   story.timeline = timelineOf(story);
   return story;
+}
+
+/** One write under an entry's key as a story tells it: its preview readable. */
+export function storyWrite(w: EntryWrite): StoryWrite {
+  return {
+    first: w.first,
+    payloadMismatch: w.payloadMismatch,
+    payloadSha256: w.payloadSha256,
+    payloadSize: Number(w.payloadSize),
+    preview: payloadPreview(w.payloadPreview, Number(w.payloadSize)),
+    callId: w.callId,
+    attempt: w.attempt,
+    capabilityId: w.capabilityId,
+    at: w.at,
+  };
 }
 
 /** The story's events in time order (the begin first when times tie). */
