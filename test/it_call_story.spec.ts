@@ -191,6 +191,10 @@ describe("a call's story: GetCall, SearchCalls, the writes under a key, keycap c
     expect(r.stdout).to.include("timeline:").and.include("KEY_MISMATCH").and.include("MISMATCH").and.include(sha(FIRST)).and.include(sha(SECOND));
     expect(r.stdout).to.match(/settled by\s*│?\s*local-runtime/);
     expect(r.stdout).to.include("\\u001b[2J").and.not.include("\u001b[2J");
+    // keycap entry lists the same two writes under its key.
+    const entry = await runCli(["entry", key], { ...env(), COLUMNS: "120" });
+    expect(entry.code, entry.stderr).to.equal(0);
+    expect(entry.stdout).to.include("writes under this key:").and.include("MISMATCH").and.include(sha(SECOND)).and.not.include("\u001b[2J");
   });
 
   it("an indeterminate call settled by an operator: the recovery that gave up and the operator who settled it", async function () {
