@@ -8,6 +8,7 @@
 import { expect } from "chai";
 import { createHash } from "node:crypto";
 import { AccessClient, AdminClient, KernelClient, KeycapClientError, LedgerClient, Runtime } from "../clients/ts/src";
+import { ResumeAction } from "../gen/ts/keycap/kernel/v1/kernel";
 import { refusal } from "./support/refusal";
 import { runCli, serviceEnv, startService, type ServiceProcess } from "./support/processes";
 
@@ -74,6 +75,10 @@ describe("a call's story: GetCall, SearchCalls, the writes under a key, keycap c
     await kernel.beginCall("story.transfer", '{"amount":9}', { callId: "story-u", runId: "run-other" });
     const steps = await new Runtime(kernel, []).recover({ toolIds: ["story.transfer"], includeUnknownTools: true });
     expect(steps.find((s) => s.callId === "story-u")?.result).to.equal("indeterminate");
+    // story-r: begun, then resumed by recovery twice (a crash before its write): attempts 2 and 3.
+    await kernel.beginCall("story.charge", '{"order_id":"S-3"}', { callId: "story-r" });
+    expect((await kernel.resumeCall("story-r")).action).to.equal(ResumeAction.RESUME_ACTION_RETRY);
+    expect((await kernel.resumeCall("story-r")).call?.attempt).to.equal(3);
     // A runtime neither owning nor granted the tool asks for story-a: refused, and recorded under the call.
     const access = new AccessClient(proc.endpoints.kernel!, ADMIN);
     const other = await access.createPrincipal("story-stranger", "runtime");
@@ -210,6 +215,20 @@ describe("a call's story: GetCall, SearchCalls, the writes under a key, keycap c
     expect(s.timeline.map((e) => e.event)).to.deep.equal(["begun", "refused", "completed"]);
     expect(s.timeline[1]!.detail).to.include("UNSAFE_NOT_RESUMABLE").and.include("local-runtime");
     expect(s.timeline[2]!.detail).to.include("failed by admin").and.include("no transfer at the bank");
+  });
+
+  it("each capability attempt: the recoveries that re-issued it, when and by whom", async function () {
+    const r = await runCli(["calls", "show", "story-r", "--json"], env());
+    expect(r.code, r.stderr).to.equal(0);
+    const s = JSON.parse(r.stdout) as StoryJson & { resumes: { attempt: number; by: string; capabilityId: string }[] };
+    expect(s).to.include({ attempt: 3, state: "pending" });
+    expect(s.resumes.map((x) => [x.attempt, x.by])).to.deep.equal([
+      [2, "local-runtime"],
+      [3, "local-runtime"],
+    ]);
+    expect(new Set(s.resumes.map((x) => x.capabilityId)).size).to.equal(2);
+    expect(s.timeline.map((e) => e.event)).to.deep.equal(["begun", "capability", "capability"]);
+    expect(s.timeline[2]!.detail).to.include("attempt 3: resumed by local-runtime");
   });
 
   it("keycap calls search --run / --idempotency-key / --principal / --call, paged; a bad use and an unknown call say so", async function () {

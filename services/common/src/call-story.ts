@@ -79,6 +79,8 @@ export interface CallStory {
   attempt: number;
   capabilityId: string;
   capabilityExpiresAt: Date | undefined;
+  /** Each recovery that re-issued the capability (the newest 20 kept by the kernel). */
+  resumes: { attempt: number; capabilityId: string; at: Date | undefined; by: string }[];
   completedAt: Date | undefined;
   completedBy: string;
   recoveryRefused: { at: Date | undefined; reason: string; message: string; by: string } | undefined;
@@ -113,6 +115,7 @@ export async function callStory(callId: string, src: StorySources): Promise<Call
     attempt: c.attempt,
     capabilityId: got.capability?.capabilityId ?? "",
     capabilityExpiresAt: got.capability?.expiresAt,
+    resumes: got.resumes.map((r) => ({ attempt: r.attempt, capabilityId: r.capabilityId, at: r.at, by: r.by })),
     completedAt: s?.completedAt,
     completedBy: s?.completedBy ?? "",
     recoveryRefused: s?.recoveryRefusedReason
@@ -172,7 +175,11 @@ function timelineOf(s: CallStory): StoryEvent[] {
       detail: `by ${s.principal || "(unknown principal)"}${s.runId ? ` in run ${s.runId}` : ""}, ${s.effectClass}${s.key ? `, key ${s.key}` : ""}${s.requestId ? `, request id ${s.requestId}` : ""}${s.mode !== "live" ? ` (${s.mode})` : ""}`,
     },
   ];
-  if (s.attempt > 1) {
+  for (const r of s.resumes) {
+    events.push({ at: r.at, event: "capability", detail: `attempt ${r.attempt}: resumed by ${r.by || "(unknown)"}, capability ${r.capabilityId}` });
+  }
+  // Resumed before resumes were kept: the count is all there is to tell.
+  if (s.attempt > 1 && s.resumes.length === 0) {
     events.push({ at: undefined, event: "capability", detail: `attempt ${s.attempt}: resumed ${s.attempt - 1} time(s); current capability ${s.capabilityId}` });
   }
   for (const r of [...s.refusals].reverse()) {

@@ -49,10 +49,26 @@ export interface CallRecord {
   shadows_run_id?: string;
   /** Last refused recovery, for operators (e.g. a key that no longer re-derives); `by`: the resuming principal. */
   last_resume_refusal?: { reason: string; message: string; at: Date; by?: string };
+  /**
+   * Each recovery that moved the call to a next attempt: the attempt, its capability, when
+   * and by whom (the newest RESUMES_KEPT; absent on calls never resumed or resumed before it was kept).
+   */
+  resumes?: CallResume[];
   /** Read back only, from the completion: when it was recorded and the principal that recorded it. */
   completed_at?: Date;
   completed_by?: string;
 }
+
+/** One recovery that re-issued a call's capability. */
+export interface CallResume {
+  attempt: number;
+  capability_id: string;
+  at: Date;
+  by: string;
+}
+
+/** Resumes a call keeps (the newest): a bound on the document, whatever a recovery loop does. */
+export const RESUMES_KEPT = 20;
 
 /** The one completion of a call (`_id` = call id): written once, never updated. */
 interface CompletionDoc {
@@ -278,10 +294,15 @@ export class CallJournal {
    * both win (atomic on MongoDB; FerretDB does not isolate updates, see 0004);
    * a completion recorded meanwhile also makes it lose.
    */
-  async advanceAttempt(call: CallRecord, claims: CapabilityClaims): Promise<CallRecord> {
+  async advanceAttempt(call: CallRecord, claims: CapabilityClaims, by: string): Promise<CallRecord> {
+    const now = new Date();
+    const resume: CallResume = { attempt: claims.attempt, capability_id: claims.jti, at: now, by };
     const updated = await this.calls.findOneAndUpdate(
       { _id: call._id, state: "pending", attempt: call.attempt },
-      { $set: { attempt: claims.attempt, capability: claims, updated_at: new Date() } },
+      {
+        $set: { attempt: claims.attempt, capability: claims, updated_at: now },
+        $push: { resumes: { $each: [resume], $slice: -RESUMES_KEPT } },
+      },
       { returnDocument: "after", ...MAJORITY },
     );
     if (!updated || (await this.completions.findOne({ _id: call._id }))) {

@@ -129,6 +129,7 @@ export function storyToProto(c: CallRecord): GetCallResponse {
       issuedAt: new Date(c.capability.iat * 1000),
       expiresAt: new Date(c.capability.exp * 1000),
     },
+    resumes: (c.resumes ?? []).map((r) => ({ attempt: r.attempt, capabilityId: r.capability_id, at: r.at, by: r.by })),
   };
 }
 

@@ -307,7 +307,7 @@ export class Kernel {
       }
       case "idempotent": {
         if (req.lookupOnly) return { action: "left_pending", call };
-        return this.retry(call, tool, await this.rederive(tool, call, caller));
+        return this.retry(call, tool, await this.rederive(tool, call, caller), caller);
       }
       case "queryable": {
         const requestId = call.request_id ?? "";
@@ -330,7 +330,7 @@ export class Kernel {
         // Minting the retry capability moves the call to its next attempt; a caller that
         // cannot run the retry would use one up on every pass.
         if (req.lookupOnly) return { action: "left_pending", call };
-        return this.retry(call, tool, { requestId });
+        return this.retry(call, tool, { requestId }, caller);
       }
     }
   }
@@ -370,6 +370,7 @@ export class Kernel {
     call: CallRecord,
     tool: CompiledTool,
     identity: { key?: string; requestId?: string; derivation?: DerivationClaim },
+    caller: Caller,
   ): Promise<ResumeOutcome> {
     // The capability names the principal that began the call, whoever resumes it.
     const minted: MintedCapability = await this.d.minter.mint({
@@ -381,7 +382,7 @@ export class Kernel {
       ...identity,
       ...modeOf(call),
     });
-    const advanced = await this.d.journal.advanceAttempt(call, minted.claims);
+    const advanced = await this.d.journal.advanceAttempt(call, minted.claims, caller.name);
     this.d.logger.info({ call_id: call._id, tool_id: call.tool_id, attempt: advanced.attempt }, "call resumed");
     return { action: "retry", call: advanced, capability: minted };
   }

@@ -2238,7 +2238,10 @@ type GetCallResponse struct {
 	Settlement *CallSettlement `protobuf:"bytes,2,opt,name=settlement,proto3" json:"settlement,omitempty"`
 	// The capability of the call's current attempt (attempt = Call.attempt; each ResumeCall
 	// that re-issues one moves to the next attempt).
-	Capability    *CallCapability `protobuf:"bytes,3,opt,name=capability,proto3" json:"capability,omitempty"`
+	Capability *CallCapability `protobuf:"bytes,3,opt,name=capability,proto3" json:"capability,omitempty"`
+	// Each recovery that moved the call to a next attempt, oldest first (the newest 20; none
+	// for calls resumed before these were kept).
+	Resumes       []*CallResume `protobuf:"bytes,4,rep,name=resumes,proto3" json:"resumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2294,6 +2297,86 @@ func (x *GetCallResponse) GetCapability() *CallCapability {
 	return nil
 }
 
+func (x *GetCallResponse) GetResumes() []*CallResume {
+	if x != nil {
+		return x.Resumes
+	}
+	return nil
+}
+
+// One recovery that re-issued a call's capability (ResumeCall answered RESUME_ACTION_RETRY).
+type CallResume struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The attempt it moved the call to.
+	Attempt uint32 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The capability id (jti) minted for that attempt.
+	CapabilityId string `protobuf:"bytes,2,opt,name=capability_id,json=capabilityId,proto3" json:"capability_id,omitempty"`
+	// When.
+	At *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	// The principal whose ResumeCall it was.
+	By            string `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallResume) Reset() {
+	*x = CallResume{}
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallResume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallResume) ProtoMessage() {}
+
+func (x *CallResume) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallResume.ProtoReflect.Descriptor instead.
+func (*CallResume) Descriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *CallResume) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *CallResume) GetCapabilityId() string {
+	if x != nil {
+		return x.CapabilityId
+	}
+	return ""
+}
+
+func (x *CallResume) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *CallResume) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
 // Who settled a call and when: a completion, or recovery marking it indeterminate.
 type CallSettlement struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2316,7 +2399,7 @@ type CallSettlement struct {
 
 func (x *CallSettlement) Reset() {
 	*x = CallSettlement{}
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[31]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2411,7 @@ func (x *CallSettlement) String() string {
 func (*CallSettlement) ProtoMessage() {}
 
 func (x *CallSettlement) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[31]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2424,7 @@ func (x *CallSettlement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallSettlement.ProtoReflect.Descriptor instead.
 func (*CallSettlement) Descriptor() ([]byte, []int) {
-	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{31}
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CallSettlement) GetCompletedAt() *timestamppb.Timestamp {
@@ -2403,7 +2486,7 @@ type CallCapability struct {
 
 func (x *CallCapability) Reset() {
 	*x = CallCapability{}
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[32]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2498,7 @@ func (x *CallCapability) String() string {
 func (*CallCapability) ProtoMessage() {}
 
 func (x *CallCapability) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[32]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2511,7 @@ func (x *CallCapability) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallCapability.ProtoReflect.Descriptor instead.
 func (*CallCapability) Descriptor() ([]byte, []int) {
-	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{32}
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CallCapability) GetCapabilityId() string {
@@ -2481,7 +2564,7 @@ type SearchCallsRequest struct {
 
 func (x *SearchCallsRequest) Reset() {
 	*x = SearchCallsRequest{}
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[33]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +2576,7 @@ func (x *SearchCallsRequest) String() string {
 func (*SearchCallsRequest) ProtoMessage() {}
 
 func (x *SearchCallsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[33]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +2589,7 @@ func (x *SearchCallsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchCallsRequest.ProtoReflect.Descriptor instead.
 func (*SearchCallsRequest) Descriptor() ([]byte, []int) {
-	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{33}
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SearchCallsRequest) GetCriterion() isSearchCallsRequest_Criterion {
@@ -2611,7 +2694,7 @@ type SearchCallsResponse struct {
 
 func (x *SearchCallsResponse) Reset() {
 	*x = SearchCallsResponse{}
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[34]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2623,7 +2706,7 @@ func (x *SearchCallsResponse) String() string {
 func (*SearchCallsResponse) ProtoMessage() {}
 
 func (x *SearchCallsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[34]
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2636,7 +2719,7 @@ func (x *SearchCallsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchCallsResponse.ProtoReflect.Descriptor instead.
 func (*SearchCallsResponse) Descriptor() ([]byte, []int) {
-	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{34}
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SearchCallsResponse) GetCalls() []*Call {
@@ -2796,7 +2879,7 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\x04call\x18\x02 \x01(\v2\x16.keycap.kernel.v1.CallR\x04call\"o\n" +
 	"\x0eGetCallRequest\x12]\n" +
 	"\acall_id\x18\x01 \x01(\tBD\xbaH\x1cr\x1a2\x18^[A-Za-z0-9._:-]{1,128}$\xe2\xf9\x18!\n" +
-	"\x0estring.pattern\x12\x0fINVALID_CALL_IDR\x06callId\"\xc1\x01\n" +
+	"\x0estring.pattern\x12\x0fINVALID_CALL_IDR\x06callId\"\xf9\x01\n" +
 	"\x0fGetCallResponse\x12*\n" +
 	"\x04call\x18\x01 \x01(\v2\x16.keycap.kernel.v1.CallR\x04call\x12@\n" +
 	"\n" +
@@ -2804,7 +2887,14 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"settlement\x12@\n" +
 	"\n" +
 	"capability\x18\x03 \x01(\v2 .keycap.kernel.v1.CallCapabilityR\n" +
-	"capability\"\xe0\x02\n" +
+	"capability\x126\n" +
+	"\aresumes\x18\x04 \x03(\v2\x1c.keycap.kernel.v1.CallResumeR\aresumes\"\x87\x01\n" +
+	"\n" +
+	"CallResume\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\rR\aattempt\x12#\n" +
+	"\rcapability_id\x18\x02 \x01(\tR\fcapabilityId\x12*\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x0e\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\"\xe0\x02\n" +
 	"\x0eCallSettlement\x12=\n" +
 	"\fcompleted_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12!\n" +
 	"\fcompleted_by\x18\x02 \x01(\tR\vcompletedBy\x12J\n" +
@@ -2887,7 +2977,7 @@ func file_keycap_kernel_v1_kernel_proto_rawDescGZIP() []byte {
 }
 
 var file_keycap_kernel_v1_kernel_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_keycap_kernel_v1_kernel_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_keycap_kernel_v1_kernel_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_keycap_kernel_v1_kernel_proto_goTypes = []any{
 	(RunMode)(0),                           // 0: keycap.kernel.v1.RunMode
 	(CallState)(0),                         // 1: keycap.kernel.v1.CallState
@@ -2924,32 +3014,33 @@ var file_keycap_kernel_v1_kernel_proto_goTypes = []any{
 	(*RunCall)(nil),                        // 32: keycap.kernel.v1.RunCall
 	(*GetCallRequest)(nil),                 // 33: keycap.kernel.v1.GetCallRequest
 	(*GetCallResponse)(nil),                // 34: keycap.kernel.v1.GetCallResponse
-	(*CallSettlement)(nil),                 // 35: keycap.kernel.v1.CallSettlement
-	(*CallCapability)(nil),                 // 36: keycap.kernel.v1.CallCapability
-	(*SearchCallsRequest)(nil),             // 37: keycap.kernel.v1.SearchCallsRequest
-	(*SearchCallsResponse)(nil),            // 38: keycap.kernel.v1.SearchCallsResponse
-	(*v1.EffectClass)(nil),                 // 39: keycap.effect.v1.EffectClass
-	(*timestamppb.Timestamp)(nil),          // 40: google.protobuf.Timestamp
-	(*v1.HttpDestination)(nil),             // 41: keycap.effect.v1.HttpDestination
-	(v1.EffectKind)(0),                     // 42: keycap.effect.v1.EffectKind
+	(*CallResume)(nil),                     // 35: keycap.kernel.v1.CallResume
+	(*CallSettlement)(nil),                 // 36: keycap.kernel.v1.CallSettlement
+	(*CallCapability)(nil),                 // 37: keycap.kernel.v1.CallCapability
+	(*SearchCallsRequest)(nil),             // 38: keycap.kernel.v1.SearchCallsRequest
+	(*SearchCallsResponse)(nil),            // 39: keycap.kernel.v1.SearchCallsResponse
+	(*v1.EffectClass)(nil),                 // 40: keycap.effect.v1.EffectClass
+	(*timestamppb.Timestamp)(nil),          // 41: google.protobuf.Timestamp
+	(*v1.HttpDestination)(nil),             // 42: keycap.effect.v1.HttpDestination
+	(v1.EffectKind)(0),                     // 43: keycap.effect.v1.EffectKind
 }
 var file_keycap_kernel_v1_kernel_proto_depIdxs = []int32{
-	39, // 0: keycap.kernel.v1.Tool.effect_class:type_name -> keycap.effect.v1.EffectClass
-	40, // 1: keycap.kernel.v1.Tool.registered_at:type_name -> google.protobuf.Timestamp
-	41, // 2: keycap.kernel.v1.Tool.http_destination:type_name -> keycap.effect.v1.HttpDestination
+	40, // 0: keycap.kernel.v1.Tool.effect_class:type_name -> keycap.effect.v1.EffectClass
+	41, // 1: keycap.kernel.v1.Tool.registered_at:type_name -> google.protobuf.Timestamp
+	42, // 2: keycap.kernel.v1.Tool.http_destination:type_name -> keycap.effect.v1.HttpDestination
 	4,  // 3: keycap.kernel.v1.RegisterToolRequest.tool:type_name -> keycap.kernel.v1.Tool
 	4,  // 4: keycap.kernel.v1.RegisterToolResponse.tool:type_name -> keycap.kernel.v1.Tool
 	4,  // 5: keycap.kernel.v1.GetToolResponse.tool:type_name -> keycap.kernel.v1.Tool
 	4,  // 6: keycap.kernel.v1.ListToolsResponse.tools:type_name -> keycap.kernel.v1.Tool
-	42, // 7: keycap.kernel.v1.Call.effect_kind:type_name -> keycap.effect.v1.EffectKind
+	43, // 7: keycap.kernel.v1.Call.effect_kind:type_name -> keycap.effect.v1.EffectKind
 	1,  // 8: keycap.kernel.v1.Call.state:type_name -> keycap.kernel.v1.CallState
 	2,  // 9: keycap.kernel.v1.Call.outcome:type_name -> keycap.kernel.v1.CallOutcome
-	40, // 10: keycap.kernel.v1.Call.created_at:type_name -> google.protobuf.Timestamp
-	40, // 11: keycap.kernel.v1.Call.updated_at:type_name -> google.protobuf.Timestamp
+	41, // 10: keycap.kernel.v1.Call.created_at:type_name -> google.protobuf.Timestamp
+	41, // 11: keycap.kernel.v1.Call.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 12: keycap.kernel.v1.Call.mode:type_name -> keycap.kernel.v1.RunMode
 	0,  // 13: keycap.kernel.v1.BeginCallRequest.mode:type_name -> keycap.kernel.v1.RunMode
 	11, // 14: keycap.kernel.v1.BeginCallResponse.call:type_name -> keycap.kernel.v1.Call
-	40, // 15: keycap.kernel.v1.BeginCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
+	41, // 15: keycap.kernel.v1.BeginCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
 	11, // 16: keycap.kernel.v1.BeginCallResponse.recorded_call:type_name -> keycap.kernel.v1.Call
 	2,  // 17: keycap.kernel.v1.CompleteCallRequest.outcome:type_name -> keycap.kernel.v1.CallOutcome
 	11, // 18: keycap.kernel.v1.CompleteCallResponse.call:type_name -> keycap.kernel.v1.Call
@@ -2963,50 +3054,52 @@ var file_keycap_kernel_v1_kernel_proto_depIdxs = []int32{
 	11, // 26: keycap.kernel.v1.ListIndeterminateCallsResponse.calls:type_name -> keycap.kernel.v1.Call
 	11, // 27: keycap.kernel.v1.ResumeCallResponse.call:type_name -> keycap.kernel.v1.Call
 	3,  // 28: keycap.kernel.v1.ResumeCallResponse.action:type_name -> keycap.kernel.v1.ResumeAction
-	40, // 29: keycap.kernel.v1.ResumeCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
+	41, // 29: keycap.kernel.v1.ResumeCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
 	32, // 30: keycap.kernel.v1.ListRunCallsResponse.calls:type_name -> keycap.kernel.v1.RunCall
 	11, // 31: keycap.kernel.v1.RunCall.call:type_name -> keycap.kernel.v1.Call
 	11, // 32: keycap.kernel.v1.GetCallResponse.call:type_name -> keycap.kernel.v1.Call
-	35, // 33: keycap.kernel.v1.GetCallResponse.settlement:type_name -> keycap.kernel.v1.CallSettlement
-	36, // 34: keycap.kernel.v1.GetCallResponse.capability:type_name -> keycap.kernel.v1.CallCapability
-	40, // 35: keycap.kernel.v1.CallSettlement.completed_at:type_name -> google.protobuf.Timestamp
-	40, // 36: keycap.kernel.v1.CallSettlement.recovery_refused_at:type_name -> google.protobuf.Timestamp
-	40, // 37: keycap.kernel.v1.CallCapability.issued_at:type_name -> google.protobuf.Timestamp
-	40, // 38: keycap.kernel.v1.CallCapability.expires_at:type_name -> google.protobuf.Timestamp
-	11, // 39: keycap.kernel.v1.SearchCallsResponse.calls:type_name -> keycap.kernel.v1.Call
-	5,  // 40: keycap.kernel.v1.KernelService.RegisterTool:input_type -> keycap.kernel.v1.RegisterToolRequest
-	7,  // 41: keycap.kernel.v1.KernelService.GetTool:input_type -> keycap.kernel.v1.GetToolRequest
-	9,  // 42: keycap.kernel.v1.KernelService.ListTools:input_type -> keycap.kernel.v1.ListToolsRequest
-	12, // 43: keycap.kernel.v1.KernelService.BeginCall:input_type -> keycap.kernel.v1.BeginCallRequest
-	14, // 44: keycap.kernel.v1.KernelService.CompleteCall:input_type -> keycap.kernel.v1.CompleteCallRequest
-	16, // 45: keycap.kernel.v1.KernelService.BeginCalls:input_type -> keycap.kernel.v1.BeginCallsRequest
-	19, // 46: keycap.kernel.v1.KernelService.CompleteCalls:input_type -> keycap.kernel.v1.CompleteCallsRequest
-	22, // 47: keycap.kernel.v1.KernelService.ListPendingCalls:input_type -> keycap.kernel.v1.ListPendingCallsRequest
-	26, // 48: keycap.kernel.v1.KernelService.ResumeCall:input_type -> keycap.kernel.v1.ResumeCallRequest
-	24, // 49: keycap.kernel.v1.KernelService.ListIndeterminateCalls:input_type -> keycap.kernel.v1.ListIndeterminateCallsRequest
-	28, // 50: keycap.kernel.v1.KernelService.GetSigningKeys:input_type -> keycap.kernel.v1.GetSigningKeysRequest
-	30, // 51: keycap.kernel.v1.KernelService.ListRunCalls:input_type -> keycap.kernel.v1.ListRunCallsRequest
-	33, // 52: keycap.kernel.v1.KernelService.GetCall:input_type -> keycap.kernel.v1.GetCallRequest
-	37, // 53: keycap.kernel.v1.KernelService.SearchCalls:input_type -> keycap.kernel.v1.SearchCallsRequest
-	6,  // 54: keycap.kernel.v1.KernelService.RegisterTool:output_type -> keycap.kernel.v1.RegisterToolResponse
-	8,  // 55: keycap.kernel.v1.KernelService.GetTool:output_type -> keycap.kernel.v1.GetToolResponse
-	10, // 56: keycap.kernel.v1.KernelService.ListTools:output_type -> keycap.kernel.v1.ListToolsResponse
-	13, // 57: keycap.kernel.v1.KernelService.BeginCall:output_type -> keycap.kernel.v1.BeginCallResponse
-	15, // 58: keycap.kernel.v1.KernelService.CompleteCall:output_type -> keycap.kernel.v1.CompleteCallResponse
-	17, // 59: keycap.kernel.v1.KernelService.BeginCalls:output_type -> keycap.kernel.v1.BeginCallsResponse
-	20, // 60: keycap.kernel.v1.KernelService.CompleteCalls:output_type -> keycap.kernel.v1.CompleteCallsResponse
-	23, // 61: keycap.kernel.v1.KernelService.ListPendingCalls:output_type -> keycap.kernel.v1.ListPendingCallsResponse
-	27, // 62: keycap.kernel.v1.KernelService.ResumeCall:output_type -> keycap.kernel.v1.ResumeCallResponse
-	25, // 63: keycap.kernel.v1.KernelService.ListIndeterminateCalls:output_type -> keycap.kernel.v1.ListIndeterminateCallsResponse
-	29, // 64: keycap.kernel.v1.KernelService.GetSigningKeys:output_type -> keycap.kernel.v1.GetSigningKeysResponse
-	31, // 65: keycap.kernel.v1.KernelService.ListRunCalls:output_type -> keycap.kernel.v1.ListRunCallsResponse
-	34, // 66: keycap.kernel.v1.KernelService.GetCall:output_type -> keycap.kernel.v1.GetCallResponse
-	38, // 67: keycap.kernel.v1.KernelService.SearchCalls:output_type -> keycap.kernel.v1.SearchCallsResponse
-	54, // [54:68] is the sub-list for method output_type
-	40, // [40:54] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	36, // 33: keycap.kernel.v1.GetCallResponse.settlement:type_name -> keycap.kernel.v1.CallSettlement
+	37, // 34: keycap.kernel.v1.GetCallResponse.capability:type_name -> keycap.kernel.v1.CallCapability
+	35, // 35: keycap.kernel.v1.GetCallResponse.resumes:type_name -> keycap.kernel.v1.CallResume
+	41, // 36: keycap.kernel.v1.CallResume.at:type_name -> google.protobuf.Timestamp
+	41, // 37: keycap.kernel.v1.CallSettlement.completed_at:type_name -> google.protobuf.Timestamp
+	41, // 38: keycap.kernel.v1.CallSettlement.recovery_refused_at:type_name -> google.protobuf.Timestamp
+	41, // 39: keycap.kernel.v1.CallCapability.issued_at:type_name -> google.protobuf.Timestamp
+	41, // 40: keycap.kernel.v1.CallCapability.expires_at:type_name -> google.protobuf.Timestamp
+	11, // 41: keycap.kernel.v1.SearchCallsResponse.calls:type_name -> keycap.kernel.v1.Call
+	5,  // 42: keycap.kernel.v1.KernelService.RegisterTool:input_type -> keycap.kernel.v1.RegisterToolRequest
+	7,  // 43: keycap.kernel.v1.KernelService.GetTool:input_type -> keycap.kernel.v1.GetToolRequest
+	9,  // 44: keycap.kernel.v1.KernelService.ListTools:input_type -> keycap.kernel.v1.ListToolsRequest
+	12, // 45: keycap.kernel.v1.KernelService.BeginCall:input_type -> keycap.kernel.v1.BeginCallRequest
+	14, // 46: keycap.kernel.v1.KernelService.CompleteCall:input_type -> keycap.kernel.v1.CompleteCallRequest
+	16, // 47: keycap.kernel.v1.KernelService.BeginCalls:input_type -> keycap.kernel.v1.BeginCallsRequest
+	19, // 48: keycap.kernel.v1.KernelService.CompleteCalls:input_type -> keycap.kernel.v1.CompleteCallsRequest
+	22, // 49: keycap.kernel.v1.KernelService.ListPendingCalls:input_type -> keycap.kernel.v1.ListPendingCallsRequest
+	26, // 50: keycap.kernel.v1.KernelService.ResumeCall:input_type -> keycap.kernel.v1.ResumeCallRequest
+	24, // 51: keycap.kernel.v1.KernelService.ListIndeterminateCalls:input_type -> keycap.kernel.v1.ListIndeterminateCallsRequest
+	28, // 52: keycap.kernel.v1.KernelService.GetSigningKeys:input_type -> keycap.kernel.v1.GetSigningKeysRequest
+	30, // 53: keycap.kernel.v1.KernelService.ListRunCalls:input_type -> keycap.kernel.v1.ListRunCallsRequest
+	33, // 54: keycap.kernel.v1.KernelService.GetCall:input_type -> keycap.kernel.v1.GetCallRequest
+	38, // 55: keycap.kernel.v1.KernelService.SearchCalls:input_type -> keycap.kernel.v1.SearchCallsRequest
+	6,  // 56: keycap.kernel.v1.KernelService.RegisterTool:output_type -> keycap.kernel.v1.RegisterToolResponse
+	8,  // 57: keycap.kernel.v1.KernelService.GetTool:output_type -> keycap.kernel.v1.GetToolResponse
+	10, // 58: keycap.kernel.v1.KernelService.ListTools:output_type -> keycap.kernel.v1.ListToolsResponse
+	13, // 59: keycap.kernel.v1.KernelService.BeginCall:output_type -> keycap.kernel.v1.BeginCallResponse
+	15, // 60: keycap.kernel.v1.KernelService.CompleteCall:output_type -> keycap.kernel.v1.CompleteCallResponse
+	17, // 61: keycap.kernel.v1.KernelService.BeginCalls:output_type -> keycap.kernel.v1.BeginCallsResponse
+	20, // 62: keycap.kernel.v1.KernelService.CompleteCalls:output_type -> keycap.kernel.v1.CompleteCallsResponse
+	23, // 63: keycap.kernel.v1.KernelService.ListPendingCalls:output_type -> keycap.kernel.v1.ListPendingCallsResponse
+	27, // 64: keycap.kernel.v1.KernelService.ResumeCall:output_type -> keycap.kernel.v1.ResumeCallResponse
+	25, // 65: keycap.kernel.v1.KernelService.ListIndeterminateCalls:output_type -> keycap.kernel.v1.ListIndeterminateCallsResponse
+	29, // 66: keycap.kernel.v1.KernelService.GetSigningKeys:output_type -> keycap.kernel.v1.GetSigningKeysResponse
+	31, // 67: keycap.kernel.v1.KernelService.ListRunCalls:output_type -> keycap.kernel.v1.ListRunCallsResponse
+	34, // 68: keycap.kernel.v1.KernelService.GetCall:output_type -> keycap.kernel.v1.GetCallResponse
+	39, // 69: keycap.kernel.v1.KernelService.SearchCalls:output_type -> keycap.kernel.v1.SearchCallsResponse
+	56, // [56:70] is the sub-list for method output_type
+	42, // [42:56] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_keycap_kernel_v1_kernel_proto_init() }
@@ -3022,7 +3115,7 @@ func file_keycap_kernel_v1_kernel_proto_init() {
 		(*CompleteCallResult_Completed)(nil),
 		(*CompleteCallResult_ErrorStatus)(nil),
 	}
-	file_keycap_kernel_v1_kernel_proto_msgTypes[33].OneofWrappers = []any{
+	file_keycap_kernel_v1_kernel_proto_msgTypes[34].OneofWrappers = []any{
 		(*SearchCallsRequest_CallId)(nil),
 		(*SearchCallsRequest_RunId)(nil),
 		(*SearchCallsRequest_Key)(nil),
@@ -3034,7 +3127,7 @@ func file_keycap_kernel_v1_kernel_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keycap_kernel_v1_kernel_proto_rawDesc), len(file_keycap_kernel_v1_kernel_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -348,14 +348,28 @@ class GetCallRequest(_message.Message):
     def __init__(self, call_id: _Optional[str] = ...) -> None: ...
 
 class GetCallResponse(_message.Message):
-    __slots__ = ("call", "settlement", "capability")
+    __slots__ = ("call", "settlement", "capability", "resumes")
     CALL_FIELD_NUMBER: _ClassVar[int]
     SETTLEMENT_FIELD_NUMBER: _ClassVar[int]
     CAPABILITY_FIELD_NUMBER: _ClassVar[int]
+    RESUMES_FIELD_NUMBER: _ClassVar[int]
     call: Call
     settlement: CallSettlement
     capability: CallCapability
-    def __init__(self, call: _Optional[_Union[Call, _Mapping]] = ..., settlement: _Optional[_Union[CallSettlement, _Mapping]] = ..., capability: _Optional[_Union[CallCapability, _Mapping]] = ...) -> None: ...
+    resumes: _containers.RepeatedCompositeFieldContainer[CallResume]
+    def __init__(self, call: _Optional[_Union[Call, _Mapping]] = ..., settlement: _Optional[_Union[CallSettlement, _Mapping]] = ..., capability: _Optional[_Union[CallCapability, _Mapping]] = ..., resumes: _Optional[_Iterable[_Union[CallResume, _Mapping]]] = ...) -> None: ...
+
+class CallResume(_message.Message):
+    __slots__ = ("attempt", "capability_id", "at", "by")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITY_ID_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    capability_id: str
+    at: _timestamp_pb2.Timestamp
+    by: str
+    def __init__(self, attempt: _Optional[int] = ..., capability_id: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., by: _Optional[str] = ...) -> None: ...
 
 class CallSettlement(_message.Message):
     __slots__ = ("completed_at", "completed_by", "recovery_refused_at", "recovery_refused_reason", "recovery_refused_message", "recovery_refused_by")
