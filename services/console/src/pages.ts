@@ -513,7 +513,7 @@ export function settleConfirmPage(c: Call, outcome: "succeeded" | "failed", deta
       You are about to settle this call as <strong class="outcome">${outcome}</strong>. It is recorded with the call and cannot be changed afterwards.
     </p>
     ${detailList([
-      ["call", c.callId],
+      ["call", callLink(c.callId)],
       ["tool", c.toolId],
       ["class", kindName(c.effectKind)],
       ["state", stateName(c.state)],
@@ -531,7 +531,7 @@ export function settleConfirmPage(c: Call, outcome: "succeeded" | "failed", deta
 export function settledPage(c: Call, alreadyCompleted: boolean, by: string, at: Date): SafeHtml {
   return html`${notice("ok", alreadyCompleted ? `Call ${c.callId} was already settled as ${outcomeName(c.outcome)}.` : `Call ${c.callId} settled as ${outcomeName(c.outcome)}.`)}
     ${detailList([
-      ["call", c.callId],
+      ["call", callLink(c.callId)],
       ["tool", c.toolId],
       ["state", stateName(c.state)],
       ["outcome", outcomeName(c.outcome)],
