@@ -227,7 +227,8 @@ export class Kernel {
 
   /**
    * One call for its story (ADR 0032): operators read any; a runtime reads the calls of tools
-   * it owns or is granted. Unknown and not-visible are told apart only to whoever may see it.
+   * it owns or is granted, and is refused TOOL_NOT_GRANTED (naming the grant to ask for) for
+   * the others, as ResumeCall is. An id the journal does not hold is CALL_NOT_FOUND to anyone.
    */
   async getCall(callId: string, caller: Caller): Promise<CallRecord> {
     requireCallId(callId);
