@@ -12,7 +12,7 @@ import * as path from "node:path";
 import type { Browser, Page } from "playwright-core";
 import { KernelClient, Runtime } from "../clients/ts/src";
 import { charge, notify, tools, transfer } from "./support/acceptance-tools";
-import { chromiumPath, launchChromium } from "./support/chromium";
+import { chromiumPath, launchChromium, signInToConsole } from "./support/chromium";
 import { refusal } from "./support/refusal";
 import { serviceEnv, startService, type ServiceProcess } from "./support/processes";
 
@@ -65,12 +65,7 @@ describe("web console: a run's calls in order, live, replay and shadow (issue 30
     await proc?.stop("SIGKILL").catch(() => undefined);
   });
 
-  async function signIn(p: Page): Promise<void> {
-    await p.goto(`${base}/`);
-    await p.fill("#token", TOKEN);
-    await Promise.all([p.waitForNavigation(), p.click("form.signin button[type=submit]")]);
-    expect(await p.locator("h1").textContent()).to.equal("Overview");
-  }
+  const signIn = (p: Page): Promise<void> => signInToConsole(p, base, TOKEN);
 
   const rowsOf = async (p: Page): Promise<string[][]> =>
     p.locator("table.run tbody tr").evaluateAll((trs) => trs.map((tr) => [...tr.querySelectorAll("td")].map((td) => td.textContent?.trim() ?? "")));
