@@ -6,6 +6,7 @@
 import { roundTripMarkdown, type RoundTripReport } from "./round-trips";
 import type { MicroResult } from "./micro";
 import { sinkCostMarkdown, type SinkCostResult } from "./sink-cost";
+import { clientCallsMarkdown, type ClientCallsResult } from "./client-calls";
 import type { ProcUsage } from "./proc-sampler";
 import type { LatencySummary } from "./stats";
 import { formatSpread, type SpreadRatio } from "./repetitions";
@@ -116,6 +117,8 @@ export interface BenchRecord {
   roundTrips?: RoundTripReport;
   /** Sink SDKs' cost per request, each language (bench/sink-cost.ts). */
   sinkCost?: SinkCostResult[];
+  /** The Go and Python clients' batching of concurrent calls, per language (issue 33). */
+  clientCalls?: ClientCallsResult[];
   notes: string[];
 }
 
@@ -162,6 +165,10 @@ export function markdown(rec: BenchRecord): string {
   lines.push("");
   if (rec.sinkCost) {
     lines.push(sinkCostMarkdown(rec.sinkCost, rec.micro.find((m) => m.name === "capability verify (1 in flight)")?.opsPerSecond));
+    lines.push("");
+  }
+  if (rec.clientCalls) {
+    lines.push(clientCallsMarkdown(rec.clientCalls));
     lines.push("");
   }
   lines.push("| target (issue 7) | measured | met |");

@@ -23,6 +23,7 @@ import { BaselineServiceClient, type WriteRequest, type WriteResponse } from "..
 import { CHUNK, ensureGhz, runGhzChunk } from "./ghz";
 import { TEN_FIELD_DERIVATION, tenFieldArguments, type MicroResult } from "./micro";
 import { measureSinkCosts, sinkCostMarkdown } from "./sink-cost";
+import { measureClientCalls, type ClientCallsResult } from "./client-calls";
 import { runClosedLoop } from "./node-driver";
 import { machineCpuSeconds, memoryOf, ProcSampler, type ProcUsage } from "./proc-sampler";
 import { profileMarkdown } from "./profile";
@@ -394,6 +395,7 @@ async function main(): Promise<void> {
   /** Every measurement, tagged with its repetition: the ratios' spread comes from these. */
   const repetitions: RunResult[] = [];
   let soak: BenchRecord["soak"];
+  let clientCalls: ClientCallsResult[] | undefined;
   const notes: string[] = [];
   try {
     const factory = await CapabilityFactory.open(stack.signingKeyFile);
@@ -565,6 +567,8 @@ async function main(): Promise<void> {
       }
       // The table's row per scenario and level: every repetition's answers pooled.
       for (const { sc, c, measured } of pooled.values()) runs.push(toResult(sc, c, mergeMeasured(measured)));
+      // The Go and Python clients' batching, on the same stack, after the scenarios.
+      if (!opts.profile && !opts.scenarios) clientCalls = await measureClientCalls(stack, [16, 64], opts.quick ? 4 : 12, log);
       if (opts.soak) {
         const target = all.find((s) => s.name === opts.soakScenario);
         if (!target) throw new Error(`--soak-scenario ${opts.soakScenario}: no such scenario`);
@@ -634,6 +638,7 @@ async function main(): Promise<void> {
     ...(soak ? { soak } : {}),
     ...(roundTrips ? { roundTrips } : {}),
     ...(sinkCost ? { sinkCost } : {}),
+    ...(clientCalls ? { clientCalls } : {}),
     notes,
   };
   rec.targets = checkTargets(runs, micro.results, soak);
