@@ -21,6 +21,8 @@ export interface CheckResult {
   duplicateEffects: number;
   /** Operations whose write the ledger acknowledged but that have no entry. */
   lostAcknowledgedWrites: number;
+  /** Calls in the journal at the end (retention removes completed ones: fewer than `completed`). */
+  journaledCalls: number;
   /** Calls neither completed nor indeterminate. */
   callsLeftPending: number;
   /** Pending calls without their pending copy, or copies without a call. */
@@ -188,6 +190,7 @@ export async function check(mongoUri: string, database: string, journals: readon
       planned: planned.size,
       acknowledged: acked.size,
       completed: done.size,
+      journaledCalls: calls.length,
       entries: entries.length,
       duplicateEffects,
       lostAcknowledgedWrites: lost,
