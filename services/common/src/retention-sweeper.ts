@@ -41,6 +41,8 @@ const MAX_BATCHES_PER_SWEEP = 10;
 export class RetentionSweeper {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<Record<string, number>> | undefined;
+  /** Set by stop: a sweep in progress ends after its current delete. */
+  private stopping = false;
   private readonly now: () => number;
 
   private constructor(
@@ -69,6 +71,7 @@ export class RetentionSweeper {
 
   /** Stops the timer and waits for a sweep in progress (before the database connection closes). */
   async stop(): Promise<void> {
+    this.stopping = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
     await this.running;
@@ -86,6 +89,7 @@ export class RetentionSweeper {
   private async sweepTasks(): Promise<Record<string, number>> {
     const removed: Record<string, number> = {};
     for (const task of this.tasks) {
+      if (this.stopping) break;
       try {
         const until = await this.leases.hold(task.name);
         if (until === undefined) continue;
@@ -100,7 +104,7 @@ export class RetentionSweeper {
   private async sweepTask(task: RetentionTask, until: number): Promise<number> {
     const { batch, service, logger, metrics } = this.opts;
     let total = 0;
-    for (let i = 0; i < MAX_BATCHES_PER_SWEEP && this.now() < until; i++) {
+    for (let i = 0; i < MAX_BATCHES_PER_SWEEP && this.now() < until && !this.stopping; i++) {
       const n = await task.sweep(batch);
       total += n;
       if (n > 0) metrics?.retentionSwept(service, task.name, n);
