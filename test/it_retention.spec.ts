@@ -314,10 +314,27 @@ describe("retention (issue 32 item 3)", function () {
 
   describe("in the services", function () {
     let svc: ServiceProcess | undefined;
+    let more: ServiceProcess[] = [];
 
     afterEach(async function () {
-      await svc?.stop();
+      await Promise.all([svc, ...more].map((p) => p?.stop()));
       svc = undefined;
+      more = [];
+    });
+
+    it("two kernels on one database: each term of each task is swept by one of them only", async function () {
+      const env = serviceEnv({ KEYCAP_RETENTION_SWEEP_INTERVAL_MS: "100", KEYCAP_LOG_LEVEL: "debug" });
+      more = [await startService("kernel", env), await startService("kernel", env)];
+      await sleep(3_000);
+      const swept = more.map((k) => {
+        const terms = new Set<string>();
+        for (const m of k.output().matchAll(/"task":"([a-z_]+)","removed":\d+,"term":(\d+),"msg":"retention: swept"/g)) terms.add(`${m[1]}@${m[2]}`);
+        return terms;
+      });
+      const both = [...swept[0]!].filter((t) => swept[1]!.has(t));
+      expect(both, "terms swept by both kernels").to.deep.equal([]);
+      // Six 200 ms terms of three tasks at least, shared between them.
+      expect(swept[0]!.size + swept[1]!.size).to.be.at.least(18);
     });
 
     it("a running kernel removes a completed call after its retention, keeps the pending one and the entries, and reports what it swept as a metric and a debug line", async function () {
@@ -345,7 +362,7 @@ describe("retention (issue 32 item 3)", function () {
         expect((await kernel.listPendingCalls()).map((c) => c.callId)).to.deep.equal([pending.callId]);
         expect(await client.db(env["KEYCAP_MONGODB_DATABASE"]!).collection("entries").countDocuments({})).to.equal(2);
         expect(sumOf(await scrape(svc.endpoints.metrics!), "keycap_retention_swept_total", { service: "kernel", task: "completed_calls" })).to.equal(1);
-        expect(svc.output()).to.match(/"task":"completed_calls","removed":1,"msg":"retention: swept"/);
+        expect(svc.output()).to.match(/"task":"completed_calls","removed":1,"term":\d+,"msg":"retention: swept"/);
       } finally {
         kernel.close();
       }

@@ -55,16 +55,16 @@ export class RetentionLeases {
 
   /**
    * Holds the current term of `task` for this replica, taking it if nobody has.
-   * @returns the time (ms since the epoch) until which this replica may sweep, or undefined
-   *   when another replica holds the term (or it is too late in the term to start).
+   * @returns the term and the time (ms since the epoch) until which this replica may sweep, or
+   *   undefined when another replica holds the term (or it is too late in the term to start).
    */
-  async hold(task: string): Promise<number | undefined> {
+  async hold(task: string): Promise<{ term: number; until: number } | undefined> {
     const { termMs } = this.opts;
     const now = this.now();
     const term = Math.floor(now / termMs);
     const until = (term + 1) * termMs - termMs / 4;
     if (now >= until) return undefined;
-    if (this.held.get(task) === term) return until;
+    if (this.held.get(task) === term) return { term, until };
     try {
       await this.terms.insertOne(
         { _id: `${task}@${term}`, task, term, holder: this.opts.holder, taken_at: new Date(now) },
@@ -80,6 +80,6 @@ export class RetentionLeases {
     if (await this.terms.findOne({ task, term: { $gt: term } }, { projection: { _id: 1 } })) return undefined;
     this.held.set(task, term);
     await this.terms.deleteMany({ task, term: { $lt: term - KEPT_TERMS } }).catch(() => undefined);
-    return until;
+    return { term, until };
   }
 }

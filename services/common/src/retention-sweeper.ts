@@ -91,9 +91,9 @@ export class RetentionSweeper {
     for (const task of this.tasks) {
       if (this.stopping) break;
       try {
-        const until = await this.leases.hold(task.name);
-        if (until === undefined) continue;
-        removed[task.name] = await this.sweepTask(task, until);
+        const held = await this.leases.hold(task.name);
+        if (held === undefined) continue;
+        removed[task.name] = await this.sweepTask(task, held);
       } catch (err) {
         this.opts.logger.warn({ err, task: task.name }, "retention: a sweep failed; the next one retries");
       }
@@ -101,7 +101,7 @@ export class RetentionSweeper {
     return removed;
   }
 
-  private async sweepTask(task: RetentionTask, until: number): Promise<number> {
+  private async sweepTask(task: RetentionTask, { term, until }: { term: number; until: number }): Promise<number> {
     const { batch, service, logger, metrics } = this.opts;
     let total = 0;
     for (let i = 0; i < MAX_BATCHES_PER_SWEEP && this.now() < until && !this.stopping; i++) {
@@ -110,7 +110,7 @@ export class RetentionSweeper {
       if (n > 0) metrics?.retentionSwept(service, task.name, n);
       if (n < batch) break;
     }
-    logger.debug({ task: task.name, removed: total }, "retention: swept");
+    logger.debug({ task: task.name, removed: total, term }, "retention: swept");
     return total;
   }
 }
