@@ -35,6 +35,9 @@ export interface RetentionSweeperOptions {
   now?: () => number;
 }
 
+/** How long a stop waits for a sweep in progress (ms). */
+const STOP_PATIENCE_MS = 1_000;
+
 /** Deletes per task per sweep at most: a backlog is worked off over several sweeps. */
 const MAX_BATCHES_PER_SWEEP = 10;
 
@@ -69,12 +72,20 @@ export class RetentionSweeper {
     return this;
   }
 
-  /** Stops the timer and waits for a sweep in progress (before the database connection closes). */
+  /**
+   * Stops the timer and waits for a sweep in progress to finish its current delete (before the
+   * database connection closes), for at most a second: with the database gone a delete could
+   * wait out the driver's timeouts, and a sweep left behind is harmless (its deletes are
+   * idempotent; the next sweep, anywhere, picks up).
+   */
   async stop(): Promise<void> {
     this.stopping = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
-    await this.running;
+    let patience: NodeJS.Timeout | undefined;
+    const giveUp = new Promise<void>((resolve) => (patience = setTimeout(resolve, STOP_PATIENCE_MS).unref()));
+    await Promise.race([this.running?.then(() => undefined), giveUp]);
+    clearTimeout(patience);
   }
 
   /**
