@@ -147,6 +147,55 @@ describe("batched BeginCall / CompleteCall: each call answered on its own (ADR 0
     expect([alone.codeName, alone.reason]).to.deep.equal(["FAILED_PRECONDITION", "CALL_ALREADY_COMPLETED"]);
   });
 
+  it("checks each item against its message's rules in proto/ (call id, run ids, outcome detail): a broken item is refused alone, as the unary RPC refuses it, and recorded", async function () {
+    const tag = `r${Date.now()}`;
+    const longRun = { ...req(`${tag}-run`, charge.id, JSON.stringify({ order: `${tag}-r` })), runId: "r".repeat(257) };
+    const longShadow = {
+      ...req(`${tag}-shadow`, charge.id, JSON.stringify({ order: `${tag}-s` })),
+      mode: RunMode.RUN_MODE_SHADOW,
+      shadowsRunId: "s".repeat(257),
+    };
+    const [badId, ok, run, shadow] = await beginCalls([
+      req(`${tag} bad id`, charge.id, JSON.stringify({ order: `${tag}-x` })),
+      req(`${tag}-ok`, charge.id, JSON.stringify({ order: `${tag}-ok` })),
+      longRun,
+      longShadow,
+    ]);
+    const why = (e: unknown): string[] => {
+      const err = e as KeycapClientError;
+      return [err.codeName, err.reason, err.metadata["field"] ?? "", err.fieldViolations.map((v) => v.field).join(",")];
+    };
+    expect(why(badId)).to.deep.equal(["INVALID_ARGUMENT", "INVALID_CALL_ID", "call_id", "call_id"]);
+    expect((ok as BeginCallResponse).call?.callId).to.equal(`${tag}-ok`);
+    expect(why(run)).to.deep.equal(["INVALID_ARGUMENT", "INVALID_RUN_ID", "run_id", "run_id"]);
+    expect(why(shadow)).to.deep.equal(["INVALID_ARGUMENT", "INVALID_RUN_MODE", "shadows_run_id", "shadows_run_id"]);
+    // The unary RPC answers the same items the same way (its decoding checks the rules).
+    const alone = await refusal(callUnary(raw.beginCall, raw, req(`${tag} bad id`, charge.id, "{}"), TEST_RUNTIME_TOKEN));
+    expect(why(alone)).to.deep.equal(why(badId));
+    expect(alone.message).to.equal((badId as KeycapClientError).message);
+
+    const detail = "d".repeat(4097);
+    const [tooLong, noId, done] = await completeCalls([
+      { callId: `${tag}-ok`, outcome: CallOutcome.CALL_OUTCOME_SUCCEEDED, outcomeDetail: detail },
+      { callId: "", outcome: CallOutcome.CALL_OUTCOME_SUCCEEDED, outcomeDetail: "" },
+      { callId: `${tag}-ok`, outcome: CallOutcome.CALL_OUTCOME_SUCCEEDED, outcomeDetail: "d".repeat(4096) },
+    ]);
+    expect(why(tooLong)).to.deep.equal(["INVALID_ARGUMENT", "OUTCOME_DETAIL_TOO_LONG", "outcome_detail", "outcome_detail"]);
+    expect(why(noId)).to.deep.equal(["INVALID_ARGUMENT", "INVALID_CALL_ID", "call_id", "call_id"]);
+    expect((done as CompleteCallResponse).call?.state).to.equal(CallState.CALL_STATE_COMPLETED);
+
+    const rows = await eventually(async () => {
+      const all = await admin.listRejections({ service: "kernel" });
+      const mine = all.filter((r: Rejection) => r.callId === `${tag} bad id` || r.callId === `${tag}-run`);
+      return mine.length >= 3 ? mine : undefined;
+    });
+    expect(rows.map((r: Rejection) => `${r.method} ${r.reason}`).sort()).to.deep.equal([
+      "BeginCall INVALID_CALL_ID",
+      "BeginCall INVALID_CALL_ID",
+      "BeginCall INVALID_RUN_ID",
+    ]);
+  });
+
   it("refuses a batch as a whole only for what its items share: no credential, no calls, more than 256 calls", async function () {
     const unauth = await refusal(beginCalls([req("x-1", charge.id, "{}")], ""));
     expect([unauth.codeName, unauth.reason]).to.deep.equal(["UNAUTHENTICATED", "PRINCIPAL_CREDENTIAL_MISSING"]);

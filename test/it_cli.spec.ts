@@ -188,6 +188,27 @@ describe("keycap CLI: operators read the ledger through the admin API", function
       expect(noColour.output).to.include("cli.charge").and.not.match(ESCAPE);
     });
 
+    it("fits a table to a real terminal's width (90 columns: no line wider), and a terminal that reports no width (0) gets the table a pipe gets", async function () {
+      const plain = (s: string): string => s.replace(/\u001b\[[0-9;]*m/g, "").replace(/\r/g, "");
+      const table = (s: string): string[] =>
+        plain(s)
+          .split("\n")
+          .filter((l) => /^[┌│├└]/.test(l));
+      const widest = (lines: string[]): number => Math.max(...lines.map((l) => [...l].length));
+      const args = ["tools"];
+      const env = { ...cliEnv(), KEYCAP_KERNEL_ADDRESS: proc.endpoints.kernel! };
+      const piped = table((await runCli(args, env)).stdout);
+      expect(widest(piped)).to.be.within(91, 120);
+      const narrow = await runCliInTerminal(args, env, 30_000, { columns: 90 });
+      expect(narrow.code, narrow.output).to.equal(0);
+      expect(widest(table(narrow.output))).to.be.at.most(90);
+      expect(plain(narrow.output)).to.include("cli.charge");
+      // A pty without a size (script, some CI runners, docker exec before a resize) says 0 columns.
+      const sizeless = await runCliInTerminal(args, env, 30_000);
+      expect(sizeless.code, sizeless.output).to.equal(0);
+      expect(table(sizeless.output)).to.deep.equal(piped);
+    });
+
     it("refuses bad option values as usage errors (exit 2, one line), before calling anything", async function () {
       for (const args of [
         ["rejections", "--since", "yesterday", "--admin", "127.0.0.1:1"],

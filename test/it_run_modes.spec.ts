@@ -236,6 +236,21 @@ describe("run modes: live, shadow, replay (issue 30, ADR 0028)", function () {
     expect([next.call?.replayPosition, next.recordedCall?.callId]).to.deep.equal([1, recorded.calls[1]]);
   });
 
+  it("a replay run whose position hint fell behind (the kernel killed between taking a position and moving the hint) still matches the next call at the next free position", async function () {
+    // Found by the torture's replay lane: the stale hint's position was compared before it was known to be free.
+    const begin = (i: number): Promise<BeginCallResponse> =>
+      kernel.beginCall(args[i]!.tool, JSON.stringify(args[i]!.args), {
+        runId: "rep-stale",
+        callId: `rep-stale-${i}`,
+        mode: "replay",
+        replayOf: recorded.runId,
+      });
+    expect((await begin(0)).call?.replayPosition).to.equal(0);
+    await db.collection("replay_runs").updateOne({ _id: "rep-stale" as never }, { $set: { next: 0 } });
+    const second = await begin(1);
+    expect([second.call?.replayPosition, second.recordedCall?.callId]).to.deep.equal([1, recorded.calls[1]]);
+  });
+
   it("a call id names one call in one mode: beginning a live call id again in shadow is refused CALL_ID_CONFLICT", async function () {
     const a = JSON.stringify({ order_id: "M-1", amount_cents: 7 });
     await kernel.beginCall(charge.id, a, { runId: "run-m", callId: "mode-call-1" });
@@ -261,5 +276,20 @@ describe("run modes: live, shadow, replay (issue 30, ADR 0028)", function () {
     ]);
     const empty = await cli(["runs", "show", "no-such-run"]);
     expect(empty.stdout).to.include("no calls in run no-such-run");
+  });
+
+  it("`keycap runs diff` lines a replay up with the recorded run (matches, the Unsafe call denied) and a shadow run with the live run it shadows", async function () {
+    const json = await cli(["runs", "diff", recorded.runId, "rep-1", "--json"]);
+    expect(json.code, json.stderr).to.equal(0);
+    const rows = JSON.parse(json.stdout) as { mark: string; a?: { callId: string; toolId: string }; b?: { mode: string } }[];
+    expect(rows.map((r) => [r.mark, r.a?.callId, r.b?.mode])).to.deep.equal([
+      ["match", recorded.calls[0], "replay"],
+      ["match", recorded.calls[1], "replay"],
+      ["denied-unsafe", recorded.calls[2], undefined],
+      ["match", recorded.calls[3], "replay"],
+    ]);
+    const table = await cli(["runs", "diff", "live-2", "shadow-2"]);
+    expect(table.code, table.stderr).to.equal(0);
+    expect(table.stdout).to.include(charge.id).and.include(notify.id).and.include("2 match");
   });
 });

@@ -28,8 +28,11 @@ export type CapabilityVerdict =
   /** Refused with this reason; `signature_verified` as the refusal reports it. */
   | { refused: VerdictReason; signature_verified: boolean };
 
-/** The mode-aware verifiers that may answer otherwise than `expect` (ADR 0028). */
-export const MODE_AWARE_VERIFIERS = ["ledger", "sink-typescript"] as const;
+/**
+ * The mode-aware verifiers that may answer otherwise than `expect` (ADR 0028): the ledger,
+ * and `sink`, every sink SDK and MCP middleware (TypeScript, Python, Go).
+ */
+export const MODE_AWARE_VERIFIERS = ["ledger", "sink"] as const;
 
 /** Verdicts of mode-aware verifiers, where they differ from `expect`. */
 export type VerdictsBy = Partial<Record<(typeof MODE_AWARE_VERIFIERS)[number], CapabilityVerdict>>;
@@ -50,7 +53,7 @@ export interface CapabilityVector {
   jwks: VectorJwks | null;
   /** Verification time, whole seconds since the epoch. */
   clock: number;
-  /** What every verifier that does not know run modes answers (the Python and Go SDKs, CapabilityVerifier's default). */
+  /** What every verifier that does not know run modes answers (CapabilityVerifier's default, any verifier pinning the live typ). */
   expect: CapabilityVerdict;
   /** Where a mode-aware verifier answers otherwise. */
   expect_by?: VerdictsBy;

@@ -153,11 +153,18 @@ export function runCli(
 
 /**
  * Runs the CLI with stdout and stderr on a real terminal (a pty from util-linux's
- * `script`), for what depends on a TTY (colour). Output is the terminal's, CRLF and all.
+ * `script`), for what depends on a TTY (colour, width). Output is the terminal's, CRLF and
+ * all. `columns`: the terminal's width (`stty cols`); unset, the pty reports none (0 columns).
  */
-export function runCliInTerminal(args: string[], env: Record<string, string>, timeoutMs = 30000): Promise<{ code: number | null; output: string }> {
+export function runCliInTerminal(
+  args: string[],
+  env: Record<string, string>,
+  timeoutMs = 30000,
+  opts: { columns?: number } = {},
+): Promise<{ code: number | null; output: string }> {
   const quote = (a: string): string => `'${a.replace(/'/g, "'\\''")}'`;
-  const command = [process.execPath, CLI_ENTRY, ...args].map(quote).join(" ");
+  const cli = [process.execPath, CLI_ENTRY, ...args].map(quote).join(" ");
+  const command = opts.columns !== undefined ? `stty cols ${opts.columns} rows 50; exec ${cli}` : cli;
   return new Promise((resolve, reject) => {
     const child = spawn("script", ["-qfec", command, "/dev/null"], {
       env: { PATH: process.env["PATH"] ?? "", HOME: process.env["HOME"] ?? "", TERM: "xterm-256color", ...env },

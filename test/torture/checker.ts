@@ -21,8 +21,10 @@ export interface CheckResult {
   duplicateEffects: number;
   /** Operations whose write the ledger acknowledged but that have no entry. */
   lostAcknowledgedWrites: number;
-  /** Calls in the journal at the end (retention removes completed ones: fewer than `completed`). */
+  /** Calls in the journal at the end (retention removes completed ones). */
   journaledCalls: number;
+  /** Completed operations whose call is no longer in the journal: what retention removed. */
+  sweptCalls: number;
   /** Calls neither completed nor indeterminate. */
   callsLeftPending: number;
   /** Pending calls without their pending copy, or copies without a call. */
@@ -35,6 +37,19 @@ export interface CheckResult {
   keyMismatches: number;
   /** Entries whose `_id` is not the effect id their call implies. */
   misfiledEntries: number;
+  /** Sandbox calls (shadow and replay) journaled. */
+  sandboxCalls: number;
+  /** Writes of sandbox runs the ledger acknowledged: into the shadow store, answered from a recorded effect. */
+  shadowAcks: number;
+  replayAcks: number;
+  /** Unsafe calls of sandbox runs denied, as they must be. */
+  deniedUnsafe: number;
+  /** Live effects of sandbox calls: an entry written by a shadow or replay call, or carrying a shadow op. */
+  sandboxEffects: number;
+  /** Unsafe calls journaled in a sandbox run (they must be denied before the journal). */
+  sandboxUnsafeJournaled: number;
+  /** Shadow writes the ledger acknowledged that the shadow store does not hold. */
+  lostShadowWrites: number;
   /** Errors the workers saw, by gRPC code. */
   workerErrors: Record<string, number>;
   /** Some examples of each violation, for the report. */
@@ -45,6 +60,9 @@ interface WorkerEvent {
   ev: string;
   op?: string;
   tool?: string;
+  sandbox?: string;
+  shadow?: boolean;
+  replayed?: boolean;
   code?: string;
   phase?: string;
   reason?: string;
@@ -77,6 +95,10 @@ export async function check(mongoUri: string, database: string, journals: readon
   const events = readJournals(journals);
   const planned = new Set<string>();
   const acked = new Set<string>();
+  const shadowOps = new Set<string>();
+  const shadowAcked = new Set<string>();
+  let replayAcks = 0;
+  let deniedUnsafe = 0;
   const done = new Set<string>();
   const examples: Record<string, string[]> = {};
   const note = (kind: string, what: string): void => {
@@ -86,7 +108,11 @@ export async function check(mongoUri: string, database: string, journals: readon
   const workerErrors: Record<string, number> = {};
   for (const e of events) {
     if (e.ev === "plan" && e.op) planned.add(e.op);
-    if (e.ev === "ack" && e.op) acked.add(e.op);
+    if (e.ev === "plan" && e.op && e.sandbox === "shadow") shadowOps.add(e.op);
+    if (e.ev === "ack" && e.op && e.shadow) shadowAcked.add(e.op);
+    else if (e.ev === "ack" && e.op) acked.add(e.op);
+    if (e.ev === "ack" && e.replayed) replayAcks++;
+    if (e.ev === "denied") deniedUnsafe++;
     if (e.ev === "done" && e.op) done.add(e.op);
     if (e.ev === "err" && e.code) {
       workerErrors[e.code] = (workerErrors[e.code] ?? 0) + 1;
@@ -99,28 +125,41 @@ export async function check(mongoUri: string, database: string, journals: readon
   try {
     const db = client.db(database);
     const all = async (name: string): Promise<Document[]> => db.collection(name).find({}).toArray();
-    const [calls, completions, pendingCopies, entries] = await Promise.all([all("calls"), all("call_completions"), all("pending_calls"), all("entries")]);
+    const [calls, completions, pendingCopies, entries, shadowEntries] = await Promise.all([
+      all("calls"),
+      all("call_completions"),
+      all("pending_calls"),
+      all("entries"),
+      all("shadow_entries"),
+    ]);
+    const sandboxCallIds = new Set(calls.filter((c) => c["mode"] === "shadow" || c["mode"] === "replay").map((c) => String(c["_id"])));
     const completed = new Set(completions.map((c) => String(c["_id"])));
     const copies = new Set(pendingCopies.map((c) => String(c["_id"])));
     const callIds = new Set(calls.map((c) => String(c["_id"])));
 
     const effectsPerOp = new Map<string, number>();
+    let sandboxEffects = 0;
     const entryById = new Map<string, Document>();
     for (const en of entries) {
       entryById.set(String(en["_id"]), en);
-      const raw = en["payload"] as { buffer?: Uint8Array } | Uint8Array;
-      const bytes = raw instanceof Uint8Array ? raw : (raw.buffer ?? new Uint8Array());
-      let op: string | undefined;
-      try {
-        op = (JSON.parse(Buffer.from(bytes).toString("utf8")) as { op?: string }).op;
-      } catch {
-        op = undefined;
-      }
+      const op = payloadOp(en);
       if (op === undefined) {
         note("unreadablePayload", String(en["_id"]));
         continue;
       }
       effectsPerOp.set(op, (effectsPerOp.get(op) ?? 0) + 1);
+      if (shadowOps.has(op) || sandboxCallIds.has(String(en["call_id"]))) {
+        sandboxEffects++;
+        note("sandboxEffects", `${String(en["_id"])}: op ${op}, call ${String(en["call_id"])}`);
+      }
+    }
+    const shadowStored = new Set(shadowEntries.map((en) => payloadOp(en)).filter((op): op is string => op !== undefined));
+    let lostShadowWrites = 0;
+    for (const op of shadowAcked) {
+      if (!shadowStored.has(op)) {
+        lostShadowWrites++;
+        note("lostShadowWrites", op);
+      }
     }
     let duplicateEffects = 0;
     for (const [op, n] of effectsPerOp) {
@@ -143,6 +182,7 @@ export async function check(mongoUri: string, database: string, journals: readon
     let indeterminate = 0;
     let keyMismatches = 0;
     let misfiled = 0;
+    let sandboxUnsafeJournaled = 0;
     for (const c of calls) {
       const id = String(c["_id"]);
       const state = completed.has(id) ? "completed" : String(c["state"]);
@@ -155,6 +195,10 @@ export async function check(mongoUri: string, database: string, journals: readon
         }
       }
       if (state === "indeterminate") indeterminate++;
+      if (sandboxCallIds.has(id) && c["effect"] === "unsafe") {
+        sandboxUnsafeJournaled++;
+        note("sandboxUnsafeJournaled", id);
+      }
       const tool = String(c["tool_id"]);
       let args: Record<string, unknown> = {};
       try {
@@ -191,6 +235,7 @@ export async function check(mongoUri: string, database: string, journals: readon
       acknowledged: acked.size,
       completed: done.size,
       journaledCalls: calls.length,
+      sweptCalls: [...done].filter((op) => !callIds.has(`c-${op}`)).length,
       entries: entries.length,
       duplicateEffects,
       lostAcknowledgedWrites: lost,
@@ -200,10 +245,29 @@ export async function check(mongoUri: string, database: string, journals: readon
       indeterminate,
       keyMismatches,
       misfiledEntries: misfiled,
+      sandboxCalls: sandboxCallIds.size,
+      shadowAcks: shadowAcked.size,
+      replayAcks,
+      deniedUnsafe,
+      sandboxEffects,
+      sandboxUnsafeJournaled,
+      lostShadowWrites,
       workerErrors,
       examples,
     };
   } finally {
     await client.close();
+  }
+}
+
+/** The op an effect's payload names (the worker writes `{"op","tool"}`), if it is readable. */
+function payloadOp(en: Document): string | undefined {
+  const raw = en["payload"] as { buffer?: Uint8Array } | Uint8Array;
+  const bytes = raw instanceof Uint8Array ? raw : (raw.buffer ?? new Uint8Array());
+  try {
+    const op = (JSON.parse(Buffer.from(bytes).toString("utf8")) as { op?: unknown }).op;
+    return typeof op === "string" ? op : undefined;
+  } catch {
+    return undefined;
   }
 }

@@ -36,8 +36,15 @@ export function opOf(tool: string, args: Record<string, unknown>): string | unde
   return typeof v === "string" ? v : undefined;
 }
 
+/** What the ledger said of an acknowledged write: a duplicate, answered from a recorded effect (replay), or kept in the shadow store. */
+export interface AckFlags {
+  duplicate: boolean;
+  replayed: boolean;
+  shadow: boolean;
+}
+
 /** The runtime's tools: each writes its payload once through the handle; `onAck` hears every acknowledged write. */
-export function runtimeTools(onAck: (p: EffectPayload, duplicate: boolean) => void): RuntimeTool[] {
+export function runtimeTools(onAck: (p: EffectPayload, flags: AckFlags) => void): RuntimeTool[] {
   const tool = (definition: ToolDefinition, id: TortureToolId): RuntimeTool => ({
     definition,
     handler: async (args, handle) => {
@@ -45,7 +52,7 @@ export function runtimeTools(onAck: (p: EffectPayload, duplicate: boolean) => vo
       if (op === undefined) throw new Error(`recorded arguments of ${handle.callId} carry no op id`);
       const payload: EffectPayload = { op, tool: id };
       const res = await handle.write(JSON.stringify(payload));
-      onAck(payload, res.duplicate);
+      onAck(payload, { duplicate: res.duplicate, replayed: res.replayed, shadow: res.shadow });
       return op;
     },
   });

@@ -13,6 +13,9 @@ export function violations(r: TortureReport): string[] {
   if (r.unsafeRetried > 0) out.push(`${r.unsafeRetried} Unsafe calls retried`);
   if (r.keyMismatches > 0) out.push(`${r.keyMismatches} keys that do not re-derive`);
   if (r.misfiledEntries > 0) out.push(`${r.misfiledEntries} effects not under their derived key`);
+  if (r.sandboxEffects > 0) out.push(`${r.sandboxEffects} live effects of shadow or replay calls`);
+  if (r.sandboxUnsafeJournaled > 0) out.push(`${r.sandboxUnsafeJournaled} Unsafe calls journaled in a sandbox run`);
+  if (r.lostShadowWrites > 0) out.push(`${r.lostShadowWrites} acknowledged shadow writes not in the shadow store`);
   if (r.serviceErrors > 0) out.push(`${r.serviceErrors} unexpected errors in service handlers (answered INTERNAL)`);
   if (!r.finalRecoveryClean) out.push("the final recovery did not finish clean");
   if (r.acknowledged === 0) out.push("no write was acknowledged (the run tested nothing)");

@@ -5,19 +5,25 @@
  * goes to an append-only JSON-lines journal of its own (written synchronously,
  * so a SIGKILL loses at most the line being written), which the checker reads:
  *
- *   {"ev":"plan","op","tool"}      before BeginCall
- *   {"ev":"ack","op","dup"}        the ledger acknowledged the op's write
+ *   {"ev":"plan","op","tool","sandbox"?}  before BeginCall (sandbox: "shadow" | "replay")
+ *   {"ev":"ack","op","dup","shadow"?,"replayed"?}  the ledger acknowledged the op's write
+ *   {"ev":"denied","op","reason"}  an Unsafe call of a sandbox run was denied (as it must be)
  *   {"ev":"done","op"}             the whole call (begin, write, complete) succeeded
  *   {"ev":"err","op","code","reason","phase"}  an error the runtime saw
  *   {"ev":"recovered","steps"}     a recovery pass
  *
  * Configured by environment: TORTURE_KERNEL, TORTURE_LEDGERS (comma-separated),
- * TORTURE_LOG, TORTURE_INCARNATION, TORTURE_CONCURRENCY, TORTURE_SEED, and
- * TORTURE_MODE=recover-only for the final pass (recover until nothing is left,
- * then exit 0).
+ * TORTURE_LOG, TORTURE_INCARNATION, TORTURE_CONCURRENCY, TORTURE_SEED,
+ * TORTURE_SANDBOX=off to run live lanes only, and TORTURE_MODE=recover-only for
+ * the final pass (recover until nothing is left, then exit 0).
+ *
+ * Beside the live lanes (issue 30, ADR 0028): a shadow lane runs ops of its own in a
+ * shadow run (their writes must land in the shadow store only), and a replay lane records
+ * a short live run, then replays it with the same arguments (its writes must be answered
+ * from the recorded effects, nothing new written). Unsafe calls in both are denied.
  */
 import * as fs from "node:fs";
-import { KernelClient, KeycapClientError, Runtime, type RecoveryStep } from "../../clients/ts/src";
+import { KernelClient, KeycapClientError, Runtime, type BeginOptions, type RecoveryStep } from "../../clients/ts/src";
 import { argumentsFor, runtimeTools, type TortureToolId } from "./torture-tools";
 import { mulberry32 } from "./prng";
 
@@ -36,7 +42,9 @@ const incarnation = env("TORTURE_INCARNATION");
 const random = mulberry32(Number(process.env["TORTURE_SEED"] ?? "1") ^ (Number(incarnation) * 0x9e3779b1));
 const kernelAddress = env("TORTURE_KERNEL");
 const ledgers = env("TORTURE_LEDGERS").split(",");
-const tools = runtimeTools((p, dup) => log({ ev: "ack", op: p.op, dup }));
+const tools = runtimeTools((p, f) =>
+  log({ ev: "ack", op: p.op, dup: f.duplicate, ...(f.shadow ? { shadow: true } : {}), ...(f.replayed ? { replayed: true } : {}) }),
+);
 // One runtime per ledger replica: each call picks a replica at random.
 const clients = ledgers.map((ledgerAddress) => new KernelClient(kernelAddress, { ledgerAddress }));
 const runtimes = clients.map((c) => new Runtime(c, tools));
@@ -77,29 +85,85 @@ function tally(xs: string[]): Record<string, number> {
 }
 
 let seq = 0;
+const pickTool = (): TortureToolId => {
+  const r = random();
+  return r < 0.6 ? "torture.charge" : r < 0.8 ? "torture.ticket" : "torture.mail";
+};
+
+/**
+ * One step as an agent runs it: retried in place (same call id, the very same arguments,
+ * requested_at included) when the error says retry and the tool may run again; an Unsafe
+ * step never. An Unsafe step a sandbox run denied is logged as denied, not as an error.
+ */
+async function step(
+  on: readonly Runtime[],
+  tool: TortureToolId,
+  op: string,
+  args: Record<string, unknown>,
+  opts: BeginOptions,
+  sandbox = false,
+): Promise<"done" | "denied" | "failed"> {
+  const tries = tool === "torture.mail" ? 1 : 3;
+  for (let i = 0; i < tries; i++) {
+    try {
+      await pick(on).run(tool, args, opts);
+      log({ ev: "done", op });
+      return "done";
+    } catch (err) {
+      const rec = errorRecord(err);
+      if (sandbox && rec.reason === "SANDBOX_UNSAFE_DENIED") {
+        log({ ev: "denied", op, reason: rec.reason });
+        return "denied";
+      }
+      log({ ev: "err", op, phase: "run", try: i + 1, ...rec });
+      if (rec.code !== "UNAVAILABLE" && rec.code !== "DEADLINE_EXCEEDED") return "failed";
+      await sleep(100 + random() * 400);
+    }
+  }
+  return "failed";
+}
+
 async function loop(lane: number): Promise<never> {
   for (;;) {
-    const r = random();
-    const tool: TortureToolId = r < 0.6 ? "torture.charge" : r < 0.8 ? "torture.ticket" : "torture.mail";
+    const tool = pickTool();
     const op = `w${incarnation}-${lane}-${seq++}`;
     log({ ev: "plan", op, tool });
-    // An agent retries a failed step in place (same call id, same arguments) when
-    // the error says retry and the tool may run again; an Unsafe step never.
-    const tries = tool === "torture.mail" ? 1 : 3;
-    // Recorded once: a retry sends the very same arguments (requested_at included), as an
-    // agent replaying its step would; new arguments under one call id are CALL_ID_CONFLICT.
-    const args = argumentsFor(tool, op);
-    for (let i = 0; i < tries; i++) {
-      try {
-        await pick(runtimes).run(tool, args, { callId: `c-${op}` });
-        log({ ev: "done", op });
-        break;
-      } catch (err) {
-        const rec = errorRecord(err);
-        log({ ev: "err", op, phase: "run", try: i + 1, ...rec });
-        if (rec.code !== "UNAVAILABLE" && rec.code !== "DEADLINE_EXCEEDED") break;
-        await sleep(100 + random() * 400);
-      }
+    await step(runtimes, tool, op, argumentsFor(tool, op), { callId: `c-${op}` });
+  }
+}
+
+/** Ops of its own in one shadow run per incarnation: their effects may reach the shadow store only. */
+async function shadowLane(): Promise<never> {
+  const shadows = clients.map((c) => new Runtime(c, tools, { mode: "shadow" }));
+  for (;;) {
+    const tool = pickTool();
+    const op = `s${incarnation}-${seq++}`;
+    log({ ev: "plan", op, tool, sandbox: "shadow" });
+    await step(shadows, tool, op, argumentsFor(tool, op), { callId: `c-${op}`, runId: `shadow-w${incarnation}` }, true);
+  }
+}
+
+/** Records a short live run, then replays it call by call with the same arguments: no new effect may come of the replay. */
+async function replayLane(): Promise<never> {
+  for (let k = 0; ; k++) {
+    const recorded = `rec-w${incarnation}-${k}`;
+    const steps: { tool: TortureToolId; op: string; args: Record<string, unknown> }[] = [];
+    let whole = true;
+    for (let i = 0; i < 3; i++) {
+      const tool = pickTool();
+      const op = `w${incarnation}-r${k}-${i}`;
+      const args = argumentsFor(tool, op);
+      log({ ev: "plan", op, tool });
+      whole = (await step(runtimes, tool, op, args, { callId: `c-${op}`, runId: recorded })) === "done" && whole;
+      steps.push({ tool, op, args });
+    }
+    // A recorded run with a call that did not finish is not replayed: its positions may not line up.
+    if (!whole) continue;
+    const replays = clients.map((c) => new Runtime(c, tools, { mode: "replay", replayOf: recorded }));
+    for (const s of steps) {
+      log({ ev: "plan", op: s.op, tool: s.tool, sandbox: "replay" });
+      // A step that got no answer may or may not hold its position: the replay stops there.
+      if ((await step(replays, s.tool, s.op, s.args, { callId: `c-${s.op}-replay`, runId: `${recorded}-replay` }, true)) === "failed") break;
     }
   }
 }
@@ -121,7 +185,8 @@ async function main(): Promise<void> {
   }
   await recoverAll(5);
   const lanes = Number(process.env["TORTURE_CONCURRENCY"] ?? "4");
-  await Promise.all(Array.from({ length: lanes }, (_, i) => loop(i)));
+  const sandbox = process.env["TORTURE_SANDBOX"] === "off" ? [] : [shadowLane(), replayLane()];
+  await Promise.all([...Array.from({ length: lanes }, (_, i) => loop(i)), ...sandbox]);
 }
 
 main().catch((err: unknown) => {

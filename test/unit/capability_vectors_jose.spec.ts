@@ -58,6 +58,9 @@ const REFUSED_ONLY_BY_KEYCAP: Record<string, { reason: CapabilityRefusalReason; 
   // Run modes (ADR 0028): the typ/mode pairing and the mode's values are keycap's contract.
   "refuses-sandbox-typ-without-mode": { reason: "CLAIM_INVALID", why: "the sandbox typ requires a mode claim; jose knows neither" },
   "refuses-unknown-mode": { reason: "CLAIM_INVALID", why: "mode is a keycap claim: shadow or replay" },
+  "refuses-replay-mode-under-live-typ": { reason: "CLAIM_INVALID", why: "a mode claim requires the sandbox typ; jose knows neither" },
+  "refuses-shadow-mode-under-live-typ": { reason: "CLAIM_INVALID", why: "as above" },
+  "refuses-live-mode-claim": { reason: "CLAIM_INVALID", why: "mode is a keycap claim: shadow or replay (live is its absence)" },
 };
 
 /** The ledger accepts either typ (ADR 0028): jose is given the one the token claims, when it is one of the two. */

@@ -107,7 +107,7 @@ describe("MCP server middleware (issue 29)", () => {
     for (const vector of corpus.vectors) {
       // These two are about the Authorization header's scheme (Basic, lower-case bearer), which `_meta` does not have.
       if (typeof vector.authorization === "string" && vector.authorization.trim() !== "") continue;
-      const verdict = verdictFor(vector, "sink-typescript");
+      const verdict = verdictFor(vector, "sink");
       const idempotent = "verified" in verdict && verdict.verified["effect"] === "idempotent";
       const outcome = "verified" in verdict ? (idempotent ? "refuses CLAIM_MISSING (no derivation to bind)" : "admits") : `refuses ${verdict.refused}`;
       it(`${vector.name}: ${outcome}`, async () => {

@@ -16,7 +16,9 @@ import {
   RemoteJwksSource,
   findClaimProblem,
 } from "../../services/capability/src";
+import { BeginCallRequest } from "../../gen/ts/keycap/kernel/v1/kernel";
 import { KeycapError } from "../../services/common/src/errors";
+import { RequestRules } from "../../services/common/src/request-rules";
 import { CapabilityMinter, type MintInput } from "../../services/kernel/src/capability-minter";
 import { checkRunMode, derivationRunId, sandboxModeOf, type RunModeName } from "../../services/kernel/src/run-mode";
 import { loadOrCreateSigningKeys, type SigningKeys } from "../../services/kernel/src/signing-keys";
@@ -141,7 +143,19 @@ describe("run modes (ADR 0028)", () => {
       expect(check("shadow", "r", "", "r0")).to.equal("ok");
       expect(check("live", "r", "", "r0")).to.equal("INVALID_RUN_MODE shadows_run_id");
       expect(check("replay", "r", "r0", "r9")).to.equal("INVALID_RUN_MODE shadows_run_id");
-      expect(check("shadow", "r", "", "x".repeat(257))).to.equal("INVALID_RUN_MODE shadows_run_id");
+    });
+
+    it("leaves the ids' lengths to kernel.proto's rules, which refuse a long one with the mode's reason", () => {
+      expect(check("shadow", "r", "", "x".repeat(257))).to.equal("ok");
+      const rules = RequestRules.load().checkerOf("keycap.kernel.v1.BeginCallRequest");
+      const refusal = (req: Partial<BeginCallRequest>): string => {
+        const err = rules(BeginCallRequest.encode(BeginCallRequest.fromPartial(req)).finish());
+        return err ? `${err.reason} ${err.metadata["field"]}` : "ok";
+      };
+      expect(refusal({ toolId: "t", shadowsRunId: "x".repeat(257) })).to.equal("INVALID_RUN_MODE shadows_run_id");
+      expect(refusal({ toolId: "t", replayOfRunId: "é".repeat(257) })).to.equal("INVALID_RUN_MODE replay_of_run_id");
+      expect(refusal({ toolId: "t", runId: "r".repeat(257) })).to.equal("INVALID_RUN_ID run_id");
+      expect(refusal({ toolId: "t", shadowsRunId: "é".repeat(256), runId: "r".repeat(256) })).to.equal("ok");
     });
 
     it("derives a replay's keys in the recorded run's context; signs no mode for live", () => {

@@ -52,7 +52,7 @@ function sinkFor(vector: CapabilityVector, events: SinkRefusalEvent[]): Sink {
 
 describe("sink SDK (TypeScript) against test/vectors/capability-verification.json", () => {
   for (const vector of corpus.vectors) {
-    const verdict = verdictFor(vector, "sink-typescript");
+    const verdict = verdictFor(vector, "sink");
     it(`${vector.name}: ${"verified" in verdict ? "admits" : `refuses ${verdict.refused}`}`, async () => {
       const events: SinkRefusalEvent[] = [];
       const sink = sinkFor(vector, events);

@@ -27,6 +27,17 @@ type CapabilityHandle struct {
 	expiresAt  time.Time
 	ledger     *LedgerClient
 	kernel     *KernelClient
+	recorded   *kernelv1.Call
+}
+
+// Recorded is, in a replay, the recorded call this call matched, with the
+// outcome the recorded run got (GetOutcome, GetOutcomeDetail); nil otherwise.
+// A copy: changing it changes nothing in the handle.
+func (h *CapabilityHandle) Recorded() *kernelv1.Call {
+	if h.recorded == nil {
+		return nil
+	}
+	return proto.Clone(h.recorded).(*kernelv1.Call)
 }
 
 // CallID is the journaled call's id.

@@ -2,7 +2,6 @@ package keycap
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
@@ -150,9 +149,21 @@ func (c *KernelClient) ListTools(ctx context.Context) ([]*kernelv1.Tool, error) 
 }
 
 // BeginCall is BeginCall in its wire form: argumentsJSON is sent exactly as
-// given, and the response carries the raw capability. Tools should use Begin.
+// given, and the response carries the raw capability (and, in a replay, the
+// recorded call it matched). Tools should use Begin.
 func (c *KernelClient) BeginCall(ctx context.Context, toolID string, argumentsJSON string, opts ...BeginOption) (*kernelv1.BeginCallResponse, error) {
+	req, err := c.beginRequest(toolID, argumentsJSON, opts)
+	if err != nil {
+		return nil, err
+	}
+	return invoke(ctx, c.o.callTimeout, "", c.raw.BeginCall, req)
+}
+
+// beginRequest is the BeginCallRequest of one call: the client's run mode,
+// then opts, a call id chosen here when none is given.
+func (c *KernelClient) beginRequest(toolID, argumentsJSON string, opts []BeginOption) (*kernelv1.BeginCallRequest, error) {
 	req := &kernelv1.BeginCallRequest{ToolId: toolID, ArgumentsJson: argumentsJSON}
+	c.o.runMode.apply(req)
 	for _, opt := range opts {
 		opt(req)
 	}
@@ -172,34 +183,24 @@ func (c *KernelClient) BeginCall(ctx context.Context, toolID string, argumentsJS
 	if req.CallId == "" {
 		req.CallId = newCallID()
 	}
-	return invoke(ctx, c.o.callTimeout, "", c.raw.BeginCall, req)
+	return req, nil
 }
 
 // Begin begins a call and returns a handle whose Write always sends the
 // kernel's key and capability. args is JSON text when it is a string, []byte or
 // json.RawMessage (sent exactly as given), and is marshalled with encoding/json
-// otherwise (a map or struct: it must encode to a JSON object).
+// otherwise (a map or struct: it must encode to a JSON object). In a replay
+// (WithMode(Replay(run))), the handle's Recorded is the recorded call matched.
 func (c *KernelClient) Begin(ctx context.Context, toolID string, args any, opts ...BeginOption) (*CapabilityHandle, error) {
-	var text string
-	switch a := args.(type) {
-	case string:
-		text = a
-	case []byte:
-		text = string(a)
-	case json.RawMessage:
-		text = string(a)
-	default:
-		b, err := json.Marshal(args)
-		if err != nil {
-			return nil, err
-		}
-		text = string(b)
+	text, err := argumentsJSON(args)
+	if err != nil {
+		return nil, err
 	}
 	res, err := c.BeginCall(ctx, toolID, text, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return c.handleFor(res.GetCall(), res.GetCapability(), res.GetCapabilityExpiresAt())
+	return c.handleFor(res)
 }
 
 // Complete marks a call done in the kernel's journal. The same outcome again
@@ -250,7 +251,7 @@ func (c *KernelClient) Resume(ctx context.Context, callID string) (*Resumption, 
 	}
 	out := &Resumption{Call: res.GetCall(), Action: res.GetAction()}
 	if res.GetAction() == kernelv1.ResumeAction_RESUME_ACTION_RETRY {
-		if out.Handle, err = c.handleFor(res.GetCall(), res.GetCapability(), res.GetCapabilityExpiresAt()); err != nil {
+		if out.Handle, err = c.handleFor(res); err != nil {
 			return nil, err
 		}
 	}
@@ -262,15 +263,26 @@ func (c *KernelClient) SigningKeys(ctx context.Context) (*kernelv1.GetSigningKey
 	return invoke(ctx, c.o.callTimeout, "", c.raw.GetSigningKeys, &kernelv1.GetSigningKeysRequest{})
 }
 
-func (c *KernelClient) handleFor(call *kernelv1.Call, capability string, expires *timestamppb.Timestamp) (*CapabilityHandle, error) {
-	if call == nil || capability == "" {
+// begun is what a handle is made from: a BeginCall or a RETRY ResumeCall answer.
+type begun interface {
+	GetCall() *kernelv1.Call
+	GetCapability() string
+	GetCapabilityExpiresAt() *timestamppb.Timestamp
+}
+
+func (c *KernelClient) handleFor(res begun) (*CapabilityHandle, error) {
+	if res.GetCall() == nil || res.GetCapability() == "" {
 		return nil, errors.New("keycap: kernel answered without a call or capability")
 	}
 	var exp time.Time
-	if expires != nil {
+	if expires := res.GetCapabilityExpiresAt(); expires != nil {
 		exp = expires.AsTime()
 	}
-	return &CapabilityHandle{call: call, capability: capability, expiresAt: exp, ledger: c.ledger, kernel: c}, nil
+	h := &CapabilityHandle{call: res.GetCall(), capability: res.GetCapability(), expiresAt: exp, ledger: c.ledger, kernel: c}
+	if r, ok := res.(interface{ GetRecordedCall() *kernelv1.Call }); ok {
+		h.recorded = r.GetRecordedCall()
+	}
+	return h, nil
 }
 
 // newCallID is a random (version 4) UUID, the form the TypeScript client uses.

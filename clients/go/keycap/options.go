@@ -22,6 +22,7 @@ type options struct {
 	token         string
 	tokenSet      bool
 	tls           *TLSFiles
+	runMode       RunMode
 }
 
 // WithDialOptions adds gRPC dial options (keepalive, interceptors, or your own

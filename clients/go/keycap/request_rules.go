@@ -11,6 +11,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	"buf.build/go/protovalidate"
@@ -24,7 +25,7 @@ import (
 var (
 	validator = sync.OnceValues(func() (protovalidate.Validator, error) { return protovalidate.New() })
 	// hasRules caches, per request message, whether it or a message it
-	// contains has a rule; requests without any (BeginCall, Write: the hot
+	// contains has a rule; requests without any (Write: the ledger's hot
 	// path) are sent without going through the validator.
 	hasRules sync.Map // protoreflect.MessageDescriptor -> bool
 )
@@ -152,7 +153,9 @@ func refusedValue(v *protovalidate.Violation) (string, bool) {
 	}
 	var x any
 	switch val := v.FieldValue.Interface().(type) {
-	case string, int32, uint32, float32, float64:
+	case string:
+		x = shown(val)
+	case int32, uint32, float32, float64:
 		x = val
 	case protoreflect.EnumNumber:
 		x = int32(val)
@@ -205,4 +208,15 @@ func searchRules(md protoreflect.MessageDescriptor, seen map[protoreflect.FullNa
 		}
 	}
 	return false
+}
+
+// maxShownChars is the longest string a refusal repeats after "got", in code
+// points (then "…"), as the services: a refused value can be large (a 4 KiB detail).
+const maxShownChars = 64
+
+func shown(s string) string {
+	if utf8.RuneCountInString(s) <= maxShownChars {
+		return s
+	}
+	return string([]rune(s)[:maxShownChars]) + "…"
 }

@@ -88,7 +88,7 @@ func TestARuleWithoutAStatedReasonIsRequestInvalid(t *testing.T) {
 	}
 }
 
-// Requests without rules (the hot path) do not go through the validator.
+// Requests without rules (Write, the ledger's hot path) do not go through the validator.
 func TestOnlyRequestsWithRulesAreChecked(t *testing.T) {
 	for _, tc := range []struct {
 		msg  proto.Message
@@ -96,8 +96,9 @@ func TestOnlyRequestsWithRulesAreChecked(t *testing.T) {
 	}{
 		{&kernelv1.RegisterToolRequest{}, true},
 		{&kernelv1.Tool{}, true},
-		{&kernelv1.BeginCallRequest{}, false},
-		{&kernelv1.ResumeCallRequest{}, false},
+		{&kernelv1.BeginCallRequest{}, true},
+		{&kernelv1.ResumeCallRequest{}, true},
+		{&kernelv1.GetToolRequest{}, false},
 		{&ledgerv1.WriteRequest{}, false},
 	} {
 		if got := requestHasRules(tc.msg.ProtoReflect().Descriptor()); got != tc.want {

@@ -22,7 +22,14 @@ import (
 // refused with its reason; an accepted one passes verification and meets the
 // call's own checks: an Idempotent vector capability has no derivation claim
 // (the vectors predate it), so it cannot be bound to arguments (CLAIM_MISSING);
-// an Unsafe or Queryable one is admitted and its handler runs.
+// an Unsafe or Queryable one is admitted and its handler runs. The verdict is
+// every sink's (expect_by.sink when the vector states one: a shadow or replay
+// capability is refused SANDBOX_CAPABILITY_NOT_LIVE).
+type verdict struct {
+	Verified map[string]any `json:"verified"`
+	Refused  string         `json:"refused"`
+}
+
 type vectorFile struct {
 	Verifier struct {
 		Issuer                string `json:"issuer"`
@@ -32,15 +39,13 @@ type vectorFile struct {
 		ClockToleranceSeconds int    `json:"clock_tolerance_seconds"`
 	} `json:"verifier"`
 	Vectors []struct {
-		Name          string          `json:"name"`
-		Token         string          `json:"token"`
-		Authorization json.RawMessage `json:"authorization"`
-		JWKS          json.RawMessage `json:"jwks"`
-		Clock         int64           `json:"clock"`
-		Expect        struct {
-			Verified map[string]any `json:"verified"`
-			Refused  string         `json:"refused"`
-		} `json:"expect"`
+		Name          string             `json:"name"`
+		Token         string             `json:"token"`
+		Authorization json.RawMessage    `json:"authorization"`
+		JWKS          json.RawMessage    `json:"jwks"`
+		Clock         int64              `json:"clock"`
+		Expect        verdict            `json:"expect"`
+		ExpectBy      map[string]verdict `json:"expect_by"`
 	} `json:"vectors"`
 }
 
@@ -72,9 +77,19 @@ func TestCapabilityVectorsThroughTheMiddleware(t *testing.T) {
 		}
 		ran++
 		t.Run(v.Name, func(t *testing.T) {
+			expect, claims := v.Expect, v.Expect
+			if by, ok := v.ExpectBy["sink"]; ok {
+				expect = by
+			}
+			if by, ok := v.ExpectBy["ledger"]; ok {
+				claims = by
+			}
 			toolID, effect := "payments.charge", ""
-			if v.Expect.Verified != nil {
-				toolID, effect = v.Expect.Verified["tool_id"].(string), v.Expect.Verified["effect"].(string)
+			if claims.Verified != nil {
+				toolID = claims.Verified["tool_id"].(string)
+			}
+			if expect.Verified != nil {
+				effect = expect.Verified["effect"].(string)
 			}
 			jwks := v.JWKS
 			keys := sink.NewRemoteKeys(func(context.Context) ([]byte, error) {
@@ -98,7 +113,7 @@ func TestCapabilityVectorsThroughTheMiddleware(t *testing.T) {
 			}
 			ts := serve(t, guard, "tool")
 			_, err = ts.call("tool", `{"order_id":"A-17"}`, meta)
-			want := v.Expect.Refused
+			want := expect.Refused
 			if effect == sink.EffectIdempotent {
 				want = sink.ReasonClaimMissing
 			}
@@ -120,4 +135,3 @@ func TestCapabilityVectorsThroughTheMiddleware(t *testing.T) {
 		t.Fatalf("only %d vectors apply", ran)
 	}
 }
-

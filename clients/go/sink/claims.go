@@ -30,6 +30,9 @@ type Capability struct {
 	IssuedAt   int64       `json:"iat"`
 	ExpiresAt  int64       `json:"exp"`
 	KeyID      string      `json:"kid"`
+	// Mode is "shadow" or "replay" for a sandbox capability (ADR 0028; only a
+	// verifier with VerifySandbox returns one), "" for a live one.
+	Mode string `json:"mode,omitempty"`
 }
 
 // Expiry is ExpiresAt as a time.
@@ -40,6 +43,10 @@ const (
 	EffectIdempotent = "idempotent"
 	EffectQueryable  = "queryable"
 	EffectUnsafe     = "unsafe"
+
+	// Sandbox run modes, as written in the `mode` claim (absent: live).
+	ModeShadow = "shadow"
+	ModeReplay = "replay"
 )
 
 // Presence is checked in this order before any value (the ledger's order, so a
@@ -122,6 +129,7 @@ func (v *Verifier) checkClaims(p map[string]any, u unverifiedInfo, kid string) (
 		c.RequestID = r
 	}
 	c.Derivation = derivationOf(p["derivation"])
+	c.Mode, _ = p["mode"].(string)
 	return c, nil
 }
 
@@ -168,6 +176,9 @@ func findClaimProblem(p map[string]any) (kind, claim, detail string) {
 	}
 	if p["exp"].(float64) <= p["iat"].(float64) {
 		return "invalid", "exp", `capability claim "exp" must be after "iat"`
+	}
+	if m, present := p["mode"]; present && m != ModeShadow && m != ModeReplay {
+		return "invalid", "mode", `capability claim "mode" must be one of shadow, replay (absent: live)`
 	}
 	// The grant is the pairing of effect and key/request id.
 	if kind, claim, detail := pairedClaimProblem(p, "key", effect == EffectIdempotent, EffectIdempotent); kind != "" {

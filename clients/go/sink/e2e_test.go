@@ -722,3 +722,49 @@ func TestMongoSpentStoreDecidesRacesAndSweepsExpired(t *testing.T) {
 		t.Fatalf("after the sweep: %v %v", first, err)
 	}
 }
+
+// A shadow or replay capability the kernel minted is refused by the sink as if
+// presented live, over gRPC and HTTP, even with the recorded live key beside it
+// (ADR 0028): SANDBOX_CAPABILITY_NOT_LIVE, recorded against the verified tool,
+// and the handler never runs.
+func TestSandboxCapabilitiesAreRefusedAsNotLive(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	run := "gosink-rec-" + suffix()
+	live, err := f.kernel.Begin(ctx, f.charge, map[string]any{"order_id": "S-1"}, keycap.WithRunID(run))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := live.Write(ctx, []byte("charged")); err != nil {
+		t.Fatal(err)
+	}
+	replay, err := f.kernel.BeginCall(ctx, f.charge, `{"order_id":"S-1"}`, keycap.WithRunID(run+"-replay"), keycap.WithMode(keycap.Replay(run)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shadow, err := f.kernel.BeginCall(ctx, f.charge, `{"order_id":"S-1"}`, keycap.WithRunID(run+"-shadow"), keycap.WithMode(keycap.Shadow(run)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for mode, token := range map[string]string{"replay": replay.GetCapability(), "shadow": shadow.GetCapability()} {
+		if _, kerr := f.callGRPC(t, token, live.Key()); kerr == nil || kerr.Reason != sink.ReasonSandboxCapabilityNotLive || kerr.Code != codes.PermissionDenied || kerr.Metadata["mode"] != mode {
+			t.Fatalf("%s over gRPC: %v", mode, kerr)
+		}
+		if ev := lastRefusal(t, f.refused, sink.ReasonSandboxCapabilityNotLive); !ev.ToolIDVerified || ev.ToolID != f.charge {
+			t.Fatalf("%s: the refusal names the verified tool: %+v", mode, ev)
+		}
+		if a := f.callHTTP(t, token, ""); a.status != 403 || a.problem.Reason != sink.ReasonSandboxCapabilityNotLive {
+			t.Fatalf("%s over HTTP: %d %+v", mode, a.status, a.problem)
+		}
+		lastRefusal(t, f.refused, sink.ReasonSandboxCapabilityNotLive)
+	}
+	n := 0
+	for _, r := range cliRejections(t, "sink:"+f.name) {
+		if r.Reason == sink.ReasonSandboxCapabilityNotLive && r.ToolID == f.charge && r.ToolIDVerified {
+			n += int(max(r.Count, 1))
+		}
+	}
+	if n != 4 {
+		t.Fatalf("SANDBOX_CAPABILITY_NOT_LIVE records against %s: %d, want 4", f.charge, n)
+	}
+}

@@ -16,26 +16,27 @@ const Domain = "keycap.dev"
 // (CAPABILITY_MISSING … SIGNING_KEYS_UNAVAILABLE): names of package reasons, generated
 // from proto/keycap/rules/v1/reasons.proto with each one's gRPC code.
 const (
-	ReasonCapabilityMissing      = reasons.CapabilityMissing
-	ReasonCapabilityMalformed    = reasons.CapabilityMalformed
-	ReasonCapabilityTooLarge     = reasons.CapabilityTooLarge
-	ReasonAlgorithmNotAllowed    = reasons.AlgorithmNotAllowed
-	ReasonWrongTokenType         = reasons.WrongTokenType
-	ReasonUnknownKeyID           = reasons.UnknownKeyID
-	ReasonBadSignature           = reasons.BadSignature
-	ReasonExpired                = reasons.Expired
-	ReasonNotYetValid            = reasons.NotYetValid
-	ReasonWrongIssuer            = reasons.WrongIssuer
-	ReasonWrongAudience          = reasons.WrongAudience
-	ReasonClaimMissing           = reasons.ClaimMissing
-	ReasonClaimInvalid           = reasons.ClaimInvalid
-	ReasonLifetimeTooLong        = reasons.LifetimeTooLong
-	ReasonSigningKeysUnavailable = reasons.SigningKeysUnavailable
-	ReasonToolNotAccepted        = reasons.ToolNotAccepted
-	ReasonKeyMismatch            = reasons.KeyMismatch
-	ReasonEffectClassMismatch    = reasons.EffectClassMismatch
-	ReasonCapabilityReused       = reasons.CapabilityReused
-	ReasonDatabaseUnavailable    = reasons.DatabaseUnavailable
+	ReasonCapabilityMissing        = reasons.CapabilityMissing
+	ReasonCapabilityMalformed      = reasons.CapabilityMalformed
+	ReasonCapabilityTooLarge       = reasons.CapabilityTooLarge
+	ReasonAlgorithmNotAllowed      = reasons.AlgorithmNotAllowed
+	ReasonWrongTokenType           = reasons.WrongTokenType
+	ReasonUnknownKeyID             = reasons.UnknownKeyID
+	ReasonBadSignature             = reasons.BadSignature
+	ReasonExpired                  = reasons.Expired
+	ReasonNotYetValid              = reasons.NotYetValid
+	ReasonWrongIssuer              = reasons.WrongIssuer
+	ReasonWrongAudience            = reasons.WrongAudience
+	ReasonClaimMissing             = reasons.ClaimMissing
+	ReasonClaimInvalid             = reasons.ClaimInvalid
+	ReasonLifetimeTooLong          = reasons.LifetimeTooLong
+	ReasonSigningKeysUnavailable   = reasons.SigningKeysUnavailable
+	ReasonToolNotAccepted          = reasons.ToolNotAccepted
+	ReasonKeyMismatch              = reasons.KeyMismatch
+	ReasonEffectClassMismatch      = reasons.EffectClassMismatch
+	ReasonCapabilityReused         = reasons.CapabilityReused
+	ReasonDatabaseUnavailable      = reasons.DatabaseUnavailable
+	ReasonSandboxCapabilityNotLive = reasons.SandboxCapabilityNotLive
 )
 
 // Refusal is every admission failure: the gRPC code, the machine-readable

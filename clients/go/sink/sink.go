@@ -85,7 +85,11 @@ func New(opts Options) (*Sink, error) {
 	for _, t := range opts.Tools {
 		tools[t] = true
 	}
-	v, err := NewVerifier(opts.Keys, opts.Verifier)
+	// Sandbox capabilities are verified, so that their refusal names the verified
+	// tool and says why (not live), rather than an unverified WRONG_TOKEN_TYPE.
+	vopts := opts.Verifier
+	vopts.VerifySandbox = true
+	v, err := NewVerifier(opts.Keys, vopts)
 	if err != nil {
 		return nil, err
 	}
@@ -101,8 +105,10 @@ func (s *Sink) Service() string { return s.service }
 
 // Admit runs the admission for one request: the verified capability, or a
 // *Refusal after it was recorded. The order is fixed, so a request breaking
-// several rules gets the same reason every time: verification, the tool
-// allow-list, the idempotency key, then single use.
+// several rules gets the same reason every time: verification, the run mode
+// (live only: a shadow or replay capability is refused
+// SANDBOX_CAPABILITY_NOT_LIVE, ADR 0028), the tool allow-list, the idempotency
+// key, then single use.
 func (s *Sink) Admit(ctx context.Context, req Request) (*Capability, error) {
 	return s.admit(ctx, req, nil)
 }
@@ -140,6 +146,12 @@ func (s *Sink) admit(ctx context.Context, req Request, call *Call) (*Capability,
 }
 
 func (s *Sink) checkVerified(ctx context.Context, c *Capability, req Request, call *Call) *Refusal {
+	if c.Mode != "" {
+		// A sink performs live effects: a shadow or replay capability grants none here.
+		r := permissionDenied(ReasonSandboxCapabilityNotLive, fmt.Sprintf("sink %s performs live effects only; this capability is of a %s run", s.name, c.Mode))
+		r.Metadata, r.SignatureVerified = map[string]string{"mode": c.Mode}, true
+		return r
+	}
 	if !s.tools[c.ToolID] {
 		return permissionDenied(ReasonToolNotAccepted, fmt.Sprintf("sink %s does not serve tool %s", s.name, strconv.Quote(clip(c.ToolID, 128))))
 	}

@@ -20,6 +20,9 @@ const (
 
 	capabilityAlg = "EdDSA"
 	capabilityTyp = "keycap-capability+jwt"
+	// The typ of a shadow or replay capability (ADR 0028): a verifier that does
+	// not know run modes refuses it WRONG_TOKEN_TYPE instead of taking it as live.
+	capabilitySandboxTyp = "keycap-sandbox-capability+jwt"
 )
 
 // VerifierOptions are the ledger's verification options; zero values take the
@@ -39,6 +42,13 @@ type VerifierOptions struct {
 	NoClockTolerance      bool
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// VerifySandbox verifies shadow and replay capabilities (ADR 0028) and
+	// returns their Mode, for a caller that then applies the mode (a Sink
+	// refuses them SANDBOX_CAPABILITY_NOT_LIVE). Default false: their typ is
+	// refused WRONG_TOKEN_TYPE, as by every verifier that does not know run
+	// modes. Either way a token whose typ and mode claim disagree is refused
+	// CLAIM_INVALID.
+	VerifySandbox bool
 }
 
 func (o VerifierOptions) withDefaults() VerifierOptions {
@@ -130,7 +140,8 @@ func (v *Verifier) verify(ctx context.Context, authorization string, present boo
 	if alg, ok := h["alg"].(string); !ok || alg != capabilityAlg {
 		return nil, refuse(ReasonAlgorithmNotAllowed, "capability algorithm must be "+capabilityAlg, u)
 	}
-	if typ, ok := h["typ"].(string); !ok || typ != capabilityTyp {
+	typ, _ := h["typ"].(string)
+	if typ != capabilityTyp && !(typ == capabilitySandboxTyp && v.opts.VerifySandbox) {
 		return nil, refuse(ReasonWrongTokenType, "capability typ must be "+capabilityTyp, u)
 	}
 	kid, ok := h["kid"].(string)
@@ -174,7 +185,14 @@ func (v *Verifier) verify(ctx context.Context, authorization string, present boo
 	if jws.payload == nil || !validUTF8(jws.payloadBytes) {
 		return nil, refuseVerified(ReasonCapabilityMalformed, "capability payload is not a JSON object", u, "")
 	}
-	return v.checkClaims(jws.payload, u, kid)
+	c, r := v.checkClaims(jws.payload, u, kid)
+	// The typ and the mode claim say the same thing, or the token is not the
+	// kernel's kind: a live typ with a mode (a verifier without modes would take
+	// it as live) or a sandbox typ without one.
+	if r == nil && (typ == capabilitySandboxTyp) != (c.Mode != "") {
+		return nil, refuseVerified(ReasonClaimInvalid, `capability claim "mode" must be present exactly when typ is `+capabilitySandboxTyp, u, "mode")
+	}
+	return c, r
 }
 
 // jsTrim is JavaScript's String.prototype.trim: its whitespace and line

@@ -26,6 +26,13 @@ VECTORS: dict[str, Any] = json.loads((REPO_ROOT / "test/vectors/capability-verif
 CLI = REPO_ROOT / "dist/services/cli/src/main.js"
 
 
+def verdict_for(vector: Mapping[str, Any], verifier: str) -> dict[str, Any]:
+    """The verdict a mode-aware verifier ("ledger", or "sink": every sink SDK and MCP
+    middleware) must give: its own when the vector states one (``expect_by``), else ``expect``."""
+    verdict: dict[str, Any] = vector.get("expect_by", {}).get(verifier, vector["expect"])
+    return verdict
+
+
 def b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 

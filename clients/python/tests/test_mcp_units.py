@@ -30,7 +30,7 @@ from conftest import REPO_ROOT
 from keycap_client.mcp.middleware import _binding_refusal
 from keycap_client.sink.claims import DerivationClaim, VerifiedCapability
 from keycap_client.sink import InMemorySpentStore, KernelJwksSource, SpentCapability, VerifierOptions, current_capability
-from sink_support import VECTORS, b64url, sign, vector_key
+from sink_support import VECTORS, b64url, sign, vector_key, verdict_for
 
 TOOL = "charge"
 TOOL_ID = governed_tool_id("payments", TOOL)
@@ -313,7 +313,8 @@ APPLICABLE = [v for v in VECTORS["vectors"] if "authorization" not in v]
 @pytest.mark.parametrize("vector", APPLICABLE, ids=[v["name"] for v in APPLICABLE])
 def test_capability_vector_gets_the_ledgers_verdict_through_the_middleware(vector: dict[str, Any]) -> None:
     """The token travels in _meta (an Authorization header's parsing does not apply to MCP).
-    Refused: the same reason as the ledger's, InternalError only when keycap could not decide.
+    Refused: the same reason as every sink's (``expect_by.sink``: a shadow or replay
+    capability is SANDBOX_CAPABILITY_NOT_LIVE), InternalError only when keycap could not decide.
     Verified: the middleware's own rules come next, so an idempotent vector (the corpus
     predates the derivation claim) is CLAIM_MISSING and the others run."""
     jwks = vector["jwks"]
@@ -332,8 +333,9 @@ def test_capability_vector_gets_the_ledgers_verdict_through_the_middleware(vecto
         clock_tolerance_seconds=v["clock_tolerance_seconds"],
         clock=lambda: float(vector["clock"]),
     )
-    expect = vector["expect"]
-    tool_id = expect["verified"]["tool_id"] if "verified" in expect else "payments.charge"
+    expect = verdict_for(vector, "sink")
+    claims = verdict_for(vector, "ledger")
+    tool_id = claims["verified"]["tool_id"] if "verified" in claims else "payments.charge"
     h = Harness(tool_id=tool_id, options=options, keys=KernelJwksSource(fetch, refetch_cooldown=0))
     if "refused" in expect:
         err = h.refused({"order_id": "o-1"}, vector["token"])

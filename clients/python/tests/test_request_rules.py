@@ -176,6 +176,37 @@ BATCH_CASES: list[tuple[str, Message, str, str]] = [
 
 BATCH_REASONS = {c[2] for c in BATCH_CASES}
 
+# The call requests' id and limit rules (issue 31: once checked by hand in the kernel). Each:
+# the request, the RPC, the reason and field the kernel answers, and the client call that
+# would send it (sync; the asyncio client shares the core).
+_OK = kernel_pb2.CALL_OUTCOME_SUCCEEDED
+CALL_CASES: list[tuple[str, Message, str, str, str]] = [
+    ("a call id with a space", kernel_pb2.BeginCallRequest(tool_id="py.rules.t", call_id="a b", arguments_json="{}"), "BeginCall", "INVALID_CALL_ID", "call_id"),
+    ("a 129-character call id", kernel_pb2.BeginCallRequest(tool_id="py.rules.t", call_id="c" * 129, arguments_json="{}"), "BeginCall", "INVALID_CALL_ID", "call_id"),
+    ("a 257-character run id", kernel_pb2.BeginCallRequest(tool_id="py.rules.t", run_id="r" * 257, arguments_json="{}"), "BeginCall", "INVALID_RUN_ID", "run_id"),
+    (
+        "a 257-character recorded run id",
+        kernel_pb2.BeginCallRequest(tool_id="py.rules.t", run_id="r", mode=kernel_pb2.RUN_MODE_REPLAY, replay_of_run_id="é" * 257, arguments_json="{}"),
+        "BeginCall",
+        "INVALID_RUN_MODE",
+        "replay_of_run_id",
+    ),
+    (
+        "a 257-character shadowed run id",
+        kernel_pb2.BeginCallRequest(tool_id="py.rules.t", mode=kernel_pb2.RUN_MODE_SHADOW, shadows_run_id="s" * 257, arguments_json="{}"),
+        "BeginCall",
+        "INVALID_RUN_MODE",
+        "shadows_run_id",
+    ),
+    ("a completion without a call id", kernel_pb2.CompleteCallRequest(outcome=_OK), "CompleteCall", "INVALID_CALL_ID", "call_id"),
+    ("a 4097-character outcome detail", kernel_pb2.CompleteCallRequest(call_id="c-1", outcome=_OK, outcome_detail="d" * 4097), "CompleteCall", "OUTCOME_DETAIL_TOO_LONG", "outcome_detail"),
+    ("a resume of a call id with a slash", kernel_pb2.ResumeCallRequest(call_id="a/b"), "ResumeCall", "INVALID_CALL_ID", "call_id"),
+    ("a run listing without a run id", kernel_pb2.ListRunCallsRequest(), "ListRunCalls", "INVALID_RUN_ID", "run_id"),
+    ("a run listing of a 257-character run id", kernel_pb2.ListRunCallsRequest(run_id="r" * 257), "ListRunCalls", "INVALID_RUN_ID", "run_id"),
+]
+
+CALL_REASONS = {c[3] for c in CALL_CASES}
+
 
 def test_the_cases_cover_every_reason_the_protos_name() -> None:
     """Read from the descriptors, so a rule added to proto/ without a case here fails."""
@@ -188,7 +219,7 @@ def test_the_cases_cover_every_reason_the_protos_name() -> None:
             for o in message.oneofs:
                 oneof_options: Any = o.GetOptions()
                 named.update(r.reason for r in oneof_options.Extensions[refusal_pb2.oneof])
-    assert named == REASONS | BATCH_REASONS
+    assert named == REASONS | BATCH_REASONS | CALL_REASONS
 
 
 # --- nothing is sent: a tripwire stands where the kernel would be ------------------------
@@ -277,9 +308,10 @@ def test_the_asyncio_client_refuses_before_sending(case: Case, tripwire: Tripwir
 
 
 def test_requests_without_rules_are_not_checked() -> None:
-    """BeginCall and Write (the hot path) have no rules: nothing to evaluate there."""
+    """Write (the ledger's hot path) has no rules: nothing to evaluate there."""
     assert request_rules.has_rules(kernel_pb2.RegisterToolRequest.DESCRIPTOR)
-    assert not request_rules.has_rules(kernel_pb2.BeginCallRequest.DESCRIPTOR)
+    assert request_rules.has_rules(kernel_pb2.BeginCallRequest.DESCRIPTOR)
+    assert not request_rules.has_rules(kernel_pb2.GetToolRequest.DESCRIPTOR)
     assert not request_rules.has_rules(ledger_pb2.WriteRequest.DESCRIPTOR)
     assert request_rules.refusal(ledger_pb2.WriteRequest()) is None
 
@@ -314,6 +346,57 @@ def test_a_batch_is_refused_as_the_kernel_does(request_: Message, reason: str, f
     kernels = KeycapError.from_rpc_error(caught.value)
     assert (kernels.code, kernels.domain, kernels.reason, dict(kernels.metadata)) == (grpc.StatusCode.INVALID_ARGUMENT, ERROR_DOMAIN, reason, {"field": field})
     assert mine.field_violations == kernels.field_violations
+
+
+def _send_call_request(kernel: KernelClient, request: Message) -> object:
+    """What the client does with ``request``: the public method that would send it."""
+    if isinstance(request, kernel_pb2.BeginCallRequest):
+        return kernel.begin_call(request.tool_id, request.arguments_json, call_id=request.call_id, run_id=request.run_id)
+    if isinstance(request, kernel_pb2.CompleteCallRequest):
+        return kernel.complete_call(request.call_id, "succeeded", request.outcome_detail)
+    if isinstance(request, kernel_pb2.ResumeCallRequest):
+        return kernel.resume_call(request.call_id)
+    raise AssertionError(f"no client method sends {type(request).__name__}")
+
+
+# The cases the client's own methods can build (the run-mode ones go out through the stub).
+_CLIENT_SENT = [c for c in CALL_CASES if c[2] != "ListRunCalls" and getattr(c[1], "mode", 0) == 0]
+
+
+@pytest.mark.parametrize(("request_", "reason", "field"), [(c[1], c[3], c[4]) for c in _CLIENT_SENT], ids=[c[0] for c in _CLIENT_SENT])
+def test_the_client_refuses_a_call_request_before_sending(request_: Message, reason: str, field: str, tripwire: Tripwire) -> None:
+    with KernelClient(tripwire.address, token="t", timeout=2.0) as kernel:
+        with pytest.raises(KeycapError) as caught:
+            _send_call_request(kernel, request_)
+    err = caught.value
+    assert (err.code, err.reason, err.domain, err.metadata["field"]) == (grpc.StatusCode.INVALID_ARGUMENT, reason, CLIENT_ERROR_DOMAIN, field)
+    assert tripwire.connections == 0
+
+
+@pytest.mark.parametrize(("request_", "method", "reason", "field"), [c[1:] for c in CALL_CASES], ids=[c[0] for c in CALL_CASES])
+def test_a_call_request_is_refused_as_the_kernel_does(request_: Message, method: str, reason: str, field: str, stack: Stack) -> None:
+    mine = request_rules.refusal(request_)
+    assert mine is not None
+    assert (mine.code, mine.reason, dict(mine.metadata)) == (grpc.StatusCode.INVALID_ARGUMENT, reason, {"field": field})
+    with grpc.insecure_channel(stack.kernel) as channel:
+        stub = kernel_pb2_grpc.KernelServiceStub(channel)  # type: ignore[no-untyped-call]
+        with pytest.raises(grpc.RpcError) as caught:
+            getattr(stub, method)(request_, timeout=10, metadata=(("authorization", f"Bearer {stack.runtime_token}"),))
+    kernels = KeycapError.from_rpc_error(caught.value)
+    assert (kernels.code, kernels.domain, kernels.reason, dict(kernels.metadata)) == (grpc.StatusCode.INVALID_ARGUMENT, ERROR_DOMAIN, reason, {"field": field})
+    assert mine.field_violations == kernels.field_violations
+
+
+def test_a_long_refused_value_is_shown_cut_as_the_kernel_cuts_it(stack: Stack) -> None:
+    request = kernel_pb2.CompleteCallRequest(call_id="c-1", outcome=_OK, outcome_detail="é" * 4097)
+    mine = request_rules.refusal(request)
+    assert mine is not None
+    assert mine.field_violations[0].description.endswith('(got "' + "é" * 64 + '…")')
+    with grpc.insecure_channel(stack.kernel) as channel:
+        stub = kernel_pb2_grpc.KernelServiceStub(channel)  # type: ignore[no-untyped-call]
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.CompleteCall(request, timeout=10, metadata=(("authorization", f"Bearer {stack.runtime_token}"),))
+    assert KeycapError.from_rpc_error(caught.value).field_violations == mine.field_violations
 
 
 def test_a_refusal_lists_every_failing_rule(stack: Stack, tool_id: str) -> None:

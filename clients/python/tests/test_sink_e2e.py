@@ -10,6 +10,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -19,7 +20,18 @@ import pytest
 from pymongo.database import Database
 
 from conftest import Stack
-from keycap_client import ERROR_DOMAIN, Idempotent, KernelClient, KeyDerivation, KeycapError, LedgerClient, ToolDefinition, Unsafe
+from keycap_client import (
+    ERROR_DOMAIN,
+    Idempotent,
+    KernelClient,
+    KeyDerivation,
+    KeycapError,
+    LedgerClient,
+    Replay,
+    Shadow,
+    ToolDefinition,
+    Unsafe,
+)
 from keycap_client.sink import (
     AsyncSinkInterceptor,
     InMemorySpentStore,
@@ -388,3 +400,48 @@ def test_keys_come_from_a_tls_kernel_only_under_its_pinned_ca(tls_stack: Stack) 
     assert (caught.value.code, caught.value.reason) == (grpc.StatusCode.UNAVAILABLE, "SIGNING_KEYS_UNAVAILABLE")
     pinned.close()
     impostor_ca.close()
+
+
+def test_sandbox_capabilities_from_the_kernel_are_refused_as_not_live_even_with_the_live_key(
+    stack: Stack, kernel: KernelClient, db: Database[Any], keys: KernelJwksSource, tools: tuple[str, str], sink_name: str
+) -> None:
+    """ADR 0028: a replay or shadow capability is refused SANDBOX_CAPABILITY_NOT_LIVE by the
+    sink (HTTP and gRPC), recorded against the verified tool, and the handler never runs."""
+    charge, _ = tools
+    run = f"py-sink-rec-{uuid.uuid4().hex[:8]}"
+    live = kernel.begin(charge, {"order_id": "S-1"}, run_id=run)
+    live.write(b"charged")
+    args = json.dumps({"order_id": "S-1"})
+    sandboxed = {
+        "replay": kernel.begin_call(charge, args, run_id=f"{run}-replay", mode=Replay(run)).capability,
+        "shadow": kernel.begin_call(charge, args, run_id=f"{run}-shadow", mode=Shadow(run)).capability,
+    }
+    recorder = MongoRefusalRecorder(db, service=f"sink:{sink_name}")
+    sink = Sink(sink_name, tools=[charge], keys=keys, refusals=recorder)
+    handled: list[str] = []
+
+    def handler(request: Any, context: grpc.ServicerContext) -> bytes:
+        handled.append(capability_of(context).call_id)
+        return b""
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=2), interceptors=[SinkInterceptor(sink)])
+    server.add_generic_rpc_handlers(
+        [grpc.method_handlers_generic_handler("test.sink.v1.Effects", {"Do": grpc.unary_unary_rpc_method_handler(handler)})]
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with serve_asgi(SinkMiddleware(effect_app, sink)) as base, grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call: Any = channel.unary_unary(METHOD)
+            for mode, token in sandboxed.items():
+                answer = post(base, token, idempotency_key=live.key)
+                assert (answer.status, answer.json()["reason"]) == (403, "SANDBOX_CAPABILITY_NOT_LIVE"), mode
+                err = _grpc_refusal(call, token)
+                assert (err.code, err.reason, err.metadata["mode"]) == (grpc.StatusCode.PERMISSION_DENIED, "SANDBOX_CAPABILITY_NOT_LIVE", mode)
+    finally:
+        server.stop(None)
+        recorder.close()
+    assert handled == []
+    rows = [r for r in cli_rejections(stack, f"sink:{sink_name}") if r["reason"] == "SANDBOX_CAPABILITY_NOT_LIVE"]
+    assert sum(r.get("count", 1) or 1 for r in rows) == 4
+    assert all(r["toolId"] == charge and r["toolIdVerified"] is True for r in rows)

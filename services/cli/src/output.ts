@@ -61,10 +61,15 @@ function jsonReplacer(k: string, v: unknown): unknown {
   return v;
 }
 
-/** Columns a table may take: the terminal's width, else COLUMNS, else 120. */
+/**
+ * Columns a table may take: the terminal's width, else COLUMNS, else 120. A terminal that
+ * reports 0 (a pty nobody sized: `script`, some CI runners) has no width to fit.
+ */
 function availableColumns(): number {
   const fromEnv = Number(process.env["COLUMNS"]);
-  return process.stdout.columns ?? (Number.isInteger(fromEnv) && fromEnv > 20 ? fromEnv : 120);
+  const terminal = process.stdout.columns;
+  if (terminal !== undefined && terminal > 0) return terminal;
+  return Number.isInteger(fromEnv) && fromEnv > 20 ? fromEnv : 120;
 }
 
 /** Narrowest a column of free text is made before the table may be wider than the terminal. */

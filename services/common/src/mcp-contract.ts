@@ -27,6 +27,19 @@ export const META_REPLAY = "io.keycap/replay";
 export const META_RECORDED_AT = "io.keycap/recorded-at";
 /** Result to the host: true on the gateway's own tool error, when nothing was sent upstream. */
 export const META_NOT_SENT = "io.keycap/not-sent";
+/**
+ * tools/call request from the host: the run mode, "live" (default), "replay" or "shadow"
+ * (ADR 0028); result to the host: the mode of a replay or shadow run's call.
+ */
+export const META_RUN_MODE = "io.keycap/run-mode";
+/** tools/call request from the host, mode "replay": the recorded run replayed. */
+export const META_REPLAY_OF = "io.keycap/replay-of";
+/** tools/call request from the host, mode "shadow" (optional): the live run shadowed. */
+export const META_SHADOWS = "io.keycap/shadows";
+/** Result to the host: true on a shadow run's call, which was not sent upstream (ADR 0029). */
+export const META_SHADOWED = "io.keycap/shadowed";
+/** Result to the host, replay mode: the recorded call this one matched (its stored result is the answer). */
+export const META_RECORDED_CALL_ID = "io.keycap/recorded-call-id";
 /** Result to the host: true on a replay whose call had other arguments than the stored one's (same key; dedupe is by key only). */
 export const META_ARGUMENTS_MISMATCH = "io.keycap/arguments-mismatch";
 

@@ -82,6 +82,16 @@ export class RequestRules {
     return new KeycapError(Code.INVALID_ARGUMENT, first.reason, `${first.field}: ${first.description}`, { field: first.field }, violations);
   }
 
+  /**
+   * The check of one message type's rules, for requests that arrive inside another: the
+   * items of a batch RPC, which the batch's own rules leave to the handler (`items.ignore`)
+   * so that one broken item refuses that item, not the batch.
+   */
+  checkerOf(typeName: string): (bytes: Uint8Array) => KeycapError | undefined {
+    const desc = need(this.registry.getMessage(typeName), typeName);
+    return (bytes) => this.check(desc, bytes);
+  }
+
   /** Whether the message, or any message it contains, has a rule (cached). */
   hasAnyRule(desc: DescMessage, seen = new Set<DescMessage>()): boolean {
     const known = this.hasRules.get(desc);
@@ -151,7 +161,18 @@ function scalarAt(desc: DescMessage, message: Parameters<typeof reflect>[1], pat
     else if (item.kind === "list_sub" && isReflectList(at)) at = at.get(item.index);
     else return undefined;
   }
-  return typeof at === "string" || typeof at === "number" ? at : undefined;
+  if (typeof at === "string") return shown(at);
+  return typeof at === "number" ? at : undefined;
+}
+
+/** Longest string a refusal repeats, in code points: a refused value can be large (a 4 KiB detail). */
+const MAX_SHOWN_CHARS = 64;
+
+/** The string as a refusal shows it: whole up to MAX_SHOWN_CHARS code points, else that many and "…" (the clients do the same). */
+function shown(s: string): string {
+  if (s.length <= MAX_SHOWN_CHARS) return s;
+  const points = [...s];
+  return points.length <= MAX_SHOWN_CHARS ? s : `${points.slice(0, MAX_SHOWN_CHARS).join("")}…`;
 }
 
 interface Refusal {

@@ -11,12 +11,22 @@
  * caller's deadline, then ABORTED IN_PROGRESS. Waiting rather than refusing at once means a
  * burst of duplicates (a runtime's retries racing its first try) gets the one answer
  * without retry loops; the bound keeps a hung destination from holding callers forever.
+ *
+ * A capability of a shadow or replay run (ADR 0028, 0029) is checked the same way up to the
+ * prepared request, then never sent: a replay is answered from the recorded run's final answer
+ * under the recorded key (the replay capability's key: the kernel derives it in the recorded
+ * run's context), REPLAY_NO_RECORDED_EFFECT when there is none; a shadow's would-be request is
+ * recorded in the ledger's shadow store and answered `shadowed`. The sink admission refuses an
+ * Unsafe one SANDBOX_UNSAFE_DENIED.
  */
 import { createHash } from "node:crypto";
 import type { IncomingHttpHeaders } from "node:http";
 import { Code, KeycapError } from "../../common/src/errors";
 import type { Logger } from "../../common/src/logger";
 import type { AdmissionContext, Sink, VerifiedCapability } from "../../sink/src";
+import type { SandboxMode } from "../../capability/src/claims";
+import { parseBearer } from "../../common/src/bearer";
+import type { ShadowRecorder } from "../../common/src/shadow-recorder";
 import type { DestinationLookup } from "./destination-lookup";
 import {
   checkHeaders,
@@ -47,6 +57,10 @@ export interface ForwardOutput extends StoredResponse {
   recordedAt: Date | undefined;
   requestMismatch: boolean;
   attempts: number;
+  /** The capability's run mode when not live. */
+  mode?: SandboxMode;
+  /** A shadow run's forward: nothing was sent, there is no answer; the would-be request is in the shadow store. */
+  shadowed?: boolean;
 }
 
 export interface GatewayOptions {
@@ -59,6 +73,8 @@ export interface GatewayOptions {
   timeoutMs: number;
   waitMs: number;
   maxRequestBytes: number;
+  /** Where shadow runs' would-be requests are recorded (the ledger's shadow store). */
+  shadow: ShadowRecorder;
   /** How often a forward waiting on another replica's attempt reads the key again. */
   pollMs?: number;
 }
@@ -103,6 +119,8 @@ export class Gateway {
       if (err instanceof KeycapError) return answerRefusal(err);
       throw err;
     }
+    if (cap.mode === "replay") return this.replayRecorded(cap, request, answerRefusal);
+    if (cap.mode === "shadow") return this.shadow(authorization, cap, request);
 
     const deadline = Math.min(Date.now() + this.opts.waitMs, (ctx.deadline ?? Infinity) - 100);
     const claim = {
@@ -173,6 +191,50 @@ export class Gateway {
       // The attempt's forward is gone (crashed replica): back to the caller's loop to take over.
       if (now.leaseUntil.getTime() <= Date.now()) return now;
     }
+  }
+
+  /** A replay run's forward: the recorded run's final answer under the recorded key; never sent. */
+  private async replayRecorded(cap: VerifiedCapability, request: PreparedRequest, answerRefusal: (err: KeycapError) => Promise<never>): Promise<ForwardOutput> {
+    const recorded = await this.opts.store.get(cap.key as string);
+    if (recorded?.state !== "done") {
+      return answerRefusal(
+        refuse(
+          Reasons.REPLAY_NO_RECORDED_EFFECT,
+          recorded
+            ? `the recorded run's forward of this key has no final answer (${recorded.state}); a replay never sends`
+            : "the recorded run never forwarded this key through the gateway; a replay never sends",
+          { mode: "replay" },
+        ),
+      );
+    }
+    return { ...(await this.replay(recorded, request, answerRefusal)), mode: "replay" };
+  }
+
+  /**
+   * A shadow run's forward: the request the gateway would send — method, URL and the hash the
+   * live record keeps (headers and body are never stored) — goes to the ledger's shadow store
+   * under the shadow key; nothing is sent.
+   */
+  private async shadow(authorization: string | undefined, cap: VerifiedCapability, request: PreparedRequest): Promise<ForwardOutput> {
+    const key = cap.key as string;
+    const token = parseBearer(authorization) ?? "";
+    const wouldBe = { gateway: "http", method: request.method, url: request.url.href, request_sha256: request.sha256, body_bytes: request.body.length };
+    const recorded = await this.opts.shadow.record(token, { key }, wouldBe);
+    this.opts.logger.debug({ key, tool: cap.tool_id, entry: recorded.entryId }, "gateway: shadow forward recorded, not sent");
+    return {
+      status: 0,
+      headers: [],
+      body: Buffer.alloc(0),
+      bodyTruncated: false,
+      replayed: false,
+      key,
+      recordedAt: recorded.recordedAt,
+      // A second shadow forward of the key with another request: the first one is kept, as live.
+      requestMismatch: recorded.payloadMismatch,
+      attempts: 0,
+      mode: "shadow",
+      shadowed: true,
+    };
   }
 
   private async replay(record: ForwardRecord, request: PreparedRequest, answerRefusal: (err: KeycapError) => Promise<never>): Promise<ForwardOutput> {

@@ -1,7 +1,10 @@
 import type { Metadata, ServerUnaryCall } from "@grpc/grpc-js";
 import { GatewayServiceService, type ForwardRequest, type ForwardResponse, type GatewayServiceServer } from "../../../gen/ts/keycap/gateway/v1/gateway";
 import type { Db } from "mongodb";
-import { parseHostPort, type HostPort, type KeycapConfig } from "../../common/src/config";
+import { formatHostPort, parseHostPort, type HostPort, type KeycapConfig } from "../../common/src/config";
+import { LedgerClient } from "../../../clients/ts/src";
+import { LedgerShadowRecorder } from "../../common/src/shadow-recorder";
+import { peerChannelCredentials } from "../../common/src/tls";
 import type { Metrics } from "../../common/src/metrics";
 import { cutoff, RetentionSweeper, type RetentionTask } from "../../common/src/retention-sweeper";
 import { startListener, type RunningListener } from "../../common/src/grpc-server";
@@ -32,7 +35,8 @@ export async function startGatewayIfConfigured(deps: ServiceDeps): Promise<Runni
 
 /**
  * Starts the HTTP effect gateway: the kernel's keys (as the ledger gets them), MongoDB and
- * the gateway's collection (indexes awaited), then its gRPC listener.
+ * the gateway's collection (indexes awaited), then its gRPC listener. Shadow runs' would-be
+ * requests are written to the ledger at KEYCAP_LEDGER_ADDRESS.
  */
 export async function startGateway(deps: ServiceDeps): Promise<RunningService> {
   const { config } = deps;
@@ -41,6 +45,8 @@ export async function startGateway(deps: ServiceDeps): Promise<RunningService> {
   const keys = await openKernelKeys(config, logger);
   const mongo = await connectMongo(deps.mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs, { onCommand: deps.metrics?.mongoObserver("gateway") });
   const sender = new HttpSender({ timeoutMs: config.gatewayTimeoutMs, maxResponseBytes: config.gatewayMaxResponseBytes });
+  // Shadow runs' would-be requests go to the ledger's shadow store (ADR 0029); the channel connects on first use.
+  const shadow = new LedgerShadowRecorder(new LedgerClient(formatHostPort(config.ledgerAddress), peerChannelCredentials(config.tls)));
   let audit: RejectionAudit | undefined;
   let listener: RunningListener | undefined;
   let sweeper: RetentionSweeper | undefined;
@@ -49,6 +55,7 @@ export async function startGateway(deps: ServiceDeps): Promise<RunningService> {
     await sweeper?.stop();
     await audit?.close();
     sender.close();
+    shadow.close();
     keys.close();
     await mongo.close();
   };
@@ -73,6 +80,8 @@ export async function startGateway(deps: ServiceDeps): Promise<RunningService> {
         clockToleranceSeconds: config.clockToleranceSeconds,
       },
       refusals: audit,
+      // The gateway applies run modes itself: a replay or shadow forward is never sent (ADR 0029).
+      sandbox: "admit",
     });
     const gateway = new Gateway({
       sink,
@@ -83,6 +92,7 @@ export async function startGateway(deps: ServiceDeps): Promise<RunningService> {
       timeoutMs: config.gatewayTimeoutMs,
       waitMs: config.gatewayWaitMs,
       maxRequestBytes: config.gatewayMaxRequestBytes,
+      shadow,
     });
     listener = await startListener({
       name: "gateway",
@@ -153,6 +163,8 @@ function toResponse(out: ForwardOutput): ForwardResponse {
     recordedAt: out.recordedAt,
     requestMismatch: out.requestMismatch,
     attempts: out.attempts,
+    mode: out.mode ?? "",
+    shadowed: out.shadowed === true,
   };
 }
 

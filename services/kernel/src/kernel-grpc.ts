@@ -3,31 +3,37 @@
  * (kernel-handlers.ts), maps its request to the service's input, and its result to the reply
  * (kernel-proto.ts). GetSigningKeys alone is anonymous.
  */
-import type {
+import {
   BeginCallRequest,
-  BeginCallResponse,
-  BeginCallsRequest,
-  BeginCallsResponse,
   CompleteCallRequest,
-  CompleteCallResponse,
-  CompleteCallsRequest,
-  CompleteCallsResponse,
-  GetToolRequest,
-  KernelServiceServer,
-  ListIndeterminateCallsRequest,
-  ListPendingCallsRequest,
-  ListRunCallsRequest,
-  ListToolsRequest,
-  RegisterToolRequest,
-  ResumeCallRequest,
+  type BeginCallResponse,
+  type BeginCallsRequest,
+  type BeginCallsResponse,
+  type CompleteCallResponse,
+  type CompleteCallsRequest,
+  type CompleteCallsResponse,
+  type GetToolRequest,
+  type KernelServiceServer,
+  type ListIndeterminateCallsRequest,
+  type ListPendingCallsRequest,
+  type ListRunCallsRequest,
+  type ListToolsRequest,
+  type RegisterToolRequest,
+  type ResumeCallRequest,
 } from "../../../gen/ts/keycap/kernel/v1/kernel";
+import { RequestRules } from "../../common/src/request-rules";
 import type { Caller } from "./caller-auth";
 import type { Kernel } from "./kernel";
 import { kernelBatchHandler, kernelHandler, type KernelEdge } from "./kernel-handlers";
 import { beginInputFromProto, begunToProto, callToProto, outcomeFromProto, resumedToProto } from "./kernel-proto";
 import { definitionFromProto, toolToProto } from "./tool-definition";
 
-export function kernelServiceImpl(kernel: Kernel, edge: KernelEdge): KernelServiceServer {
+export function kernelServiceImpl(kernel: Kernel, edge: KernelEdge, rules = RequestRules.load()): KernelServiceServer {
+  // A batch's items are checked against their message's rules one by one (kernel.proto).
+  const beginRules = rules.checkerOf("keycap.kernel.v1.BeginCallRequest");
+  const completeRules = rules.checkerOf("keycap.kernel.v1.CompleteCallRequest");
+  const beginItem = { method: "BeginCall", check: (r: BeginCallRequest) => beginRules(BeginCallRequest.encode(r).finish()) };
+  const completeItem = { method: "CompleteCall", check: (r: CompleteCallRequest) => completeRules(CompleteCallRequest.encode(r).finish()) };
   const handle = <Req, Res>(method: string, fn: (r: Req, c: Caller) => Promise<Res>) => kernelHandler(edge, method, fn);
   const begin = async (r: BeginCallRequest, c: Caller): Promise<BeginCallResponse> => begunToProto(await kernel.beginCall(beginInputFromProto(r), c));
   const complete = async (r: CompleteCallRequest, c: Caller): Promise<CompleteCallResponse> => {
@@ -49,7 +55,7 @@ export function kernelServiceImpl(kernel: Kernel, edge: KernelEdge): KernelServi
     beginCalls: kernelBatchHandler<BeginCallsRequest, BeginCallsResponse, BeginCallRequest, BeginCallResponse>(
       edge,
       "BeginCalls",
-      "BeginCall",
+      beginItem,
       begin,
       (results) => ({
         results: results.map((r) => ({ result: r.$case === "ok" ? { $case: "begun", value: r.value } : { $case: "errorStatus", value: r.status } })),
@@ -58,7 +64,7 @@ export function kernelServiceImpl(kernel: Kernel, edge: KernelEdge): KernelServi
     completeCalls: kernelBatchHandler<CompleteCallsRequest, CompleteCallsResponse, CompleteCallRequest, CompleteCallResponse>(
       edge,
       "CompleteCalls",
-      "CompleteCall",
+      completeItem,
       complete,
       (results) => ({
         results: results.map((r) => ({ result: r.$case === "ok" ? { $case: "completed", value: r.value } : { $case: "errorStatus", value: r.status } })),

@@ -66,7 +66,8 @@ export type ItemResult<Res> = { $case: "ok"; value: Res } | { $case: "error"; st
 /**
  * Wraps `fn` (the unary RPC `itemMethod` for one item) as an authenticated batch handler
  * (ADR 0022): the caller is authenticated once for the batch; each item then runs
- * exactly as the unary RPC would — its own authorisation, validation and refusal record
+ * exactly as the unary RPC would — the item message's rules from proto/ (`checkItem`, which
+ * the unary RPC's decoding runs), its own authorisation, validation and refusal record
  * (under `itemMethod`, with that item's tool and call ids) — concurrently, and is
  * answered on its own. Only what all items share refuses the batch: authentication and
  * the batch's own rules (size, decoding).
@@ -74,10 +75,11 @@ export type ItemResult<Res> = { $case: "ok"; value: Res } | { $case: "error"; st
 export function kernelBatchHandler<Req extends { calls: Item[] }, Res, Item, ItemRes>(
   edge: KernelEdge,
   method: string,
-  itemMethod: string,
+  item: { method: string; check: (item: Item) => KeycapError | undefined },
   fn: (item: Item, caller: Caller) => Promise<ItemRes>,
   toResponse: (results: ItemResult<ItemRes>[]) => Res,
 ): Handler<Req, Res> {
+  const itemMethod = item.method;
   return (call, callback) => {
     let caller: Caller | undefined;
     const run = unaryHandler<Req, Res>(
@@ -88,13 +90,15 @@ export function kernelBatchHandler<Req extends { calls: Item[] }, Res, Item, Ite
         caller = who;
         const peer = call.getPeer();
         const results = await Promise.all(
-          req.calls.map(async (item): Promise<ItemResult<ItemRes>> => {
+          req.calls.map(async (one): Promise<ItemResult<ItemRes>> => {
             try {
-              return { $case: "ok", value: await fn(item, who) };
+              const broken = item.check(one);
+              if (broken) throw broken;
+              return { $case: "ok", value: await fn(one, who) };
             } catch (err) {
               const answer = await settleFailure(edge.logger, itemMethod, err, peer, {
                 logRefusals: true,
-                onRefusal: (e, p) => recordRefusal(edge, itemMethod, e, p, item, who),
+                onRefusal: (e, p) => recordRefusal(edge, itemMethod, e, p, one, who),
               });
               return { $case: "error", status: encodedStatus(answer) };
             }

@@ -83,10 +83,6 @@ export interface PageRequest {
   pageToken: string;
 }
 
-const CALL_ID = /^[A-Za-z0-9._:-]{1,128}$/;
-const MAX_RUN_ID = 256;
-const MAX_OUTCOME_DETAIL = 4096;
-
 /**
  * The kernel's behaviour, independent of transport and of the wire's types (kernel-proto.ts
  * maps them, kernel-grpc.ts binds grpc-js): the only place keys are derived and capabilities
@@ -147,13 +143,9 @@ export class Kernel {
 
   async beginCall(req: BeginCallInput, caller: Caller): Promise<BegunCall> {
     this.d.access.requireRuntime(caller, "BeginCall");
+    // call_id, run_id and the run ids' lengths are rules of BeginCallRequest (kernel.proto),
+    // checked as the request is decoded (a batch's items one by one).
     checkToolId(req.toolId, "tool_id");
-    if (req.callId !== "" && !CALL_ID.test(req.callId)) {
-      throw refuse(Reasons.INVALID_CALL_ID, `call_id must be 1-128 characters of [A-Za-z0-9._:-], got ${JSON.stringify(req.callId)}`, { field: "call_id" });
-    }
-    if ([...req.runId].length > MAX_RUN_ID) {
-      throw refuse(Reasons.INVALID_RUN_ID, `run_id must be at most ${MAX_RUN_ID} characters`, { field: "run_id" });
-    }
     checkRunMode(req);
     const tool = await this.d.registry.require(req.toolId);
     await this.d.access.requireTool(caller, tool, "begin calls of", { operatorsToo: false, ...(req.callId ? { callId: req.callId } : {}) });
@@ -195,9 +187,6 @@ export class Kernel {
    * the positions), an operator all (ADR 0028).
    */
   async listRunCalls(req: PageRequest & { runId: string }, caller: Caller): Promise<Page<RunCall>> {
-    if (req.runId === "" || [...req.runId].length > MAX_RUN_ID) {
-      throw refuse(Reasons.INVALID_RUN_ID, `run_id is required, at most ${MAX_RUN_ID} characters`, { field: "run_id" });
-    }
     const limit = pageSize(req.pageSize);
     const skip = decodePageToken(req.pageToken, { p: "time" })?.p ?? 0;
     const [found, visible] = await Promise.all([this.d.journal.listRun(req.runId, skip, limit + 1, { operator: true }), this.d.access.visibleTools(caller)]);
@@ -211,10 +200,6 @@ export class Kernel {
 
   async completeCall(req: CompleteCallInput, caller: Caller): Promise<{ call: CallRecord; alreadyCompleted: boolean }> {
     const outcome = req.outcome;
-    if (req.outcomeDetail.length > MAX_OUTCOME_DETAIL) {
-      throw refuse(Reasons.OUTCOME_DETAIL_TOO_LONG, `outcome_detail must be at most ${MAX_OUTCOME_DETAIL} characters`, { field: "outcome_detail" });
-    }
-    requireCallId(req.callId);
     const { call, alreadyCompleted } = await this.d.journal.complete(req.callId, outcome, req.outcomeDetail, async (c) => {
       const tool = await this.d.registry.require(c.tool_id);
       await this.d.access.requireTool(caller, tool, "complete calls of", { operatorsToo: true, callId: c._id });
@@ -260,7 +245,6 @@ export class Kernel {
    */
   async resumeCall(req: ResumeCallInput, caller: Caller): Promise<ResumeOutcome> {
     this.d.access.requireRuntime(caller, "ResumeCall");
-    requireCallId(req.callId);
     const call = await this.d.journal.require(req.callId);
     await this.d.access.requireTool(caller, await this.d.registry.require(call.tool_id), "resume calls of", { operatorsToo: false, callId: call._id });
     if (call.state === "completed") {
@@ -394,8 +378,4 @@ function callRecord(
 /** The `mode` a call's capabilities carry (none when live). */
 function modeOf(call: CallRecord): { mode?: "shadow" | "replay" } {
   return call.mode ? { mode: call.mode } : {};
-}
-
-function requireCallId(callId: string): void {
-  if (!CALL_ID.test(callId)) throw refuse(Reasons.INVALID_CALL_ID, "call_id is required (1-128 of [A-Za-z0-9._:-])", { field: "call_id" });
 }

@@ -58,6 +58,11 @@ export class ReplayPositions {
     return (await this.runs.findOne({ _id: runId }))?.next ?? 0;
   }
 
+  /** Whether some call holds `position` (read by `_id`). */
+  async isTaken(runId: string, position: number): Promise<boolean> {
+    return (await this.positions.findOne({ _id: `${runId}#${position}` }, { projection: { _id: 1 } })) !== null;
+  }
+
   /** Takes `position` for `callId`; false when another call holds it. */
   async take(runId: string, position: number, callId: string, recordedCallId: string): Promise<boolean> {
     const doc: PositionDoc = { _id: `${runId}#${position}`, run_id: runId, position, call_id: callId, recorded_call_id: recordedCallId, taken_at: new Date() };

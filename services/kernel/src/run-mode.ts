@@ -1,7 +1,7 @@
 /**
- * Run modes (ADR 0028, DESIGN §12): what BeginCall's mode fields may say, checked per call
- * (a schema rule would refuse a whole BeginCalls batch), and what each mode means for the
- * key's context and the capability's `mode` claim.
+ * Run modes (ADR 0028, DESIGN §12): what BeginCall's mode fields may say together (rules
+ * across fields, checked here per call), and what each mode means for the key's context
+ * and the capability's `mode` claim.
  */
 import type { SandboxMode } from "../../capability/src";
 import { Reasons, refuse } from "../../common/src/refuse";
@@ -18,20 +18,13 @@ export interface RunModeInput {
   shadowsRunId: string;
 }
 
-const MAX_RUN_ID = 256;
-
 /**
  * Refuses INVALID_RUN_MODE a replay without the recorded run or its own run id (its calls'
- * positions are counted per run), and ids given to a mode that does not take them.
+ * positions are counted per run), and ids given to a mode that does not take them. (The
+ * ids' lengths are rules of BeginCallRequest in kernel.proto.)
  */
 export function checkRunMode(req: RunModeInput & { runId: string }): void {
   const bad = (message: string, field: string): Error => refuse(Reasons.INVALID_RUN_MODE, message, { field, mode: req.mode });
-  for (const [field, id] of [
-    ["replay_of_run_id", req.replayOfRunId],
-    ["shadows_run_id", req.shadowsRunId],
-  ] as const) {
-    if ([...id].length > MAX_RUN_ID) throw bad(`${field} must be at most ${MAX_RUN_ID} characters`, field);
-  }
   if (req.mode === "replay") {
     if (req.replayOfRunId === "") throw bad("a replay call must name the recorded run (replay_of_run_id)", "replay_of_run_id");
     if (req.runId === "") throw bad("a replay call needs its own run_id: its position is counted in that run", "run_id");

@@ -9,6 +9,9 @@
  * wait for that attempt (at most `waitMs`), then replay its result; sending under a lease that
  * ran out (the gateway that held it crashed) → an Idempotent call takes it over and sends
  * again under the same key, an Unsafe or Queryable one becomes indeterminate, never re-sent.
+ *
+ * A call of a replay or shadow run (its `_meta`'s mode, or the gateway's) is begun in that
+ * mode and never sent: sandbox-call.ts answers it (ADR 0029).
  */
 import { createHash, randomUUID } from "node:crypto";
 import * as os from "node:os";
@@ -35,6 +38,10 @@ import {
 } from "./meta-keys";
 import type { Holder, ResultStore, SlotRecord } from "./result-store";
 import type { Relay, Upstream } from "./upstream";
+import { capabilityMode, LIVE, requestedRunMode, type RunModeRequest } from "./run-mode";
+import { SandboxCalls, type SandboxCallOptions } from "./sandbox-call";
+import type { ShadowRecorder } from "../../common/src/shadow-recorder";
+import type { BeginOptions } from "../../../clients/ts/src";
 
 export interface CallPathOptions {
   kernel: KernelClient;
@@ -51,6 +58,12 @@ export interface CallPathOptions {
   pollMs?: number;
   /** Where each call's outcome is counted (KEYCAP_METRICS_LISTEN). */
   recorder?: CallRecorder;
+  /** The run mode of calls whose `_meta` names none (KEYCAP_MCP_RUN_MODE, ADR 0029). Default live. */
+  runMode?: RunModeRequest;
+  /** Where shadow runs' would-be calls are recorded (the ledger's shadow store). */
+  shadow: ShadowRecorder;
+  /** The gateway's refusal store: its own refusals of sandbox calls are recorded there, against the tool. */
+  refusals?: SandboxCallOptions["refusals"];
 }
 
 const LEASE_MARGIN_MS = 2_000;
@@ -73,8 +86,16 @@ export class CallPath {
   private readonly inFlight = new Map<string, Promise<void>>();
   /** This process, as the holder of the slots it claims. */
   private readonly holder: Holder = { host: os.hostname(), pid: process.pid, instance: randomUUID() };
+  private readonly sandbox: SandboxCalls;
 
-  constructor(private readonly opts: CallPathOptions) {}
+  constructor(private readonly opts: CallPathOptions) {
+    this.sandbox = new SandboxCalls({
+      store: opts.store,
+      shadow: opts.shadow,
+      ...(opts.refusals ? { refusals: opts.refusals } : {}),
+      complete: (callId, outcome, detail) => this.complete(callId, outcome, detail),
+    });
+  }
 
   /** Answers one tools/call of a governed tool. Throws McpError for refusals (with keycap's reason). */
   async call(tool: GovernedTool, args: unknown, meta: Record<string, unknown> | undefined, relay: Relay = {}): Promise<CallToolResult> {
@@ -102,11 +123,14 @@ export class CallPath {
     // A read call is the host's to cancel; a governed call runs to its result, which is stored for the key.
     if (tool.policy.class === "read") return this.passThrough(tool, args, relay);
     const runId = typeof meta?.[META_RUN_ID] === "string" ? meta[META_RUN_ID] : (this.opts.defaultRunId ?? "");
+    const runMode = requestedRunMode(meta, this.opts.runMode ?? LIVE, tool.toolId);
     let begun: Begun;
+    let recordedCallId: string | undefined;
     try {
       // The arguments as received: the kernel refuses what is not an object, a missing key field, … (and records it).
-      const res = await this.opts.kernel.beginCall(tool.toolId, args === undefined ? "{}" : JSON.stringify(args), { runId });
+      const res = await this.opts.kernel.beginCall(tool.toolId, args === undefined ? "{}" : JSON.stringify(args), { runId, ...beginMode(runMode) });
       if (!res.call) throw new Error("the kernel answered BeginCall without a call");
+      recordedCallId = res.recordedCall?.callId;
       begun = {
         tool,
         call: res.call,
@@ -117,11 +141,17 @@ export class CallPath {
     } catch (err) {
       throw fromKernelError(err, tool.toolId);
     }
+    // The capability's own mode too: a sandbox capability is never sent, whatever was asked.
+    const sandbox = runMode.mode !== "live" ? runMode.mode : capabilityMode(begun.capability);
+    if (sandbox) {
+      const slot = tool.policy.class === "unsafe" ? undefined : slotOf(begun);
+      return this.sandbox.answer({ ...begun, argumentsSha256: argumentsSha256(begun.args), slot, recordedCallId }, sandbox);
+    }
     switch (tool.policy.class) {
       case "idempotent":
-        return this.keyed(begun, `key:${begun.call.key}`, "take-over");
+        return this.keyed(begun, slotOf(begun), "take-over");
       case "queryable":
-        return this.keyed(begun, `request:${tool.toolId}:${begun.call.requestId}`, "indeterminate");
+        return this.keyed(begun, slotOf(begun), "indeterminate");
       case "unsafe":
         return this.unsafe(begun, runId);
     }
@@ -377,6 +407,18 @@ function isRunning(pid: number): boolean {
     // EPERM: it runs, as another user.
     return (err as { code?: string }).code === "EPERM";
   }
+}
+
+/** An Idempotent call's slot is its derived key; a Queryable call's, its request id. */
+function slotOf(b: Begun): string {
+  return b.tool.policy.class === "idempotent" ? `key:${b.call.key}` : `request:${b.tool.toolId}:${b.call.requestId}`;
+}
+
+/** BeginCall's mode options: the recorded run only for a replay, the shadowed run only for a shadow. */
+function beginMode(r: RunModeRequest): Pick<BeginOptions, "mode" | "replayOf" | "shadows"> {
+  if (r.mode === "replay") return { mode: "replay", ...(r.replayOf !== undefined ? { replayOf: r.replayOf } : {}) };
+  if (r.mode === "shadow") return { mode: "shadow", ...(r.shadows !== undefined ? { shadows: r.shadows } : {}) };
+  return {};
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {

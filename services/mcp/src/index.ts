@@ -4,5 +4,18 @@ export { loadPolicy, parsePolicy, PolicyError, POLICY_SCHEMA, type Policy, type 
 export { governTools, kernelToolId, PolicyMismatchError, type GovernedTool, type UpstreamTool } from "./governed-tools";
 export { RegistrationError } from "./kernel-registration";
 export { initPolicy, policyText } from "./policy-init";
-export { META_CALL_ID, META_CAPABILITY, META_IDEMPOTENCY_KEY, META_RECORDED_AT, META_REPLAY, META_REQUEST_ID, META_RUN_ID } from "./meta-keys";
+export {
+  META_CALL_ID,
+  META_CAPABILITY,
+  META_IDEMPOTENCY_KEY,
+  META_RECORDED_AT,
+  META_RECORDED_CALL_ID,
+  META_REPLAY,
+  META_REPLAY_OF,
+  META_REQUEST_ID,
+  META_RUN_ID,
+  META_RUN_MODE,
+  META_SHADOWED,
+  META_SHADOWS,
+} from "./meta-keys";
 export { createStderrLogger } from "./stderr-logger";

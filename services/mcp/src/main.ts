@@ -7,7 +7,8 @@
  */
 import * as path from "node:path";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
-import { KernelClient, tlsFromEnv } from "../../../clients/ts/src";
+import { channelCredentials, KernelClient, LedgerClient, tlsFromEnv } from "../../../clients/ts/src";
+import { LedgerShadowRecorder } from "../../common/src/shadow-recorder";
 import type { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { formatHostPort, loadConfig, parseHostPort, type KeycapConfig } from "../../common/src/config";
 import { startMongoServer, type MongoServerHandle } from "../../common/src/embedded-mongo";
@@ -141,6 +142,9 @@ async function startGateway(scope: ServiceScope, p: GatewayParts): Promise<{ new
     audit.record({ method: `HTTP ${MCP_PATH}`, reason, code: "UNAUTHENTICATED", toolIdVerified: false, peer, message });
   scope.onStop(await startRetention(mongo.db, store, options.resultTtlSeconds, config, logger, metrics));
   const runId = options.runId ?? policy.runId;
+  // Shadow runs' would-be calls go to the ledger's shadow store (ADR 0029); the channel connects on first use.
+  const ledgerAddress = formatHostPort(config.ledgerAddress);
+  const shadow = scope.own(new LedgerShadowRecorder(new LedgerClient(ledgerAddress, channelCredentials(tlsFromEnv(p.env)))), (r) => r.close());
   const calls = new CallPath({
     recorder: metrics ? mcpCallRecorder(metrics) : NO_RECORDER,
     kernel,
@@ -150,6 +154,9 @@ async function startGateway(scope: ServiceScope, p: GatewayParts): Promise<{ new
     timeoutMs: options.timeoutMs,
     waitMs: options.waitMs,
     ...(runId !== undefined ? { defaultRunId: runId } : {}),
+    runMode: options.runMode,
+    shadow,
+    refusals: audit,
   });
   const hosts = new ConnectedHosts();
   relayNotifications(upstreams, hosts, logger);

@@ -6,6 +6,7 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { ConfigError, parseHostPort, type HostPort } from "../../common/src/config";
+import { isRunModeName, RUN_MODE_NAMES, type RunModeRequest } from "./run-mode";
 
 export interface McpOptions {
   /** KEYCAP_MCP_TIMEOUT_MS: how long an upstream tools/call may take before it counts as unanswered. Default 60000. */
@@ -14,6 +15,12 @@ export interface McpOptions {
   waitMs: number;
   /** KEYCAP_MCP_RUN_ID: run id of calls whose `_meta` names none; overrides the policy's `run_id`. */
   runId: string | undefined;
+  /**
+   * KEYCAP_MCP_RUN_MODE (live, replay or shadow; default live), KEYCAP_MCP_REPLAY_OF (the
+   * recorded run of a replay), KEYCAP_MCP_SHADOWS (the live run a shadow run shadows): the mode
+   * of calls whose `_meta` names none (ADR 0029).
+   */
+  runMode: RunModeRequest;
   /** KEYCAP_MCP_RESULT_TTL_SECONDS: how long a stored result is replayed; after it, the same key is a new call (and effect). Default 604800 (7 days); 0 keeps results forever. */
   resultTtlSeconds: number;
   /** KEYCAP_MCP_LISTEN: serve Streamable HTTP here instead of stdio (off loopback: with TLS and a token). Default: unset, stdio. */
@@ -33,11 +40,22 @@ export function loadMcpOptions(env: Env = process.env): McpOptions {
     timeoutMs: millis(env, "KEYCAP_MCP_TIMEOUT_MS", 60_000, 100, 3_600_000),
     waitMs: millis(env, "KEYCAP_MCP_WAIT_MS", 30_000, 0, 3_600_000),
     runId,
+    runMode: runModeOf(env),
     resultTtlSeconds: whole(env, "KEYCAP_MCP_RESULT_TTL_SECONDS", 604_800, 0, 10 * 365 * 86_400),
     listen: env["KEYCAP_MCP_LISTEN"]?.trim() ? parseHostPort("KEYCAP_MCP_LISTEN", env["KEYCAP_MCP_LISTEN"].trim()) : undefined,
     tls: httpTls(env),
     token: hostToken(env),
   };
+}
+
+function runModeOf(env: Env): RunModeRequest {
+  const mode = setting(env, "KEYCAP_MCP_RUN_MODE") ?? "live";
+  if (!isRunModeName(mode)) throw new ConfigError("KEYCAP_MCP_RUN_MODE", `expected one of ${RUN_MODE_NAMES.join(", ")}, got ${JSON.stringify(mode)}`);
+  const replayOf = setting(env, "KEYCAP_MCP_REPLAY_OF");
+  const shadows = setting(env, "KEYCAP_MCP_SHADOWS");
+  if (mode === "replay" && replayOf === undefined)
+    throw new ConfigError("KEYCAP_MCP_REPLAY_OF", "a replay (KEYCAP_MCP_RUN_MODE=replay) names the recorded run it replays");
+  return { mode, ...(replayOf !== undefined ? { replayOf } : {}), ...(shadows !== undefined ? { shadows } : {}) };
 }
 
 function setting(env: Env, name: string): string | undefined {

@@ -2,8 +2,9 @@
  * A sink: a service that performs an effect and admits a request only under a genuine
  * capability for one of its tools (ADR 0013). The admission order is fixed, so a request
  * breaking several rules gets the same reason every time: the ledger's verification, the
- * run mode (live only: a shadow or replay capability is refused, ADR 0028), the tool allow-list, the request's idempotency key against the capability's, then single use
- * for unsafe and queryable capabilities. Every refusal goes to the hook and, when
+ * run mode (live only, unless the service applies modes itself; Unsafe never in a sandbox
+ * run: ADR 0028, 0029), the tool allow-list, the request's idempotency key against the
+ * capability's, then single use for unsafe and queryable capabilities. Every refusal goes to the hook and, when
  * configured, to keycap's refusal store under `sink:<name>`.
  */
 import { CLOCK_TOLERANCE_SECONDS } from "../../capability/src";
@@ -60,6 +61,14 @@ export interface SinkOptions {
   spentStore?: SpentStore;
   /** keycap's refusal store; without it refusals reach only `onRefusal`. */
   refusals?: RefusalRecorder;
+  /**
+   * What a capability of a shadow or replay run gets (ADR 0028): "refuse" (default) refuses it
+   * SANDBOX_CAPABILITY_NOT_LIVE, for a service that performs live effects only; "admit" admits
+   * it, with its `mode`, for a service that applies the mode itself and never performs a live
+   * effect for it (keycap's HTTP gateway, ADR 0029). An Unsafe one is refused
+   * SANDBOX_UNSAFE_DENIED either way.
+   */
+  sandbox?: "refuse" | "admit";
   /** Called for every refusal, after it is recorded. Must not throw. */
   onRefusal?: (event: SinkRefusalEvent) => void;
   now?: () => number;
@@ -128,10 +137,13 @@ export class Sink {
 
   private async checkVerified(cap: VerifiedCapability, context: AdmissionContext): Promise<KeycapError | undefined> {
     // A sink performs live effects: a shadow or replay capability grants none here (ADR 0028).
-    if (cap.mode !== undefined) {
+    if (cap.mode !== undefined && this.opts.sandbox !== "admit") {
       return refuse(Reasons.SANDBOX_CAPABILITY_NOT_LIVE, `sink ${this.name} performs live effects only; this capability is of a ${cap.mode} run`, {
         mode: cap.mode,
       });
+    }
+    if (cap.mode !== undefined && cap.effect === "unsafe") {
+      return refuse(Reasons.SANDBOX_UNSAFE_DENIED, `tool ${cap.tool_id} is Unsafe: it is denied outright in a ${cap.mode} run`, { mode: cap.mode });
     }
     if (!this.serves(cap.tool_id)) {
       return refuse(Reasons.TOOL_NOT_ACCEPTED, `sink ${this.name} does not serve tool ${JSON.stringify(cap.tool_id.slice(0, 128))}`);

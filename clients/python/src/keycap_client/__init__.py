@@ -11,7 +11,9 @@ carrying the gRPC code and the ``google.rpc.ErrorInfo`` reason. Requests are che
 against the rules in ``proto/`` before they are sent (:mod:`keycap_client.request_rules`),
 and refused with the reason the kernel would give. Every reason keycap refuses with,
 and its gRPC code, is in :mod:`keycap_client.reasons` (generated from ``proto/``). The same
-clients on asyncio (``grpc.aio``) are in :mod:`keycap_client.aio`.
+clients on asyncio (``grpc.aio``) are in :mod:`keycap_client.aio`. Calls are begun in a live
+run unless given a run mode (``mode=Replay("run-1")`` or ``mode=Shadow()``,
+:mod:`keycap_client.run_modes`).
 """
 
 from keycap_client import reasons
@@ -28,13 +30,20 @@ from keycap_client.credentials import (
     tls_from_env,
 )
 from keycap_client.errors import CLIENT_ERROR_DOMAIN, ERROR_DOMAIN, FieldViolation, KeycapError
+from keycap_client._core.kernel import BeginItem
 from keycap_client.kernel_client import KernelClient
 from keycap_client.ledger_client import LedgerClient
+from keycap_client.run_modes import Live, Replay, RunMode, Shadow
 from keycap_client.tool_definition import EffectSpec, Idempotent, KeyDerivation, Queryable, ToolDefinition, Unsafe
 
 __all__ = [
     "AccessClient",
     "AdminClient",
+    "BeginItem",
+    "Live",
+    "Replay",
+    "RunMode",
+    "Shadow",
     "ClientConfigError",
     "RuntimeTokenLookup",
     "TlsOptions",

@@ -121,24 +121,47 @@ class KeycapError(Exception):
         trailers = call.trailing_metadata() if hasattr(call, "trailing_metadata") else None
         raw = _status_details(trailers)
         if raw is not None:
-            status_type, info_type, bad_request_type = _rpc_types()
-            try:
-                st: Any = status_type.FromString(raw)
-                message = message or st.message
-                info: Any = None
-                violations: list[FieldViolation] = []
-                for detail in st.details:
-                    name = detail.type_url.rsplit("/", 1)[-1]
-                    if name == _ERROR_INFO_TYPE and info is None:
-                        info = info_type.FromString(detail.value)
-                    elif name == _BAD_REQUEST_TYPE:
-                        bad: Any = bad_request_type.FromString(detail.value)
-                        violations.extend(FieldViolation(v.field, v.description, v.reason) for v in bad.field_violations)
-                if info is not None:
-                    return cls(code, info.reason, message, dict(info.metadata), info.domain, violations)
-            except Exception:  # a malformed trailer never hides the real error
-                pass
+            read = cls._from_status(raw, code, message)
+            if read is not None:
+                return read
         return cls(code, code.name, message)
+
+    @classmethod
+    def from_status_bytes(cls, raw: bytes) -> KeycapError:
+        """Builds a KeycapError from an encoded ``google.rpc.Status`` (one refused item of a
+        batch, e.g. ``BeginCallResult.error_status``), read as :meth:`from_rpc_error` reads
+        the trailer."""
+        status_type = _rpc_types()[0]
+        try:
+            st: Any = status_type.FromString(raw)
+            code = _CODES.get(st.code, grpc.StatusCode.UNKNOWN)
+            message = str(st.message)
+        except Exception:  # a malformed status is still an error, never a success
+            return cls(grpc.StatusCode.UNKNOWN, "UNKNOWN", "the batch item's status could not be read")
+        return cls._from_status(raw, code, message) or cls(code, code.name, message)
+
+    @classmethod
+    def _from_status(cls, raw: bytes, code: grpc.StatusCode, message: str) -> KeycapError | None:
+        """The error a ``google.rpc.Status``'s ErrorInfo (and any BadRequest) describes;
+        None when it has no ErrorInfo or cannot be read."""
+        status_type, info_type, bad_request_type = _rpc_types()
+        try:
+            st: Any = status_type.FromString(raw)
+            message = message or st.message
+            info: Any = None
+            violations: list[FieldViolation] = []
+            for detail in st.details:
+                name = detail.type_url.rsplit("/", 1)[-1]
+                if name == _ERROR_INFO_TYPE and info is None:
+                    info = info_type.FromString(detail.value)
+                elif name == _BAD_REQUEST_TYPE:
+                    bad: Any = bad_request_type.FromString(detail.value)
+                    violations.extend(FieldViolation(v.field, v.description, v.reason) for v in bad.field_violations)
+            if info is not None:
+                return cls(code, info.reason, message, dict(info.metadata), info.domain, violations)
+        except Exception:  # a malformed trailer never hides the real error
+            pass
+        return None
 
     def with_message(self, message: str) -> KeycapError:
         """The same error (code, reason, metadata, domain, field violations) with another message for people."""
@@ -152,6 +175,10 @@ class KeycapError(Exception):
             _rebuild,
             (self.code.name, self.reason, self.message, dict(self.metadata), self.domain, self.field_violations),
         )
+
+
+#: gRPC status codes by number (google.rpc.Status.code).
+_CODES = {c.value[0]: c for c in grpc.StatusCode}
 
 
 def _rebuild(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -11,11 +11,13 @@ from google.protobuf import timestamp_pb2
 
 from keycap_client._core.call import DEFAULT_TIMEOUT_S
 from keycap_client._core.handle import handle_parts
-from keycap_client._core.kernel import KernelCore
+from keycap_client._core.kernel import BeginItem, KernelCore
 from keycap_client._gen.keycap.kernel.v1 import kernel_pb2, kernel_pb2_grpc
 from keycap_client._rpc import ChannelClient
 from keycap_client.capability_handle import CapabilityHandle
 from keycap_client.credentials import TlsOptions, resolve_credentials, runtime_bearer
+from keycap_client.errors import KeycapError
+from keycap_client.run_modes import RunMode
 from keycap_client.ledger_client import LedgerClient
 from keycap_client.tool_definition import ToolDefinition
 
@@ -32,7 +34,8 @@ class KernelClient(ChannelClient):
     its TLS client certificate). ``tls``: CA and client certificate for the kernel
     and ledger channels; ``credentials``: channel credentials overriding ``tls``
     (default insecure, for loopback). ``timeout``: each call's deadline in seconds
-    (default 10).
+    (default 10). ``mode``: the run mode of every call begun without one of its own
+    (default live; ``Replay("run-1")`` or ``Shadow()``, :mod:`keycap_client.run_modes`).
     Every error is a :class:`~keycap_client.KeycapError`.
 
     Example::
@@ -52,8 +55,9 @@ class KernelClient(ChannelClient):
         tls: TlsOptions | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
+        mode: RunMode | None = None,
     ) -> None:
-        self._core = KernelCore(runtime_bearer(token))
+        self._core = KernelCore(runtime_bearer(token), mode)
         credentials = resolve_credentials(tls, credentials)
         self.raw = self._connect(address, credentials, timeout, kernel_pb2_grpc.KernelServiceStub)
         self._ledger = (
@@ -81,10 +85,13 @@ class KernelClient(ChannelClient):
         *,
         call_id: str = "",
         run_id: str = "",
+        mode: RunMode | None = None,
         timeout: float | None = None,
     ) -> kernel_pb2.BeginCallResponse:
-        """BeginCall in its wire form (the capability is in the response)."""
-        return self._run(self._core.begin_call(tool_id, arguments_json, call_id=call_id, run_id=run_id), timeout)
+        """BeginCall in its wire form (the capability is in the response; in a replay,
+        ``recorded_call`` is the recorded call it matched)."""
+        flow = self._core.begin_call(tool_id, arguments_json, call_id=call_id, run_id=run_id, mode=mode)
+        return self._run(flow, timeout)
 
     def begin(
         self,
@@ -93,13 +100,28 @@ class KernelClient(ChannelClient):
         *,
         call_id: str = "",
         run_id: str = "",
+        mode: RunMode | None = None,
         timeout: float | None = None,
     ) -> CapabilityHandle:
         """Begins a call and returns a handle whose ``write`` sends the kernel's key and capability.
 
         ``args`` is a mapping (serialised to JSON here) or JSON text sent exactly as given.
+        ``mode`` (default: the client's, else live) begins it in a replay or shadow run
+        (:mod:`keycap_client.run_modes`); in a replay the handle's ``recorded`` is the
+        recorded call it matched.
         """
-        return self.handle_for(*self._run(self._core.begin(tool_id, args, call_id=call_id, run_id=run_id), timeout))
+        flow = self._core.begin(tool_id, args, call_id=call_id, run_id=run_id, mode=mode)
+        return self.handle_for(*self._run(flow, timeout))
+
+    def begin_many(
+        self, items: Sequence[BeginItem], *, mode: RunMode | None = None, timeout: float | None = None
+    ) -> list[CapabilityHandle | KeycapError]:
+        """Begins 1 to 256 calls in one BeginCalls round trip, all in run mode ``mode``
+        (default: the client's). Each item is answered on its own, in order: a handle as
+        :meth:`begin` returns, or the :class:`~keycap_client.KeycapError` it would have raised
+        alone (returned, not raised, so one refused item does not hide the others)."""
+        answers = self._run(self._core.begin_many(items, mode=mode), timeout)
+        return [a if isinstance(a, KeycapError) else self.handle_for(*a) for a in answers]
 
     def complete_call(
         self,
@@ -129,10 +151,11 @@ class KernelClient(ChannelClient):
         call: kernel_pb2.Call | None,
         capability: str,
         expires_at: timestamp_pb2.Timestamp | datetime | None,
+        recorded: kernel_pb2.Call | None = None,
     ) -> CapabilityHandle:
         """A handle for a call and its capability (after BeginCall or a RETRY ResumeCall)."""
         checked, expiry = handle_parts(call, expires_at)
-        return CapabilityHandle(checked, capability, expiry, self._ledger, self)
+        return CapabilityHandle(checked, capability, expiry, self._ledger, self, recorded)
 
     def close(self) -> None:
         super().close()

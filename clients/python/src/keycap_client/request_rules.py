@@ -39,6 +39,9 @@ __all__ = ["UNNAMED_RULE_REASON", "has_rules", "refusal", "check"]
 #: Reason of a failing rule that the proto does not name one for (as the services answer).
 UNNAMED_RULE_REASON = "REQUEST_INVALID"
 
+# Longest string a refusal repeats after "got", in code points (then "…"), as the services.
+_MAX_SHOWN_CHARS = 64
+
 # buf.validate.field / .oneof / .message: extension 1159 of Field/Oneof/MessageOptions.
 # The stubs do not import buf/validate/validate.proto (generate.sh), so in our
 # descriptors it is an unknown field of the options; it is also looked for as a known
@@ -223,7 +226,9 @@ def _scalar_at(message: Message, elements: list[FieldPathElementPb]) -> str | No
     if fd is None or fd.type in _INT64_TYPES or fd.type == FieldDescriptor.TYPE_BOOL:
         return None
     if isinstance(at, str):
-        return json.dumps(at, ensure_ascii=False)
+        # A refused value can be large (a 4 KiB detail): shown cut as the services cut it.
+        shown = at if len(at) <= _MAX_SHOWN_CHARS else at[:_MAX_SHOWN_CHARS] + "\u2026"
+        return json.dumps(shown, ensure_ascii=False)
     if isinstance(at, float):
         if not math.isfinite(at):
             return "null"  # JSON.stringify(NaN)

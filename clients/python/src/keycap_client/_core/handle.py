@@ -12,6 +12,12 @@ from keycap_client._gen.keycap.effect.v1 import effect_pb2
 from keycap_client._gen.keycap.kernel.v1 import kernel_pb2
 
 
+def _copy(call: kernel_pb2.Call) -> kernel_pb2.Call:
+    c = kernel_pb2.Call()
+    c.CopyFrom(call)
+    return c
+
+
 class WriteTarget(TypedDict):
     """Where a handle's write goes and how: the call's key and request id, and whether it may be retried."""
 
@@ -40,7 +46,7 @@ class HandleBase(Generic[_Ledger, _Kernel]):
     :class:`~keycap_client.aio.AsyncCapabilityHandle`): the call, its capability in a
     name-mangled slot with no accessor, and the clients it writes and completes through."""
 
-    __slots__ = ("_call", "__capability", "_expires_at", "_ledger", "_kernel")
+    __slots__ = ("_call", "__capability", "_expires_at", "_ledger", "_kernel", "_recorded")
 
     def __init__(
         self,
@@ -49,10 +55,12 @@ class HandleBase(Generic[_Ledger, _Kernel]):
         expires_at: datetime | None,
         ledger: _Ledger | None,
         kernel: _Kernel,
+        recorded: kernel_pb2.Call | None = None,
     ) -> None:
         snapshot = kernel_pb2.Call()
         snapshot.CopyFrom(call)
         self._call = snapshot
+        self._recorded = _copy(recorded) if recorded is not None else None
         self.__capability = capability
         self._expires_at = expires_at
         self._ledger = ledger
@@ -61,9 +69,13 @@ class HandleBase(Generic[_Ledger, _Kernel]):
     @property
     def call(self) -> kernel_pb2.Call:
         """A copy of the journaled call."""
-        c = kernel_pb2.Call()
-        c.CopyFrom(self._call)
-        return c
+        return _copy(self._call)
+
+    @property
+    def recorded(self) -> kernel_pb2.Call | None:
+        """In a replay: (a copy of) the recorded call this call matched, with the outcome the
+        recorded run got (``outcome``, ``outcome_detail``); None otherwise."""
+        return _copy(self._recorded) if self._recorded is not None else None
 
     @property
     def call_id(self) -> str:

@@ -17,6 +17,8 @@ from keycap_client._gen.keycap.kernel.v1 import access_pb2, kernel_pb2
 from keycap_client._gen.keycap.ledger.v1 import ledger_admin_pb2, ledger_pb2
 from keycap_client.errors import CLIENT_ERROR_DOMAIN, KeycapError
 from keycap_client._core.call import LIST_PAGE_SIZE, client_error
+from keycap_client import run_modes
+from keycap_client.run_modes import RunMode
 from keycap_client.tool_definition import ToolDefinition
 
 _OUTCOMES = {
@@ -127,10 +129,12 @@ def list_grants(tool_id: str, principal: str, page_token: str) -> access_pb2.Lis
     )
 
 
-def begin_call_request(tool_id: str, arguments_json: str, call_id: str, run_id: str) -> kernel_pb2.BeginCallRequest:
-    """A BeginCallRequest whose call id is chosen here when the caller gives none, so a
-    BeginCall resent after a lost answer (the UNAVAILABLE retry) finds the call its
-    first try journaled instead of journaling a second one."""
+def begin_call_request(
+    tool_id: str, arguments_json: str, call_id: str, run_id: str, mode: RunMode
+) -> kernel_pb2.BeginCallRequest:
+    """A BeginCallRequest in run mode ``mode`` whose call id is chosen here when the caller
+    gives none, so a BeginCall resent after a lost answer (the UNAVAILABLE retry) finds the
+    call its first try journaled instead of journaling a second one."""
     for field, text in (("arguments_json", arguments_json), ("run_id", run_id)):
         try:
             text.encode("utf-8")
@@ -142,4 +146,7 @@ def begin_call_request(tool_id: str, arguments_json: str, call_id: str, run_id: 
                 f"{field} holds a lone surrogate, which is not text UTF-8 can carry (not sent)",
                 domain=CLIENT_ERROR_DOMAIN,
             ) from None
-    return kernel_pb2.BeginCallRequest(tool_id=tool_id, arguments_json=arguments_json, call_id=call_id or str(uuid.uuid4()), run_id=run_id)
+    req = kernel_pb2.BeginCallRequest(
+        tool_id=tool_id, arguments_json=arguments_json, call_id=call_id or str(uuid.uuid4()), run_id=run_id
+    )
+    return run_modes.apply(req, mode)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -11,12 +11,14 @@ from google.protobuf import timestamp_pb2
 
 from keycap_client._core.call import DEFAULT_TIMEOUT_S
 from keycap_client._core.handle import handle_parts
-from keycap_client._core.kernel import KernelCore
+from keycap_client._core.kernel import BeginItem, KernelCore
 from keycap_client._gen.keycap.kernel.v1 import kernel_pb2, kernel_pb2_grpc
 from keycap_client.aio._rpc import AsyncChannelClient
 from keycap_client.aio.capability_handle import AsyncCapabilityHandle
 from keycap_client.aio.ledger_client import AsyncLedgerClient
 from keycap_client.credentials import TlsOptions, resolve_credentials, runtime_bearer
+from keycap_client.errors import KeycapError
+from keycap_client.run_modes import RunMode
 from keycap_client.tool_definition import ToolDefinition
 
 __all__ = ["AsyncKernelClient"]
@@ -26,7 +28,7 @@ class AsyncKernelClient(AsyncChannelClient):
     """Registers tools, begins calls and hands out :class:`AsyncCapabilityHandle` s, over ``grpc.aio``.
 
     The constructor options (``ledger_address``, ``token`` with the default runtime
-    credential lookup, ``tls``, ``credentials``, ``timeout``) and the methods are those of
+    credential lookup, ``tls``, ``credentials``, ``timeout``, ``mode``) and the methods are those of
     :class:`keycap_client.KernelClient`; every method that calls the kernel is awaited
     (``handle_for`` sends nothing and is not). Make it inside the running event loop.
     Every error is a :class:`~keycap_client.KeycapError`.
@@ -48,8 +50,9 @@ class AsyncKernelClient(AsyncChannelClient):
         tls: TlsOptions | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
+        mode: RunMode | None = None,
     ) -> None:
-        self._core = KernelCore(runtime_bearer(token))
+        self._core = KernelCore(runtime_bearer(token), mode)
         credentials = resolve_credentials(tls, credentials)
         self.raw = self._connect(address, credentials, timeout, kernel_pb2_grpc.KernelServiceStub)
         self._ledger = (
@@ -77,10 +80,13 @@ class AsyncKernelClient(AsyncChannelClient):
         *,
         call_id: str = "",
         run_id: str = "",
+        mode: RunMode | None = None,
         timeout: float | None = None,
     ) -> kernel_pb2.BeginCallResponse:
-        """BeginCall in its wire form (the capability is in the response)."""
-        return await self._run(self._core.begin_call(tool_id, arguments_json, call_id=call_id, run_id=run_id), timeout)
+        """BeginCall in its wire form (the capability is in the response; in a replay,
+        ``recorded_call`` is the recorded call it matched)."""
+        flow = self._core.begin_call(tool_id, arguments_json, call_id=call_id, run_id=run_id, mode=mode)
+        return await self._run(flow, timeout)
 
     async def begin(
         self,
@@ -89,13 +95,28 @@ class AsyncKernelClient(AsyncChannelClient):
         *,
         call_id: str = "",
         run_id: str = "",
+        mode: RunMode | None = None,
         timeout: float | None = None,
     ) -> AsyncCapabilityHandle:
         """Begins a call and returns a handle whose ``write`` sends the kernel's key and capability.
 
         ``args`` is a mapping (serialised to JSON here) or JSON text sent exactly as given.
+        ``mode`` (default: the client's, else live) begins it in a replay or shadow run
+        (:mod:`keycap_client.run_modes`); in a replay the handle's ``recorded`` is the
+        recorded call it matched.
         """
-        return self.handle_for(*await self._run(self._core.begin(tool_id, args, call_id=call_id, run_id=run_id), timeout))
+        flow = self._core.begin(tool_id, args, call_id=call_id, run_id=run_id, mode=mode)
+        return self.handle_for(*await self._run(flow, timeout))
+
+    async def begin_many(
+        self, items: Sequence[BeginItem], *, mode: RunMode | None = None, timeout: float | None = None
+    ) -> list[AsyncCapabilityHandle | KeycapError]:
+        """Begins 1 to 256 calls in one BeginCalls round trip, all in run mode ``mode``
+        (default: the client's). Each item is answered on its own, in order: a handle as
+        :meth:`begin` returns, or the :class:`~keycap_client.KeycapError` it would have raised
+        alone (returned, not raised, so one refused item does not hide the others)."""
+        answers = await self._run(self._core.begin_many(items, mode=mode), timeout)
+        return [a if isinstance(a, KeycapError) else self.handle_for(*a) for a in answers]
 
     async def complete_call(
         self,
@@ -125,10 +146,11 @@ class AsyncKernelClient(AsyncChannelClient):
         call: kernel_pb2.Call | None,
         capability: str,
         expires_at: timestamp_pb2.Timestamp | datetime | None,
+        recorded: kernel_pb2.Call | None = None,
     ) -> AsyncCapabilityHandle:
         """A handle for a call and its capability (after BeginCall or a RETRY ResumeCall); sends nothing."""
         checked, expiry = handle_parts(call, expires_at)
-        return AsyncCapabilityHandle(checked, capability, expiry, self._ledger, self)
+        return AsyncCapabilityHandle(checked, capability, expiry, self._ledger, self, recorded)
 
     async def close(self) -> None:
         await super().close()

@@ -2,7 +2,8 @@
 
 A ``tools/call`` of a governed tool runs its handler only under a capability the kernel
 minted for exactly this call: ``_meta["io.keycap/capability"]`` (sent by ``keycap mcp``)
-must verify with the ledger's profile (keycap_client.sink), name this tool, agree with a
+must verify with the ledger's profile (keycap_client.sink), be live (a shadow or replay
+capability, ADR 0028, is refused SANDBOX_CAPABILITY_NOT_LIVE), name this tool, agree with a
 ``_meta["io.keycap/idempotency-key"]`` sent beside it, and then
 - Unsafe, Queryable: be spent here for the first time (a spent store is required);
 - Idempotent: carry the ``derivation`` claim (ADR 0026; CLAIM_MISSING, CLAIM_INVALID),
@@ -23,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -121,7 +122,9 @@ class KeycapMcpMiddleware:
         )
         if not self.tools:
             raise ValueError("name the governed tools (tools=[...] or {mcp name: keycap tool id})")
-        self.verifier = CapabilityVerifier(keys, verifier)
+        # Sandbox capabilities are verified so that their refusal names the verified tool and
+        # says why (not live), rather than an unverified WRONG_TOKEN_TYPE.
+        self.verifier = CapabilityVerifier(keys, replace(verifier or VerifierOptions(), sandbox="verify"))
         self.spent_store = spent_store
         self.refusals = refusals
         self.on_refusal = on_refusal
@@ -162,7 +165,7 @@ class KeycapMcpMiddleware:
         """The admitted call, or MCPError after the refusal is recorded. The order is fixed,
         as in the TypeScript and Go middlewares, so a call breaking several rules gets the
         same reason in every language (docs/mcp-server-python.md): the capability's own
-        verification, the tool, the ``_meta`` idempotency key, single use (Unsafe,
+        verification, the run mode (live only), the tool, the ``_meta`` idempotency key, single use (Unsafe,
         Queryable), then the derivation claim and the arguments' key (Idempotent)."""
         raw_meta = params.get("_meta")
         meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
@@ -176,7 +179,14 @@ class KeycapMcpMiddleware:
             raise await self._refuse(name, record.unverified(err.unverified), _from_sink(err)) from None
         record = record.verified(cap)
         refusal: McpRefusal | None
-        if cap.tool_id != tool_id:
+        if cap.mode is not None:
+            # A server performs live effects: a shadow or replay capability grants none here.
+            refusal = _refusal(
+                reasons.SANDBOX_CAPABILITY_NOT_LIVE,
+                f"server {self.name} performs live effects only; this capability is of a {cap.mode} run",
+                {"mode": cap.mode},
+            )
+        elif cap.tool_id != tool_id:
             refusal = _refusal(reasons.TOOL_NOT_ACCEPTED, f"the capability is for tool {cap.tool_id[:128]!r}, not {tool_id!r}")
         elif sent_key is not None and sent_key != cap.key:
             # As a sink's Idempotency-Key header: a key beside the capability must be its key.

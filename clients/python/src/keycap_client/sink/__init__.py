@@ -13,7 +13,7 @@ Transports: :class:`SinkInterceptor` (grpc), :class:`AsyncSinkInterceptor` (grpc
 
 from keycap_client.sink._current import current_capability
 from keycap_client.sink.asgi import SinkMiddleware, capability_from_scope, problem_json
-from keycap_client.sink.claims import DerivationClaim, Effect, VerifiedCapability
+from keycap_client.sink.claims import DerivationClaim, Effect, SandboxMode, VerifiedCapability
 from keycap_client.sink.grpc_interceptor import AsyncSinkInterceptor, SinkInterceptor, capability_of
 from keycap_client.sink.keys import JwksError, KernelJwksSource, PublicKeySource, StaticJwksSource, parse_jwks
 from keycap_client.sink.refusal import REASON_CODES, SinkRefusal, UnverifiedInfo
@@ -28,6 +28,7 @@ __all__ = [
     "CapabilityVerifier",
     "DerivationClaim",
     "Effect",
+    "SandboxMode",
     "InMemorySpentStore",
     "JwksError",
     "KernelJwksSource",

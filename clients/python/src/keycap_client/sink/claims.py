@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["VerifiedCapability", "DerivationClaim", "Effect"]
+__all__ = ["VerifiedCapability", "DerivationClaim", "Effect", "SandboxMode"]
 
 Effect = Literal["idempotent", "queryable", "unsafe"]
+#: A sandbox run mode (the ``mode`` claim, ADR 0028); absent means live.
+SandboxMode = Literal["shadow", "replay"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,8 @@ class VerifiedCapability:
     as the effect's own unique key. ``request_id``: queryable capabilities only. ``sub``:
     the principal (agent runtime) that began the call. Times are seconds since the epoch.
     ``derivation``: idempotent capabilities minted since ADR 0026 (None on older ones).
+    ``mode``: "shadow" or "replay" for a sandbox capability (ADR 0028; only a verifier
+    with ``sandbox="verify"`` returns one), None for a live one.
     Only these fields exist: nothing from the request is presented as verified.
     """
 
@@ -56,6 +60,7 @@ class VerifiedCapability:
     key: str | None = None
     request_id: str | None = None
     derivation: DerivationClaim | None = None
+    mode: SandboxMode | None = None
 
     def as_dict(self) -> dict[str, object]:
         """The claims as the ledger's verifier returns them (``key`` / ``request_id`` only when present)."""
@@ -78,4 +83,6 @@ class VerifiedCapability:
             out["request_id"] = self.request_id
         if self.derivation is not None:
             out["derivation"] = self.derivation.as_dict()
+        if self.mode is not None:
+            out["mode"] = self.mode
         return out

@@ -43,6 +43,7 @@ REASON_CODES: Final[Mapping[str, grpc.StatusCode]] = {
         reasons.KEY_MISMATCH,
         reasons.CAPABILITY_REUSED,
         reasons.EFFECT_CLASS_MISMATCH,
+        reasons.SANDBOX_CAPABILITY_NOT_LIVE,
     )
 }
 

@@ -2,7 +2,8 @@
 capability for one of its tools (ADR 0013).
 
 The admission order is fixed, so a request breaking several rules gets the same reason
-every time, in every SDK: the ledger's verification, the tool allow-list, the request's
+every time, in every SDK: the ledger's verification, the run mode (live only: a shadow or
+replay capability is refused SANDBOX_CAPABILITY_NOT_LIVE, ADR 0028), the tool allow-list, the request's
 idempotency key against the capability's, then single use for unsafe and queryable
 capabilities. Every refusal goes to the recorder (keycap's ``rejections``, under
 ``sink:<name>``) and then to the ``on_refusal`` hook.
@@ -14,7 +15,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from keycap_client import reasons
@@ -97,7 +98,9 @@ class Sink:
         self.tools = frozenset(tools)
         if not self.tools:
             raise ValueError("a sink must name the tools it serves (tools=[...])")
-        self.verifier = CapabilityVerifier(keys, verifier)
+        # Sandbox capabilities are verified, so that their refusal names the verified tool
+        # and says why (not live), rather than an unverified WRONG_TOKEN_TYPE.
+        self.verifier = CapabilityVerifier(keys, replace(verifier or VerifierOptions(), sandbox="verify"))
         self.spent_store = spent_store
         self.refusals = refusals
         self.on_refusal = on_refusal
@@ -137,6 +140,14 @@ class Sink:
         return cap
 
     def _check_claims(self, cap: VerifiedCapability, context: AdmissionContext) -> SinkRefusal | None:
+        # A sink performs live effects: a shadow or replay capability grants none here.
+        if cap.mode is not None:
+            return SinkRefusal(
+                reasons.SANDBOX_CAPABILITY_NOT_LIVE,
+                f"sink {self.name} performs live effects only; this capability is of a {cap.mode} run",
+                signature_verified=True,
+                metadata={"mode": cap.mode},
+            )
         if cap.tool_id not in self.tools:
             return SinkRefusal(
                 reasons.TOOL_NOT_ACCEPTED,

@@ -15,20 +15,24 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import Literal, cast
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from keycap_client import reasons
 from keycap_client.sink._jws import ParsedJws, b64url_decode, is_utf8, js_length, parse_compact_jws
-from keycap_client.sink.claims import DerivationClaim, Effect, VerifiedCapability
+from keycap_client.sink.claims import DerivationClaim, Effect, SandboxMode, VerifiedCapability
 from keycap_client.sink.keys import PublicKeySource
 from keycap_client.sink.refusal import SinkRefusal, UnverifiedInfo
 
 __all__ = ["CapabilityVerifier", "VerifierOptions", "parse_bearer"]
 
 CAPABILITY_TYP = "keycap-capability+jwt"
+#: The typ of a shadow or replay capability (ADR 0028): a verifier that does not know run
+#: modes refuses it WRONG_TOKEN_TYPE instead of taking it as live.
+CAPABILITY_SANDBOX_TYP = "keycap-sandbox-capability+jwt"
+_SANDBOX_MODES = ("shadow", "replay")
 CAPABILITY_ALG = "EdDSA"
 _ALLOWED_HEADER_MEMBERS = frozenset({"alg", "typ", "kid"})
 # Presence before any value, in the ledger's order, so a token missing several names the same one.
@@ -58,6 +62,11 @@ class VerifierOptions:
     ``audience``: the kernel's audience (``KEYCAP_CAPABILITY_AUDIENCE`` there).
     ``max_lifetime_seconds`` bounds both ``exp - iat`` and the token's age.
     ``clock``: seconds since the epoch (like ``time.time``); tests move it.
+    ``sandbox``: what to do with a shadow or replay capability (ADR 0028): ``"refuse"``
+    (the default) refuses its typ WRONG_TOKEN_TYPE, as every verifier that does not know
+    run modes does; ``"verify"`` verifies it and returns its ``mode``, for a caller that then
+    applies the mode (a :class:`~keycap_client.sink.Sink` refuses it as not live). Either
+    way a token whose typ and ``mode`` claim disagree is refused CLAIM_INVALID.
     """
 
     issuer: str = "keycap-kernel"
@@ -66,6 +75,7 @@ class VerifierOptions:
     max_lifetime_seconds: float = 900
     clock_tolerance_seconds: float = 5
     clock: Callable[[], float] = time.time
+    sandbox: Literal["refuse", "verify"] = "refuse"
 
     def __post_init__(self) -> None:
         for name in ("max_token_bytes", "max_lifetime_seconds", "clock_tolerance_seconds"):
@@ -143,7 +153,8 @@ class CapabilityVerifier:
         # The algorithm is decided here, not by the token: anything but exactly "EdDSA" is refused.
         if header.get("alg") != CAPABILITY_ALG:
             raise refuse(reasons.ALGORITHM_NOT_ALLOWED, f"capability algorithm must be {CAPABILITY_ALG}")
-        if header.get("typ") != CAPABILITY_TYP:
+        typ = header.get("typ")
+        if typ != CAPABILITY_TYP and not (typ == CAPABILITY_SANDBOX_TYP and opts.sandbox == "verify"):
             raise refuse(reasons.WRONG_TOKEN_TYPE, f"capability typ must be {CAPABILITY_TYP}")
         kid = header.get("kid")
         if not isinstance(kid, str) or kid == "":
@@ -199,7 +210,19 @@ class CapabilityVerifier:
                 unverified=unverified,
                 signature_verified=True,
             )
-        return self._check_claims(payload, checked.kid, unverified)
+        cap = self._check_claims(payload, checked.kid, unverified)
+        # The typ and the mode claim say the same thing, or the token is not the kernel's
+        # kind: a live typ with a mode (a verifier without modes would take it as live) or
+        # a sandbox typ without one.
+        if (jws.header is not None and jws.header.get("typ") == CAPABILITY_SANDBOX_TYP) != (cap.mode is not None):
+            raise SinkRefusal(
+                reasons.CLAIM_INVALID,
+                f'capability claim "mode" must be present exactly when typ is {CAPABILITY_SANDBOX_TYP}',
+                unverified=unverified,
+                signature_verified=True,
+                metadata={"claim": "mode"},
+            )
+        return cap
 
     def _check_claims(self, payload: Mapping[str, object], kid: str, unverified: UnverifiedInfo) -> VerifiedCapability:
         opts = self.options
@@ -272,6 +295,7 @@ class CapabilityVerifier:
             key=key if isinstance(key, str) else None,
             request_id=request_id if isinstance(request_id, str) else None,
             derivation=_derivation_of(payload.get("derivation")),
+            mode=cast(SandboxMode, payload["mode"]) if "mode" in payload else None,
         )
 
 
@@ -317,6 +341,8 @@ def _claim_problem(value: Mapping[str, object]) -> tuple[str, str, str] | None:
             return ("invalid", claim, f'capability claim "{claim}" must be a whole number of seconds')
     if cast(float, value["exp"]) <= cast(float, value["iat"]):
         return ("invalid", "exp", 'capability claim "exp" must be after "iat"')
+    if "mode" in value and value["mode"] not in _SANDBOX_MODES:
+        return ("invalid", "mode", 'capability claim "mode" must be one of shadow, replay (absent: live)')
     return (
         _paired_problem(value, "key", effect == "idempotent", "idempotent")
         or _derivation_problem(value, effect == "idempotent")

@@ -182,7 +182,18 @@ type ForwardResponse struct {
 	RequestMismatch bool `protobuf:"varint,8,opt,name=request_mismatch,json=requestMismatch,proto3" json:"request_mismatch,omitempty"`
 	// How many times the request was sent for this key (more than 1 after
 	// retryable failures or a gateway crash: always under the same key).
-	Attempts      uint32 `protobuf:"varint,9,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	Attempts uint32 `protobuf:"varint,9,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// The run mode of the capability (docs/run-modes.md, ADR 0029): "" for a
+	// live run, "replay" or "shadow" for a sandbox run. A sandbox forward never
+	// calls out: a replay is answered from the recorded run's stored answer for
+	// the recorded key (`replayed` set), a shadow is `shadowed`.
+	Mode string `protobuf:"bytes,10,opt,name=mode,proto3" json:"mode,omitempty"`
+	// True when the capability is of a shadow run: nothing was sent and there is
+	// no destination answer (status 0, no headers, empty body); the request the
+	// gateway would have sent (method, URL, SHA-256 of method, URL and body) is
+	// recorded in the ledger's shadow store under the shadow call's key, and
+	// `recorded_at` says when.
+	Shadowed      bool `protobuf:"varint,11,opt,name=shadowed,proto3" json:"shadowed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -280,6 +291,20 @@ func (x *ForwardResponse) GetAttempts() uint32 {
 	return 0
 }
 
+func (x *ForwardResponse) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *ForwardResponse) GetShadowed() bool {
+	if x != nil {
+		return x.Shadowed
+	}
+	return false
+}
+
 var File_keycap_gateway_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_keycap_gateway_v1_gateway_proto_rawDesc = "" +
@@ -293,7 +318,7 @@ const file_keycap_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x06method\x18\x01 \x01(\tR\x06method\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x127\n" +
 	"\aheaders\x18\x03 \x03(\v2\x1d.keycap.gateway.v1.HttpHeaderR\aheaders\x12\x12\n" +
-	"\x04body\x18\x04 \x01(\fR\x04body\"\xcf\x02\n" +
+	"\x04body\x18\x04 \x01(\fR\x04body\"\xff\x02\n" +
 	"\x0fForwardResponse\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\rR\x06status\x127\n" +
 	"\aheaders\x18\x02 \x03(\v2\x1d.keycap.gateway.v1.HttpHeaderR\aheaders\x12\x12\n" +
@@ -304,7 +329,10 @@ const file_keycap_gateway_v1_gateway_proto_rawDesc = "" +
 	"\vrecorded_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"recordedAt\x12)\n" +
 	"\x10request_mismatch\x18\b \x01(\bR\x0frequestMismatch\x12\x1a\n" +
-	"\battempts\x18\t \x01(\rR\battempts2b\n" +
+	"\battempts\x18\t \x01(\rR\battempts\x12\x12\n" +
+	"\x04mode\x18\n" +
+	" \x01(\tR\x04mode\x12\x1a\n" +
+	"\bshadowed\x18\v \x01(\bR\bshadowed2b\n" +
 	"\x0eGatewayService\x12P\n" +
 	"\aForward\x12!.keycap.gateway.v1.ForwardRequest\x1a\".keycap.gateway.v1.ForwardResponseBEZCgithub.com/keycap/keycap/clients/go/gen/keycap/gateway/v1;gatewayv1b\x06proto3"
 

@@ -880,20 +880,22 @@ type BeginCallRequest struct {
 	// arguments it is refused with ALREADY_EXISTS. Empty: the kernel generates one.
 	CallId string `protobuf:"bytes,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
 	// Optional run id of the agent run this call belongs to; it enters the key when
-	// the tool's derivation names CONTEXT_FIELD_RUN_ID (then it is required).
+	// the tool's derivation names CONTEXT_FIELD_RUN_ID (then it is required). At most
+	// 256 characters.
 	RunId string `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// The call's arguments: UTF-8 JSON text of one object. Duplicate member names,
 	// non-finite numbers and (in key fields) integers beyond +-2^53 are refused.
 	ArgumentsJson string `protobuf:"bytes,4,opt,name=arguments_json,json=argumentsJson,proto3" json:"arguments_json,omitempty"`
-	// The run mode (ADR 0028); unset is live. Checked per call by the kernel (not by a
-	// schema rule, which would refuse a whole BeginCalls batch): INVALID_RUN_MODE for a
-	// replay without replay_of_run_id or run_id, or ids given to a mode that takes none.
+	// The run mode (ADR 0028); unset is live. The kernel checks it with the fields it
+	// needs: INVALID_RUN_MODE for a replay without replay_of_run_id or run_id, or ids given
+	// to a mode that takes none.
 	Mode RunMode `protobuf:"varint,5,opt,name=mode,proto3,enum=keycap.kernel.v1.RunMode" json:"mode,omitempty"`
 	// REPLAY only, and required there: the recorded run this run replays. Keys are derived
-	// in its context (as if run_id were this), so they are the recorded keys.
+	// in its context (as if run_id were this), so they are the recorded keys. At most 256
+	// characters.
 	ReplayOfRunId string `protobuf:"bytes,6,opt,name=replay_of_run_id,json=replayOfRunId,proto3" json:"replay_of_run_id,omitempty"`
 	// SHADOW only, optional: the live run this shadow run runs beside, for listing them
-	// side by side.
+	// side by side. At most 256 characters.
 	ShadowsRunId  string `protobuf:"bytes,7,opt,name=shadows_run_id,json=shadowsRunId,proto3" json:"shadows_run_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1065,11 +1067,11 @@ func (x *BeginCallResponse) GetRecordedCall() *Call {
 // Request of CompleteCall.
 type CompleteCallRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The call to complete.
+	// The call to complete (1-128 of [A-Za-z0-9._:-]).
 	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
 	// How it ended. Required.
 	Outcome CallOutcome `protobuf:"varint,2,opt,name=outcome,proto3,enum=keycap.kernel.v1.CallOutcome" json:"outcome,omitempty"`
-	// Optional detail (at most 4 KiB).
+	// Optional detail, at most 4096 characters.
 	OutcomeDetail string `protobuf:"bytes,3,opt,name=outcome_detail,json=outcomeDetail,proto3" json:"outcome_detail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1783,7 +1785,7 @@ func (x *ListIndeterminateCallsResponse) GetNextPageToken() string {
 // Request of ResumeCall.
 type ResumeCallRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The call to resume.
+	// The call to resume (1-128 of [A-Za-z0-9._:-]).
 	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
 	// Only find out, issue nothing: a Queryable call is asked about and completed when
 	// the ledger holds its effect, else left pending at its attempt with no capability
@@ -2010,7 +2012,8 @@ func (x *GetSigningKeysResponse) GetCurrentKeyId() string {
 // Request of ListRunCalls.
 type ListRunCallsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The run whose calls to list (the run_id given to BeginCall). REQUIRED.
+	// The run whose calls to list (the run_id given to BeginCall). REQUIRED, at most 256
+	// characters.
 	RunId string `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	// Maximum calls to return; 0 means 100, larger values are capped at 1000.
 	PageSize uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
@@ -2237,15 +2240,19 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\x10replay_of_run_id\x18\x10 \x01(\tR\rreplayOfRunId\x12$\n" +
 	"\x0eshadows_run_id\x18\x11 \x01(\tR\fshadowsRunId\x12)\n" +
 	"\x11replay_of_call_id\x18\x12 \x01(\tR\x0ereplayOfCallId\x12'\n" +
-	"\x0freplay_position\x18\x13 \x01(\rR\x0ereplayPosition\"\x80\x02\n" +
+	"\x0freplay_position\x18\x13 \x01(\rR\x0ereplayPosition\"\xd7\x03\n" +
 	"\x10BeginCallRequest\x12\x17\n" +
-	"\atool_id\x18\x01 \x01(\tR\x06toolId\x12\x17\n" +
-	"\acall_id\x18\x02 \x01(\tR\x06callId\x12\x15\n" +
-	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12%\n" +
+	"\atool_id\x18\x01 \x01(\tR\x06toolId\x12`\n" +
+	"\acall_id\x18\x02 \x01(\tBG\xbaH\x1f\xd8\x01\x01r\x1a2\x18^[A-Za-z0-9._:-]{1,128}$\xe2\xf9\x18!\n" +
+	"\x0estring.pattern\x12\x0fINVALID_CALL_IDR\x06callId\x12C\n" +
+	"\x06run_id\x18\x03 \x01(\tB,\xbaH\x05r\x03\x18\x80\x02\xe2\xf9\x18 \n" +
+	"\x0estring.max_len\x12\x0eINVALID_RUN_IDR\x05runId\x12%\n" +
 	"\x0earguments_json\x18\x04 \x01(\tR\rargumentsJson\x12-\n" +
-	"\x04mode\x18\x05 \x01(\x0e2\x19.keycap.kernel.v1.RunModeR\x04mode\x12'\n" +
-	"\x10replay_of_run_id\x18\x06 \x01(\tR\rreplayOfRunId\x12$\n" +
-	"\x0eshadows_run_id\x18\a \x01(\tR\fshadowsRunId\"\x91\x02\n" +
+	"\x04mode\x18\x05 \x01(\x0e2\x19.keycap.kernel.v1.RunModeR\x04mode\x12W\n" +
+	"\x10replay_of_run_id\x18\x06 \x01(\tB.\xbaH\x05r\x03\x18\x80\x02\xe2\xf9\x18\"\n" +
+	"\x0estring.max_len\x12\x10INVALID_RUN_MODER\rreplayOfRunId\x12T\n" +
+	"\x0eshadows_run_id\x18\a \x01(\tB.\xbaH\x05r\x03\x18\x80\x02\xe2\xf9\x18\"\n" +
+	"\x0estring.max_len\x12\x10INVALID_RUN_MODER\fshadowsRunId\"\x91\x02\n" +
 	"\x11BeginCallResponse\x12*\n" +
 	"\x04call\x18\x01 \x01(\v2\x16.keycap.kernel.v1.CallR\x04call\x12\x1e\n" +
 	"\n" +
@@ -2253,16 +2260,19 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"capability\x12N\n" +
 	"\x15capability_expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x13capabilityExpiresAt\x12#\n" +
 	"\rexisting_call\x18\x04 \x01(\bR\fexistingCall\x12;\n" +
-	"\rrecorded_call\x18\x05 \x01(\v2\x16.keycap.kernel.v1.CallR\frecordedCall\"\x8e\x01\n" +
-	"\x13CompleteCallRequest\x12\x17\n" +
-	"\acall_id\x18\x01 \x01(\tR\x06callId\x127\n" +
-	"\aoutcome\x18\x02 \x01(\x0e2\x1d.keycap.kernel.v1.CallOutcomeR\aoutcome\x12%\n" +
-	"\x0eoutcome_detail\x18\x03 \x01(\tR\routcomeDetail\"o\n" +
+	"\rrecorded_call\x18\x05 \x01(\v2\x16.keycap.kernel.v1.CallR\frecordedCall\"\x8b\x02\n" +
+	"\x13CompleteCallRequest\x12]\n" +
+	"\acall_id\x18\x01 \x01(\tBD\xbaH\x1cr\x1a2\x18^[A-Za-z0-9._:-]{1,128}$\xe2\xf9\x18!\n" +
+	"\x0estring.pattern\x12\x0fINVALID_CALL_IDR\x06callId\x127\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x1d.keycap.kernel.v1.CallOutcomeR\aoutcome\x12\\\n" +
+	"\x0eoutcome_detail\x18\x03 \x01(\tB5\xbaH\x05r\x03\x18\x80 \xe2\xf9\x18)\n" +
+	"\x0estring.max_len\x12\x17OUTCOME_DETAIL_TOO_LONGR\routcomeDetail\"o\n" +
 	"\x14CompleteCallResponse\x12*\n" +
 	"\x04call\x18\x01 \x01(\v2\x16.keycap.kernel.v1.CallR\x04call\x12+\n" +
-	"\x11already_completed\x18\x02 \x01(\bR\x10alreadyCompleted\"\xa9\x01\n" +
-	"\x11BeginCallsRequest\x12\x93\x01\n" +
-	"\x05calls\x18\x01 \x03(\v2\".keycap.kernel.v1.BeginCallRequestBY\xbaH\b\x92\x01\x05\b\x01\x10\x80\x02\xe2\xf9\x18!\n" +
+	"\x11already_completed\x18\x02 \x01(\bR\x10alreadyCompleted\"\xae\x01\n" +
+	"\x11BeginCallsRequest\x12\x98\x01\n" +
+	"\x05calls\x18\x01 \x03(\v2\".keycap.kernel.v1.BeginCallRequestB^\xbaH\r\x92\x01\n" +
+	"\b\x01\x10\x80\x02\"\x03\xd8\x01\x03\xe2\xf9\x18!\n" +
 	"\x12repeated.min_items\x12\vBATCH_EMPTY\xe2\xf9\x18%\n" +
 	"\x12repeated.max_items\x12\x0fBATCH_TOO_LARGER\x05calls\"Q\n" +
 	"\x12BeginCallsResponse\x12;\n" +
@@ -2270,9 +2280,10 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\x0fBeginCallResult\x12;\n" +
 	"\x05begun\x18\x01 \x01(\v2#.keycap.kernel.v1.BeginCallResponseH\x00R\x05begun\x12#\n" +
 	"\ferror_status\x18\x02 \x01(\fH\x00R\verrorStatusB\b\n" +
-	"\x06result\"\xaf\x01\n" +
-	"\x14CompleteCallsRequest\x12\x96\x01\n" +
-	"\x05calls\x18\x01 \x03(\v2%.keycap.kernel.v1.CompleteCallRequestBY\xbaH\b\x92\x01\x05\b\x01\x10\x80\x02\xe2\xf9\x18!\n" +
+	"\x06result\"\xb4\x01\n" +
+	"\x14CompleteCallsRequest\x12\x9b\x01\n" +
+	"\x05calls\x18\x01 \x03(\v2%.keycap.kernel.v1.CompleteCallRequestB^\xbaH\r\x92\x01\n" +
+	"\b\x01\x10\x80\x02\"\x03\xd8\x01\x03\xe2\xf9\x18!\n" +
 	"\x12repeated.min_items\x12\vBATCH_EMPTY\xe2\xf9\x18%\n" +
 	"\x12repeated.max_items\x12\x0fBATCH_TOO_LARGER\x05calls\"W\n" +
 	"\x15CompleteCallsResponse\x12>\n" +
@@ -2296,9 +2307,10 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"v\n" +
 	"\x1eListIndeterminateCallsResponse\x12,\n" +
 	"\x05calls\x18\x01 \x03(\v2\x16.keycap.kernel.v1.CallR\x05calls\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"M\n" +
-	"\x11ResumeCallRequest\x12\x17\n" +
-	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x1f\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x93\x01\n" +
+	"\x11ResumeCallRequest\x12]\n" +
+	"\acall_id\x18\x01 \x01(\tBD\xbaH\x1cr\x1a2\x18^[A-Za-z0-9._:-]{1,128}$\xe2\xf9\x18!\n" +
+	"\x0estring.pattern\x12\x0fINVALID_CALL_IDR\x06callId\x12\x1f\n" +
 	"\vlookup_only\x18\x02 \x01(\bR\n" +
 	"lookupOnly\"\xe8\x01\n" +
 	"\x12ResumeCallResponse\x12*\n" +
@@ -2311,9 +2323,11 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\x15GetSigningKeysRequest\"[\n" +
 	"\x16GetSigningKeysResponse\x12\x1b\n" +
 	"\tjwks_json\x18\x01 \x01(\tR\bjwksJson\x12$\n" +
-	"\x0ecurrent_key_id\x18\x02 \x01(\tR\fcurrentKeyId\"h\n" +
-	"\x13ListRunCallsRequest\x12\x15\n" +
-	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1b\n" +
+	"\x0ecurrent_key_id\x18\x02 \x01(\tR\fcurrentKeyId\"\xbc\x01\n" +
+	"\x13ListRunCallsRequest\x12i\n" +
+	"\x06run_id\x18\x01 \x01(\tBR\xbaH\ar\x05\x10\x01\x18\x80\x02\xe2\xf9\x18 \n" +
+	"\x0estring.min_len\x12\x0eINVALID_RUN_ID\xe2\xf9\x18 \n" +
+	"\x0estring.max_len\x12\x0eINVALID_RUN_IDR\x05runId\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"o\n" +

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fkeycap/gateway/v1/gateway.proto\x12\x11keycap.gateway.v1\x1a\x1fgoogle/protobuf/timestamp.proto\")\n\nHttpHeader\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"l\n\x0e\x46orwardRequest\x12\x0e\n\x06method\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12.\n\x07headers\x18\x03 \x03(\x0b\x32\x1d.keycap.gateway.v1.HttpHeader\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\"\xf3\x01\n\x0f\x46orwardResponse\x12\x0e\n\x06status\x18\x01 \x01(\r\x12.\n\x07headers\x18\x02 \x03(\x0b\x32\x1d.keycap.gateway.v1.HttpHeader\x12\x0c\n\x04\x62ody\x18\x03 \x01(\x0c\x12\x16\n\x0e\x62ody_truncated\x18\x04 \x01(\x08\x12\x10\n\x08replayed\x18\x05 \x01(\x08\x12\x0b\n\x03key\x18\x06 \x01(\t\x12/\n\x0brecorded_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10request_mismatch\x18\x08 \x01(\x08\x12\x10\n\x08\x61ttempts\x18\t \x01(\r2b\n\x0eGatewayService\x12P\n\x07\x46orward\x12!.keycap.gateway.v1.ForwardRequest\x1a\".keycap.gateway.v1.ForwardResponseBEZCgithub.com/keycap/keycap/clients/go/gen/keycap/gateway/v1;gatewayv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fkeycap/gateway/v1/gateway.proto\x12\x11keycap.gateway.v1\x1a\x1fgoogle/protobuf/timestamp.proto\")\n\nHttpHeader\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"l\n\x0e\x46orwardRequest\x12\x0e\n\x06method\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12.\n\x07headers\x18\x03 \x03(\x0b\x32\x1d.keycap.gateway.v1.HttpHeader\x12\x0c\n\x04\x62ody\x18\x04 \x01(\x0c\"\x93\x02\n\x0f\x46orwardResponse\x12\x0e\n\x06status\x18\x01 \x01(\r\x12.\n\x07headers\x18\x02 \x03(\x0b\x32\x1d.keycap.gateway.v1.HttpHeader\x12\x0c\n\x04\x62ody\x18\x03 \x01(\x0c\x12\x16\n\x0e\x62ody_truncated\x18\x04 \x01(\x08\x12\x10\n\x08replayed\x18\x05 \x01(\x08\x12\x0b\n\x03key\x18\x06 \x01(\t\x12/\n\x0brecorded_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10request_mismatch\x18\x08 \x01(\x08\x12\x10\n\x08\x61ttempts\x18\t \x01(\r\x12\x0c\n\x04mode\x18\n \x01(\t\x12\x10\n\x08shadowed\x18\x0b \x01(\x08\x32\x62\n\x0eGatewayService\x12P\n\x07\x46orward\x12!.keycap.gateway.v1.ForwardRequest\x1a\".keycap.gateway.v1.ForwardResponseBEZCgithub.com/keycap/keycap/clients/go/gen/keycap/gateway/v1;gatewayv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,7 +38,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FORWARDREQUEST']._serialized_start=130
   _globals['_FORWARDREQUEST']._serialized_end=238
   _globals['_FORWARDRESPONSE']._serialized_start=241
-  _globals['_FORWARDRESPONSE']._serialized_end=484
-  _globals['_GATEWAYSERVICE']._serialized_start=486
-  _globals['_GATEWAYSERVICE']._serialized_end=584
+  _globals['_FORWARDRESPONSE']._serialized_end=516
+  _globals['_GATEWAYSERVICE']._serialized_start=518
+  _globals['_GATEWAYSERVICE']._serialized_end=616
 # @@protoc_insertion_point(module_scope)

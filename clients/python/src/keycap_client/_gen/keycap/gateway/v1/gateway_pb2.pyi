@@ -30,7 +30,7 @@ class ForwardRequest(_message.Message):
     def __init__(self, method: _Optional[str] = ..., path: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[HttpHeader, _Mapping]]] = ..., body: _Optional[bytes] = ...) -> None: ...
 
 class ForwardResponse(_message.Message):
-    __slots__ = ("status", "headers", "body", "body_truncated", "replayed", "key", "recorded_at", "request_mismatch", "attempts")
+    __slots__ = ("status", "headers", "body", "body_truncated", "replayed", "key", "recorded_at", "request_mismatch", "attempts", "mode", "shadowed")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
     BODY_FIELD_NUMBER: _ClassVar[int]
@@ -40,6 +40,8 @@ class ForwardResponse(_message.Message):
     RECORDED_AT_FIELD_NUMBER: _ClassVar[int]
     REQUEST_MISMATCH_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    SHADOWED_FIELD_NUMBER: _ClassVar[int]
     status: int
     headers: _containers.RepeatedCompositeFieldContainer[HttpHeader]
     body: bytes
@@ -49,4 +51,6 @@ class ForwardResponse(_message.Message):
     recorded_at: _timestamp_pb2.Timestamp
     request_mismatch: bool
     attempts: int
-    def __init__(self, status: _Optional[int] = ..., headers: _Optional[_Iterable[_Union[HttpHeader, _Mapping]]] = ..., body: _Optional[bytes] = ..., body_truncated: _Optional[bool] = ..., replayed: _Optional[bool] = ..., key: _Optional[str] = ..., recorded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_mismatch: _Optional[bool] = ..., attempts: _Optional[int] = ...) -> None: ...
+    mode: str
+    shadowed: bool
+    def __init__(self, status: _Optional[int] = ..., headers: _Optional[_Iterable[_Union[HttpHeader, _Mapping]]] = ..., body: _Optional[bytes] = ..., body_truncated: _Optional[bool] = ..., replayed: _Optional[bool] = ..., key: _Optional[str] = ..., recorded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_mismatch: _Optional[bool] = ..., attempts: _Optional[int] = ..., mode: _Optional[str] = ..., shadowed: _Optional[bool] = ...) -> None: ...

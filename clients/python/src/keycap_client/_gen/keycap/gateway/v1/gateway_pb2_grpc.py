@@ -64,12 +64,16 @@ class GatewayServiceServicer:
         its outcome for a bounded time, then get ABORTED (reason IN_PROGRESS).
         A timeout, a connection failure, a 5xx or a 408/409/425/429 answer leaves
         the key retryable (UNAVAILABLE, reason UPSTREAM_UNAVAILABLE): retry under
-        the same key. Any other answer is final and stored. Refused before anything
-        is sent: a method or URL outside the destination (METHOD_NOT_ALLOWED,
-        DESTINATION_NOT_ALLOWED), a non-public address the destination does not
-        allow (ADDRESS_NOT_ALLOWED), a reserved or malformed header
-        (INVALID_HEADER), a body over the limit (PAYLOAD_TOO_LARGE). A redirect off
-        the destination is not followed (REDIRECT_NOT_ALLOWED, stored as final).
+        the same key. Any other answer is final and stored. A capability of a
+        replay or shadow run (ADR 0028) never calls out: a replay gets the
+        recorded run's stored answer (REPLAY_NO_RECORDED_EFFECT when there is
+        none), a shadow gets a `shadowed` answer, an Unsafe one is refused
+        SANDBOX_UNSAFE_DENIED. Refused before anything is sent: a method or URL
+        outside the destination (METHOD_NOT_ALLOWED, DESTINATION_NOT_ALLOWED), a
+        non-public address the destination does not allow (ADDRESS_NOT_ALLOWED),
+        a reserved or malformed header (INVALID_HEADER), a body over the limit
+        (PAYLOAD_TOO_LARGE). A redirect off the destination is not followed
+        (REDIRECT_NOT_ALLOWED, stored as final).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
