@@ -132,7 +132,7 @@ describe("retention (issue 32 item 3)", function () {
     for (const id of ["done-old", "pending-old"]) await journal.begin(call(id));
     await journal.begin(call("unsafe-old", "unsafe"));
     await journal.complete("done-old", "succeeded", "");
-    await journal.markIndeterminate("unsafe-old", "UNSAFE_NOT_RETRIED", "needs a person");
+    await journal.markIndeterminate("unsafe-old", "UNSAFE_NOT_RETRIED", "needs a person", "rt");
     await sleep(1_200);
     await journal.begin(call("done-new"));
     await journal.complete("done-new", "succeeded", "");

@@ -61,6 +61,10 @@ type KernelClient struct {
 	raw    kernelv1.KernelServiceClient
 	ledger *LedgerClient
 	o      options
+	// Concurrent begins and completes travel together (ADR 0022); nil with
+	// WithoutBatching.
+	begins    *coalescer[*kernelv1.BeginCallRequest, *kernelv1.BeginCallResponse]
+	completes *coalescer[*kernelv1.CompleteCallRequest, *kernelv1.CompleteCallResponse]
 }
 
 // NewKernelClient connects (lazily) to the kernel at address. Pass WithLedger
@@ -83,6 +87,9 @@ func NewKernelClient(address string, opts ...Option) (*KernelClient, error) {
 		return nil, err
 	}
 	c := &KernelClient{conn: conn, raw: kernelv1.NewKernelServiceClient(conn), o: o}
+	if !o.noBatching {
+		c.begins, c.completes = c.beginCoalescer(), c.completeCoalescer()
+	}
 	if o.ledgerAddress != "" {
 		if c.ledger, err = NewLedgerClient(o.ledgerAddress, opts...); err != nil {
 			_ = conn.Close()
@@ -156,7 +163,14 @@ func (c *KernelClient) BeginCall(ctx context.Context, toolID string, argumentsJS
 	if err != nil {
 		return nil, err
 	}
-	return invoke(ctx, c.o.callTimeout, "", c.raw.BeginCall, req)
+	if c.begins == nil {
+		return invoke(ctx, c.o.callTimeout, "", c.raw.BeginCall, req)
+	}
+	// Checked here, so a request that breaks a rule is refused alone and not sent, batch or not.
+	if refusal := checkRequest(req); refusal != nil {
+		return nil, refusal
+	}
+	return c.begins.submit(ctx, req)
 }
 
 // beginRequest is the BeginCallRequest of one call: the client's run mode,
@@ -206,9 +220,14 @@ func (c *KernelClient) Begin(ctx context.Context, toolID string, args any, opts 
 // Complete marks a call done in the kernel's journal. The same outcome again
 // is a no-op; another outcome is refused with FAILED_PRECONDITION.
 func (c *KernelClient) Complete(ctx context.Context, callID string, outcome Outcome, detail string) (*kernelv1.CompleteCallResponse, error) {
-	return invoke(ctx, c.o.callTimeout, "", c.raw.CompleteCall, &kernelv1.CompleteCallRequest{
-		CallId: callID, Outcome: outcome.proto(), OutcomeDetail: detail,
-	})
+	req := &kernelv1.CompleteCallRequest{CallId: callID, Outcome: outcome.proto(), OutcomeDetail: detail}
+	if c.completes == nil {
+		return invoke(ctx, c.o.callTimeout, "", c.raw.CompleteCall, req)
+	}
+	if refusal := checkRequest(req); refusal != nil {
+		return nil, refusal
+	}
+	return c.completes.submit(ctx, req)
 }
 
 // ListPending returns every call begun and not completed, oldest first (of one

@@ -23,6 +23,7 @@ type options struct {
 	tokenSet      bool
 	tls           *TLSFiles
 	runMode       RunMode
+	noBatching    bool
 }
 
 // WithDialOptions adds gRPC dial options (keepalive, interceptors, or your own
@@ -38,6 +39,13 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 // UNAVAILABLE answers; with none, resends go on until ctx is cancelled.
 func WithCallTimeout(d time.Duration) Option {
 	return func(o *options) { o.callTimeout = d }
+}
+
+// WithoutBatching sends every BeginCall and CompleteCall as its own RPC. By
+// default calls made while one of their kind is in flight go together in the
+// next BeginCalls / CompleteCalls (ADR 0022), each answered as if alone.
+func WithoutBatching() Option {
+	return func(o *options) { o.noBatching = true }
 }
 
 // WithLedger gives a KernelClient the ledger address its capability handles

@@ -2,6 +2,7 @@ import { credentials, type ChannelCredentials } from "@grpc/grpc-js";
 import type { Entry } from "../gen/keycap/ledger/v1/ledger";
 import {
   LedgerAdminServiceClient,
+  type GetEntryResponse,
   type GetStatsResponse,
   type ListEntriesResponse,
   type ListRejectionsRequest,
@@ -19,6 +20,8 @@ export interface RejectionFilter {
   until?: Date;
   /** Only refusals of this service: "ledger" or "kernel". */
   service?: string;
+  /** Only refusals that name this call id. */
+  callId?: string;
 }
 
 /** Operator client of keycap.ledger.v1.LedgerAdminService (needs the admin credential). */
@@ -46,18 +49,29 @@ export class AdminClient {
   }
 
   /** The entry under an idempotency key; undefined when there is none. */
-  getEntryByKey(key: string, s?: CallSettings): Promise<Entry | undefined> {
-    return this.getEntry({ $case: "key", value: key }, s);
+  async getEntryByKey(key: string, s?: CallSettings): Promise<Entry | undefined> {
+    return (await this.getEntry({ $case: "key", value: key }, s))?.entry;
   }
 
   /** The entry with this id; undefined when there is none. */
-  getEntryById(entryId: string, s?: CallSettings): Promise<Entry | undefined> {
-    return this.getEntry({ $case: "entryId", value: entryId }, s);
+  async getEntryById(entryId: string, s?: CallSettings): Promise<Entry | undefined> {
+    return (await this.getEntry({ $case: "entryId", value: entryId }, s))?.entry;
   }
 
-  private async getEntry(selector: { $case: "key"; value: string } | { $case: "entryId"; value: string }, s?: CallSettings): Promise<Entry | undefined> {
+  /**
+   * The entry under a key (`{ key }`) or with an id (`{ entryId }`) with its writes: the first,
+   * then each whose payload differed (hash, size, first bytes); undefined when there is none.
+   */
+  getEntryWithWrites(by: { key: string } | { entryId: string }, s?: CallSettings): Promise<GetEntryResponse | undefined> {
+    return this.getEntry("key" in by ? { $case: "key", value: by.key } : { $case: "entryId", value: by.entryId }, s);
+  }
+
+  private async getEntry(
+    selector: { $case: "key"; value: string } | { $case: "entryId"; value: string },
+    s?: CallSettings,
+  ): Promise<GetEntryResponse | undefined> {
     try {
-      return (await callUnary(this.raw.getEntry, this.raw, { selector }, this.token, s)).entry;
+      return await callUnary(this.raw.getEntry, this.raw, { selector }, this.token, s);
     } catch (err) {
       if (KeycapClientError.from(err).codeName === "NOT_FOUND") return undefined;
       throw err;
@@ -73,6 +87,7 @@ export class AdminClient {
       pageSize,
       pageToken,
       service: filter.service ?? "",
+      callId: filter.callId ?? "",
     };
     return callUnary(this.raw.listRejections, this.raw, req, this.token, s);
   }

@@ -9,10 +9,12 @@ import {
   type Call,
   type CompleteCallRequest,
   type CompleteCallResponse,
+  type GetCallResponse,
   type ListPendingCallsResponse,
   type RegisterToolResponse,
   type ResumeCallResponse,
   type RunCall,
+  type SearchCallsResponse,
   type Tool,
 } from "../gen/keycap/kernel/v1/kernel";
 import type { ToolValid } from "../gen/keycap/kernel/v1/kernel.valid";
@@ -206,6 +208,30 @@ export class KernelClient {
       const res = await callUnary(this.raw.listIndeterminateCalls, this.raw, { toolId, pageSize: 1000, pageToken }, this.token, s);
       return { items: res.calls, nextPageToken: res.nextPageToken };
     });
+  }
+
+  /**
+   * One call with who settled it and its current capability's claims (ADR 0032); undefined
+   * when the journal has no such call. Operators read any call; a runtime, calls of tools it owns or is granted.
+   */
+  async getCall(callId: string, s?: CallSettings): Promise<GetCallResponse | undefined> {
+    try {
+      return await callUnary(this.raw.getCall, this.raw, { callId }, this.token, s);
+    } catch (err) {
+      if (KeycapClientError.from(err).reason === "CALL_NOT_FOUND") return undefined;
+      throw err;
+    }
+  }
+
+  /** One page of the calls found by one field (call id, run id, key or principal), newest first. */
+  searchCallsPage(
+    by: { callId: string } | { runId: string } | { key: string } | { principal: string },
+    pageToken = "",
+    pageSize = 100,
+    s?: CallSettings,
+  ): Promise<SearchCallsResponse> {
+    const [field, value] = Object.entries(by)[0] as ["callId" | "runId" | "key" | "principal", string];
+    return callUnary(this.raw.searchCalls, this.raw, { criterion: { $case: field, value }, pageSize, pageToken }, this.token, s);
   }
 
   /** One run's calls in the order they were begun, each with its position (ADR 0028). */

@@ -8,6 +8,7 @@ import { AccessClient, KernelClient, KeycapClientError, Runtime, type RuntimeToo
 import type { Tool } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { addAccessCommands } from "./access-commands";
 import { addRunCommands } from "./run-commands";
+import { addCallStoryCommands } from "./call-story-commands";
 import {
   adminToken,
   explain,
@@ -24,6 +25,7 @@ import {
 } from "./operator-context";
 import { newTable, print, printMoreHint, render } from "./output";
 import { toolView } from "../../common/src/tool-view";
+import { storyWrite, type StoryWrite } from "../../common/src/call-story";
 import { SINK_SERVICE } from "../../common/src/sink-name";
 
 function kind(k: EffectKind): string {
@@ -97,6 +99,22 @@ function entryTable(e: Entry): string {
     { "payload sha256": e.payloadSha256 },
   );
   return render(t);
+}
+
+/** The first write and each that carried another payload, when there was one: hash, size, first bytes. */
+function writesText(writes: StoryWrite[]): string {
+  if (writes.length < 2) return "";
+  const t = newTable(["write", "payload sha256", "bytes", "call / attempt", "payload (first bytes)"]);
+  for (const w of writes) {
+    t.push([
+      w.first ? "first" : "MISMATCH",
+      w.payloadSha256,
+      String(w.payloadSize),
+      `${w.callId} / ${w.attempt}`,
+      `${JSON.stringify(w.preview.text)} (${w.preview.note})`,
+    ]);
+  }
+  return `\nwrites under this key:\n${render(t)}`;
 }
 
 /** A derived key is base64url(SHA-256): 43 characters. */
@@ -190,9 +208,11 @@ function addLedgerReadCommands(program: Command): void {
     .option("--id <entryId>", "look up by entry id instead")
     .action(async (key: string | undefined, o: OperatorOptions & { id?: string }) => {
       if (!key && !o.id) throw new UsageError("entry: give a key or --id <entry id>");
-      const entry = await withAdmin(o, (a) => (o.id ? a.getEntryById(o.id) : a.getEntryByKey(key!)));
-      if (!entry) throw entryNotFound(key, o.id);
-      print(o, entry, () => entryTable(entry));
+      const got = await withAdmin(o, (a) => a.getEntryWithWrites(o.id ? { entryId: o.id } : { key: key! }));
+      const entry = got?.entry;
+      if (!got || !entry) throw entryNotFound(key, o.id);
+      // --json stays the entry as before; the table adds the writes that differed (keycap calls show tells the rest).
+      print(o, entry, () => entryTable(entry) + writesText(got.writes.map(storyWrite)));
     });
 
   adminCommand(program.command("stats").description("counts of entries, duplicates, mismatches and refusals")).action(async (o: OperatorOptions) => {
@@ -286,7 +306,9 @@ function addToolCommands(program: Command): void {
 
 /** calls, complete: calls left for recovery or for an operator. */
 function addCallCommands(program: Command): void {
-  kernelOperator(program.command("calls").description("calls left for recovery (pending) or for an operator (indeterminate)"))
+  const calls = kernelOperator(program.command("calls").description("calls left for recovery (pending) or for an operator (indeterminate); show one, search"));
+  addCallStoryCommands(calls, kernelOperator, parseLimit);
+  calls
     .option("--state <state>", "pending | indeterminate", "pending")
     .option("--tool <id>", "only calls of this tool")
     .action(async (o: OperatorOptions & { state: string; tool?: string }) => {

@@ -6,7 +6,8 @@
  */
 import type { Command } from "commander";
 import { KernelClient } from "../../../clients/ts/src";
-import { CallOutcome, CallState, RunMode, type RunCall } from "../../../gen/ts/keycap/kernel/v1/kernel";
+import type { RunCall } from "../../../gen/ts/keycap/kernel/v1/kernel";
+import { runCallView, type RunCallView } from "../../common/src/run-view";
 import { EffectKind } from "../../../gen/ts/keycap/effect/v1/effect";
 import { diffRuns, type DiffCall, type DiffRow } from "./run-diff";
 import { adminToken, explain, kernelAddress, tlsOptions, type OperatorOptions } from "./operator-context";
@@ -14,19 +15,7 @@ import type { Print } from "./output";
 import { newTable, render } from "./output";
 
 /** One row of `runs show`, also its --json shape. */
-export interface RunCallRow {
-  position: number;
-  callId: string;
-  toolId: string;
-  key: string;
-  requestId: string;
-  outcome: string;
-  mode: string;
-  /** Replay: the recorded call matched. */
-  replayOfCallId: string;
-  /** The run this one replays (replay) or shadows (shadow); "" for live. */
-  ofRun: string;
-}
+export type RunCallRow = RunCallView;
 
 /** Adds `runs show` and `runs diff`. */
 export function addRunCommands(program: Command, kernelOperator: (c: Command) => Command, print: Print): void {
@@ -34,7 +23,7 @@ export function addRunCommands(program: Command, kernelOperator: (c: Command) =>
   kernelOperator(runs.command("show").description("one run's calls in the order they were begun: position, tool, key, outcome, mode"))
     .argument("<run>", "the run id given to BeginCall")
     .action(async (runId: string, o: OperatorOptions) => {
-      const rows = (await withKernel(o, (kernel) => kernel.listRunCalls(runId))).map(rowOf);
+      const rows = (await withKernel(o, (kernel) => kernel.listRunCalls(runId))).map(runCallView);
       print(o, rows, () => (rows.length === 0 ? `no calls in run ${runId}` : runTable(rows)));
     });
   kernelOperator(
@@ -96,7 +85,7 @@ function summary(rows: DiffRow[]): string {
 }
 
 function diffCallOf(rc: RunCall): DiffCall {
-  const row = rowOf(rc);
+  const row = runCallView(rc);
   return {
     position: row.position,
     callId: row.callId,
@@ -116,25 +105,4 @@ function runTable(rows: RunCallRow[]): string {
   const t = newTable(["#", "tool", "key / request id", "outcome", "mode", "of run", "call"]);
   for (const r of rows) t.push([String(r.position), r.toolId, r.key || r.requestId || "-", r.outcome, r.mode, r.ofRun || "-", r.callId]);
   return render(t);
-}
-
-function rowOf(rc: RunCall): RunCallRow {
-  const c = rc.call;
-  return {
-    position: rc.position,
-    callId: c?.callId ?? "",
-    toolId: c?.toolId ?? "",
-    key: c?.key ?? "",
-    requestId: c?.requestId ?? "",
-    outcome: outcomeOf(c?.state, c?.outcome),
-    mode: c?.mode === RunMode.RUN_MODE_SHADOW ? "shadow" : c?.mode === RunMode.RUN_MODE_REPLAY ? "replay" : "live",
-    replayOfCallId: c?.replayOfCallId ?? "",
-    ofRun: c?.replayOfRunId || c?.shadowsRunId || "",
-  };
-}
-
-function outcomeOf(state: CallState | undefined, outcome: CallOutcome | undefined): string {
-  if (state === CallState.CALL_STATE_INDETERMINATE) return "indeterminate";
-  if (state !== CallState.CALL_STATE_COMPLETED) return "pending";
-  return outcome === CallOutcome.CALL_OUTCOME_FAILED ? "failed" : "succeeded";
 }

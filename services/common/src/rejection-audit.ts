@@ -105,6 +105,8 @@ export interface RejectionQuery {
   reason: string;
   since: Date | undefined;
   until: Date | undefined;
+  /** Only refusals naming this call id; "" or absent for all. */
+  callId?: string;
 }
 
 /** Keyset cursor: the last record of the previous page. */
@@ -179,6 +181,8 @@ export class RejectionAudit {
     await coll.createIndex({ rejected_at: -1, _id: -1 }, { name: "newest_first" });
     await coll.createIndex({ tool_id: 1, rejected_at: -1, _id: -1 }, { name: "tool_newest_first" });
     await coll.createIndex({ reason: 1, rejected_at: -1, _id: -1 }, { name: "reason_newest_first" });
+    // A call's story: every refusal that names the call (ADR 0032).
+    await coll.createIndex({ call_id: 1, rejected_at: -1, _id: -1 }, { name: "call_newest_first" });
     return new RejectionAudit(coll, opts, db);
   }
 
@@ -251,6 +255,7 @@ export class RejectionAudit {
     if (q.service) filter.service = q.service === "ledger" ? { $in: ["ledger", null] } : q.service;
     if (q.toolId !== "") filter.tool_id = q.toolId;
     if (q.reason !== "") filter.reason = q.reason;
+    if (q.callId) filter.call_id = q.callId;
     if (q.since || q.until) {
       filter.rejected_at = { ...(q.since ? { $gte: q.since } : {}), ...(q.until ? { $lt: q.until } : {}) };
     }

@@ -6,9 +6,10 @@
 import type { ChannelCredentials } from "@grpc/grpc-js";
 import { AdminClient, KernelClient, KeycapClientError, Reasons, type RejectionFilter } from "../../../clients/ts/src";
 import { toolView, type ToolView } from "../../common/src/tool-view";
-import type { Call, CompleteCallResponse } from "../../../gen/ts/keycap/kernel/v1/kernel";
+import type { Call, CompleteCallResponse, SearchCallsResponse } from "../../../gen/ts/keycap/kernel/v1/kernel";
+import { callStory, type CallStory } from "../../common/src/call-story";
 import type { Entry } from "../../../gen/ts/keycap/ledger/v1/ledger";
-import type { GetStatsResponse, ListEntriesResponse, ListRejectionsResponse } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
+import type { GetEntryResponse, GetStatsResponse, ListEntriesResponse, ListRejectionsResponse } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
 import type { RefusalPoint } from "./refusal-chart";
 
 /** Bounds on what one page view reads, so a large ledger cannot make a page unbounded. */
@@ -60,8 +61,24 @@ export class ConsoleBackend {
     return { entries, truncated: token !== "" };
   }
 
-  entryByKey(key: string): Promise<Entry | undefined> {
-    return this.admin.getEntryByKey(key, { timeoutMs: CALL_TIMEOUT_MS });
+  /** The entry under a key with its writes (the first, and each whose payload differed). */
+  entryByKey(key: string): Promise<GetEntryResponse | undefined> {
+    return this.admin.getEntryWithWrites({ key }, { timeoutMs: CALL_TIMEOUT_MS });
+  }
+
+  /** A call's whole story (common/call-story.ts), or undefined when the kernel has no such call. */
+  callStory(callId: string): Promise<CallStory | undefined> {
+    const s = { timeoutMs: CALL_TIMEOUT_MS };
+    return callStory(callId, {
+      call: (id) => this.kernel.getCall(id, s),
+      refusals: (id, limit) => this.admin.listRejectionsPage({ callId: id }, "", limit, s),
+      entry: (key) => this.admin.getEntryWithWrites({ key }, s),
+    });
+  }
+
+  /** Calls found by one field, newest first. */
+  searchCalls(by: { callId: string } | { runId: string } | { key: string } | { principal: string }, pageToken: string): Promise<SearchCallsResponse> {
+    return this.kernel.searchCallsPage(by, pageToken, 50, { timeoutMs: CALL_TIMEOUT_MS });
   }
 
   rejectionsPage(filter: RejectionFilter, pageToken: string, pageSize = 50): Promise<ListRejectionsResponse> {

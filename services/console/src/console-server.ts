@@ -24,7 +24,7 @@ import {
   type Form,
 } from "./console-http";
 import { settleCall, type PageAnswer } from "./console-settle";
-import { callsView, entriesView, overviewView, rejectionsView } from "./console-views";
+import { callSearchView, callsView, callView, entriesView, overviewView, rejectionsView } from "./console-views";
 import { errorPage, layout, signInPage, type PageContext } from "./pages";
 import { csrfMatches, SessionStore, type Session } from "./sessions";
 
@@ -208,6 +208,14 @@ export class ConsoleServer {
         return this.send(res, 200, layout(this.ctx(session, "Entries", "entries"), await entriesView(b, p("key").trim(), p("tool").trim(), p("page"))));
       case "/calls":
         return this.send(res, 200, layout(this.ctx(session, "Calls", "calls"), await callsView(b, session.csrfToken, undefined)));
+      case "/call": {
+        const a = await callView(b, p("id").trim());
+        return this.send(res, a.status, layout(this.ctx(session, a.title, "calls"), a.body));
+      }
+      case "/calls/search": {
+        const a = await callSearchView(b, url);
+        return this.send(res, a.status, layout(this.ctx(session, a.title, "calls"), a.body));
+      }
       default:
         return this.send(res, 404, layout(this.ctx(session, "Not found", "overview"), errorPage("No such page.")));
     }

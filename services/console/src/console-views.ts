@@ -4,7 +4,10 @@
  */
 import { OVERVIEW_ENTRY_LIMIT, type ConsoleBackend } from "./console-backend";
 import type { SafeHtml } from "./html";
-import { callsPage, entriesPage, overviewPage, rejectionsPage, type RejectionFilterForm, type ToolRow } from "./pages";
+import { KeycapClientError } from "../../../clients/ts/src";
+import { callPage, callSearchPage, searchFieldOf } from "./call-page";
+import { errorPage, callsPage, entriesPage, overviewPage, rejectionsPage, type RejectionFilterForm, type ToolRow } from "./pages";
+import { storyWrite } from "../../common/src/call-story";
 import { bucketRefusals, chartWindow, refusalChart } from "./refusal-chart";
 
 export async function overviewView(b: ConsoleBackend, toolParam: string, windowName: string): Promise<SafeHtml> {
@@ -99,7 +102,8 @@ export async function entriesView(b: ConsoleBackend, key: string, tool: string, 
     }
   }
   const page = await b.entriesPage(tool, pageToken);
-  return entriesPage(key, tool, found, lookupError, page.entries, page.nextPageToken);
+  const shown = found?.entry ? { entry: found.entry, writes: found.writes.map(storyWrite) } : undefined;
+  return entriesPage(key, tool, shown, lookupError, page.entries, page.nextPageToken);
 }
 
 export async function callsView(b: ConsoleBackend, csrfToken: string, message: SafeHtml | undefined): Promise<SafeHtml> {
@@ -116,4 +120,40 @@ function parseTime(value: string, what: string): Date {
   const d = new Date(value);
   if (Number.isNaN(d.getTime())) throw new RangeError(`${what}: expected an ISO time or a duration like 15m, 2h, 1d.`);
   return d;
+}
+
+/** A page with its status, for views that can answer "not found" or "not a valid id". */
+export interface ViewAnswer {
+  status: number;
+  title: string;
+  body: SafeHtml;
+}
+
+/** One call's story; 404 when the kernel has no such call, 400 when the id cannot be one. */
+export async function callView(b: ConsoleBackend, callId: string): Promise<ViewAnswer> {
+  try {
+    const story = await b.callStory(callId);
+    if (!story) return { status: 404, title: "Call not found", body: errorPage(`No call ${JSON.stringify(callId)} in the journal.`) };
+    return { status: 200, title: `Call ${callId}`, body: callPage(story) };
+  } catch (err) {
+    const e = KeycapClientError.from(err);
+    if (e.codeName !== "INVALID_ARGUMENT") throw err;
+    return { status: 400, title: "Call", body: errorPage(`Not a call id: ${e.message}`) };
+  }
+}
+
+/** Calls found by one field; a value the kernel refuses (too long, not a call id) is said on the page. */
+export async function callSearchView(b: ConsoleBackend, url: URL): Promise<ViewAnswer> {
+  const by = searchFieldOf(url.searchParams.get("by") ?? "");
+  const q = (url.searchParams.get("q") ?? "").trim();
+  if (q === "") return { status: 200, title: "Find calls", body: callSearchPage(by, q, [], "", "Enter a value to find calls by.") };
+  const criterion = by === "call" ? { callId: q } : by === "run" ? { runId: q } : by === "key" ? { key: q } : { principal: q };
+  try {
+    const page = await b.searchCalls(criterion, url.searchParams.get("page") ?? "");
+    return { status: 200, title: "Find calls", body: callSearchPage(by, q, page.calls, page.nextPageToken, undefined) };
+  } catch (err) {
+    const e = KeycapClientError.from(err);
+    if (e.codeName !== "INVALID_ARGUMENT") throw err;
+    return { status: 400, title: "Find calls", body: callSearchPage(by, q, [], "", e.message) };
+  }
 }

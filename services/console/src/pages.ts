@@ -8,7 +8,8 @@ import { CallOutcome, CallState, callOutcomeToJSON, callStateToJSON } from "../.
 import type { Entry } from "../../../gen/ts/keycap/ledger/v1/ledger";
 import type { Rejection } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
 import type { ToolView } from "../../common/src/tool-view";
-import { html, query, type SafeHtml } from "./html";
+import type { StoryWrite } from "../../common/src/call-story";
+import { html, query, SafeHtml } from "./html";
 import { CHART_WINDOWS } from "./refusal-chart";
 
 export interface PageContext {
@@ -59,7 +60,7 @@ export function kindName(k: EffectKind): string {
   return effectKindToJSON(k).replace("EFFECT_KIND_", "").toLowerCase();
 }
 
-function time(d: Date | undefined): string {
+export function time(d: Date | undefined): string {
   return d
     ? d
         .toISOString()
@@ -220,14 +221,57 @@ export interface RejectionFilterForm {
   until: string;
 }
 
-function detailList(rows: [string, string | number | boolean | undefined][]): SafeHtml {
+/** Rows of a definition list; a value may be markup (a link), every other value is escaped text. */
+export function detailList(rows: [string, string | number | boolean | SafeHtml | undefined][]): SafeHtml {
   return html`<dl>
     ${rows.map(
       ([k, v]) =>
         html`<dt>${k}</dt>
-          <dd>${v === undefined || v === "" ? "—" : String(v)}</dd>`,
+          <dd>${v instanceof SafeHtml ? v : v === undefined || v === "" ? "—" : String(v)}</dd>`,
     )}
   </dl>`;
+}
+
+/** A call id as a link to its story (ADR 0032); "" stays empty. */
+export function callLink(callId: string): SafeHtml {
+  return callId ? html`<a href="/call${query({ id: callId })}">${callId}</a>` : html``;
+}
+
+/**
+ * The writes under an entry's key: the first and each whose payload differed, with hash,
+ * size and first bytes, so a payload mismatch can be compared by eye.
+ */
+export function writesTable(writes: readonly StoryWrite[]): SafeHtml {
+  return html`<div class="scroll">
+    <table class="writes">
+      <thead>
+        <tr>
+          <th>write</th>
+          <th>at</th>
+          <th>call / attempt</th>
+          <th>payload sha256</th>
+          <th class="num">bytes</th>
+          <th>payload (first bytes)</th>
+        </tr>
+      </thead>
+      <tbody>
+        ${writes.map(
+          (w) =>
+            html`<tr class="${w.first ? "first" : "mismatch"}">
+              <td>${w.first ? "first" : html`<span class="tag">different payload</span>`}</td>
+              <td>${time(w.at)}</td>
+              <td class="id">${callLink(w.callId)} / ${w.attempt}</td>
+              <td class="id">${w.payloadSha256}</td>
+              <td class="num">${w.payloadSize}</td>
+              <td>
+                <pre class="payload preview">${w.preview.text}</pre>
+                <span class="hint">${w.preview.note}</span>
+              </td>
+            </tr>`,
+        )}
+      </tbody>
+    </table>
+  </div>`;
 }
 
 export function rejectionsPage(f: RejectionFilterForm, reasons: string[], rows: Rejection[], nextPage: string, error: string | undefined): SafeHtml {
@@ -284,7 +328,7 @@ export function rejectionsPage(f: RejectionFilterForm, reasons: string[], rows: 
                       ["capability key", r.capabilityKey],
                       ["attempted request id", r.attemptedRequestId],
                       ["capability request id", r.capabilityRequestId],
-                      ["call id", r.callId],
+                      ["call id", callLink(r.callId)],
                       ["capability id", r.capabilityId],
                       ["key id", r.keyId],
                       ["effect kind", kindName(r.effectKind)],
@@ -313,7 +357,7 @@ function payloadText(p: Uint8Array): { text: string; note: string } {
   }
 }
 
-export function entryDetail(e: Entry): SafeHtml {
+export function entryDetail(e: Entry, writes: readonly StoryWrite[]): SafeHtml {
   const p = payloadText(e.payload);
   return html`<section class="entry" data-entry="${e.entryId}">
     ${detailList([
@@ -321,7 +365,7 @@ export function entryDetail(e: Entry): SafeHtml {
       ["tool", e.toolId],
       ["class", kindName(e.effectKind)],
       [e.key ? "key" : "request id", e.key || e.requestId],
-      ["call", e.callId],
+      ["call", callLink(e.callId)],
       ["attempt", e.attempt],
       ["principal", e.principal],
       ["capability id", e.capabilityId],
@@ -332,15 +376,28 @@ export function entryDetail(e: Entry): SafeHtml {
     ])}
     <h3>Payload <span class="hint">${p.note}</span></h3>
     <pre class="payload">${p.text}</pre>
+    ${
+      writes.length > 1
+        ? html`<h3>Writes under this key</h3>
+            ${writesTable(writes)}`
+        : html``
+    }
   </section>`;
 }
 
-export function entriesPage(key: string, tool: string, found: Entry | undefined, lookupError: string | undefined, rows: Entry[], nextPage: string): SafeHtml {
+export function entriesPage(
+  key: string,
+  tool: string,
+  found: { entry: Entry; writes: StoryWrite[] } | undefined,
+  lookupError: string | undefined,
+  rows: Entry[],
+  nextPage: string,
+): SafeHtml {
   return html`<form method="get" action="/entries" class="filters">
       <label class="wide">Key <input name="key" value="${key}" placeholder="the whole 43-character key" spellcheck="false" /></label>
       <button type="submit">Open</button>
     </form>
-    ${lookupError ? notice("error", lookupError) : html``} ${found ? entryDetail(found) : html``}
+    ${lookupError ? notice("error", lookupError) : html``} ${found ? entryDetail(found.entry, found.writes) : html``}
     <h2>Entries${tool ? html` of <span class="id">${tool}</span>` : html``}</h2>
     <form method="get" action="/entries" class="filters">
       <label>Tool <input name="tool" value="${tool}" placeholder="any" /></label><button type="submit">List</button>
@@ -388,7 +445,7 @@ export function outcomeName(o: CallOutcome): string {
 
 function callRow(c: Call, settle: SafeHtml): SafeHtml {
   return html`<tr data-call="${c.callId}">
-    <td class="id">${c.callId}</td>
+    <td class="id">${callLink(c.callId)}</td>
     <td class="id">${c.toolId}</td>
     <td>${kindName(c.effectKind)}</td>
     <td class="num">${c.attempt}</td>
@@ -413,7 +470,7 @@ const CALL_HEAD = html`<thead>
 </thead>`;
 
 export function callsPage(pending: Call[], indeterminate: Call[], csrfToken: string, message: SafeHtml | undefined): SafeHtml {
-  return html`${message ?? html``}
+  return html`${message ?? html``} ${callSearchForm("call", "")}
     <h2>Indeterminate</h2>
     <p class="hint">Unsafe calls recovery found unfinished: whether they took effect is unknown. Settle each once you know.</p>
     ${indeterminate.length === 0 ? html`<p class="empty">No indeterminate calls.</p>` : html``}
@@ -456,7 +513,7 @@ export function settleConfirmPage(c: Call, outcome: "succeeded" | "failed", deta
       You are about to settle this call as <strong class="outcome">${outcome}</strong>. It is recorded with the call and cannot be changed afterwards.
     </p>
     ${detailList([
-      ["call", c.callId],
+      ["call", callLink(c.callId)],
       ["tool", c.toolId],
       ["class", kindName(c.effectKind)],
       ["state", stateName(c.state)],
@@ -474,7 +531,7 @@ export function settleConfirmPage(c: Call, outcome: "succeeded" | "failed", deta
 export function settledPage(c: Call, alreadyCompleted: boolean, by: string, at: Date): SafeHtml {
   return html`${notice("ok", alreadyCompleted ? `Call ${c.callId} was already settled as ${outcomeName(c.outcome)}.` : `Call ${c.callId} settled as ${outcomeName(c.outcome)}.`)}
     ${detailList([
-      ["call", c.callId],
+      ["call", callLink(c.callId)],
       ["tool", c.toolId],
       ["state", stateName(c.state)],
       ["outcome", outcomeName(c.outcome)],
@@ -496,4 +553,28 @@ export function errorPage(message: string): SafeHtml {
  */
 function knownServices(rows: readonly { service: string }[]): string[] {
   return [...new Set(["ledger", "kernel", "mcp", "sink:gateway", ...rows.map((r) => r.service).filter((s) => s !== "")])].sort();
+}
+
+/** What the call search finds calls by (each an indexed field of the journal, ADR 0032). */
+export type CallSearchField = "call" | "run" | "key" | "principal";
+
+const SEARCH_FIELDS: readonly [CallSearchField, string][] = [
+  ["call", "call id"],
+  ["run", "run id"],
+  ["key", "idempotency key"],
+  ["principal", "principal"],
+];
+
+/** The search box of the calls pages: one field, one value. */
+export function callSearchForm(by: CallSearchField, q: string): SafeHtml {
+  return html`<form method="get" action="/calls/search" class="filters search" role="search">
+    <label
+      >Find calls by
+      <select name="by">
+        ${SEARCH_FIELDS.map(([v, label]) => html`<option value="${v}" ${v === by ? html` selected` : html``}>${label}</option>`)}
+      </select></label
+    >
+    <label class="wide">Value <input name="q" value="${q}" spellcheck="false" required /></label>
+    <button type="submit">Find</button>
+  </form>`;
 }

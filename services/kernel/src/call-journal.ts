@@ -47,9 +47,28 @@ export interface CallRecord {
   replay_position?: number;
   /** Shadow calls: the live run shadowed, when named. */
   shadows_run_id?: string;
-  /** Last refused recovery, for operators (e.g. a key that no longer re-derives). */
-  last_resume_refusal?: { reason: string; message: string; at: Date };
+  /** Last refused recovery, for operators (e.g. a key that no longer re-derives); `by`: the resuming principal. */
+  last_resume_refusal?: { reason: string; message: string; at: Date; by?: string };
+  /**
+   * Each recovery that moved the call to a next attempt: the attempt, its capability, when
+   * and by whom (the newest RESUMES_KEPT; absent on calls never resumed or resumed before it was kept).
+   */
+  resumes?: CallResume[];
+  /** Read back only, from the completion: when it was recorded and the principal that recorded it. */
+  completed_at?: Date;
+  completed_by?: string;
 }
+
+/** One recovery that re-issued a call's capability. */
+export interface CallResume {
+  attempt: number;
+  capability_id: string;
+  at: Date;
+  by: string;
+}
+
+/** Resumes a call keeps (the newest): a bound on the document, whatever a recovery loop does. */
+export const RESUMES_KEPT = 20;
 
 /** The one completion of a call (`_id` = call id): written once, never updated. */
 interface CompletionDoc {
@@ -57,7 +76,12 @@ interface CompletionDoc {
   outcome: CallOutcomeName;
   outcome_detail: string;
   completed_at: Date;
+  /** The principal that completed the call (CompleteCall, or the ResumeCall that found its effect); absent on older completions. */
+  completed_by?: string;
 }
+
+/** What SearchCalls finds calls by: one indexed field (ADR 0032). */
+export type CallCriterion = { field: "_id" | "run_id" | "key" | "principal"; value: string };
 
 const MAJORITY = { writeConcern: { w: "majority" as const } };
 
@@ -147,6 +171,9 @@ export class CallJournal {
     // `call_completions` is only read by `_id`; `calls` by `_id`, and by run for a run's
     // listing and a replay's matching (ADR 0028: an equality filter, then the run's order).
     await calls.createIndex({ run_id: 1, created_at: 1, _id: 1 });
+    // An operator's search by key or principal (SearchCalls, ADR 0032), newest first.
+    await calls.createIndex({ key: 1, created_at: -1, _id: -1 });
+    await calls.createIndex({ principal: 1, created_at: -1, _id: -1 });
     await pending.createIndex({ created_at: 1, _id: 1 });
     await pending.createIndex({ tool_id: 1, created_at: 1, _id: 1 });
     // Retention (ADR 0031) finds completed calls by the time of their completion.
@@ -236,14 +263,20 @@ export class CallJournal {
     callId: string,
     outcome: CallOutcomeName,
     detail: string,
-    mayComplete: (call: CallRecord) => Promise<void> = async () => undefined,
+    opts: { by?: string; mayComplete?: (call: CallRecord) => Promise<void> } = {},
   ): Promise<{ call: CallRecord; alreadyCompleted: boolean }> {
     // The call must exist before a completion can be recorded for its id: this replica
     // having begun it, its pending copy (small, cheap to read) or its journal document proves it.
     const call = this.begun.get(callId) ?? (await this.pending.findOne({ _id: callId })) ?? (await this.calls.findOne({ _id: callId }));
     if (!call) throw notFound(callId);
-    await mayComplete(call);
-    const completion: CompletionDoc = { _id: callId, outcome, outcome_detail: detail, completed_at: new Date() };
+    await opts.mayComplete?.(call);
+    const completion: CompletionDoc = {
+      _id: callId,
+      outcome,
+      outcome_detail: detail,
+      completed_at: new Date(),
+      ...(opts.by !== undefined ? { completed_by: opts.by } : {}),
+    };
     try {
       await this.completionInserts.insert(completion);
     } catch (err) {
@@ -265,10 +298,15 @@ export class CallJournal {
    * both win (atomic on MongoDB; FerretDB does not isolate updates, see 0004);
    * a completion recorded meanwhile also makes it lose.
    */
-  async advanceAttempt(call: CallRecord, claims: CapabilityClaims): Promise<CallRecord> {
+  async advanceAttempt(call: CallRecord, claims: CapabilityClaims, by: string): Promise<CallRecord> {
+    const now = new Date();
+    const resume: CallResume = { attempt: claims.attempt, capability_id: claims.jti, at: now, by };
     const updated = await this.calls.findOneAndUpdate(
       { _id: call._id, state: "pending", attempt: call.attempt },
-      { $set: { attempt: claims.attempt, capability: claims, updated_at: new Date() } },
+      {
+        $set: { attempt: claims.attempt, capability: claims, updated_at: now },
+        $push: { resumes: { $each: [resume], $slice: -RESUMES_KEPT } },
+      },
       { returnDocument: "after", ...MAJORITY },
     );
     if (!updated || (await this.completions.findOne({ _id: call._id }))) {
@@ -281,11 +319,11 @@ export class CallJournal {
   }
 
   /** Marks a pending call indeterminate (Unsafe at recovery): an operator decides. It leaves the pending list. */
-  async markIndeterminate(callId: string, reason: string, message: string): Promise<void> {
+  async markIndeterminate(callId: string, reason: string, message: string, by: string): Promise<void> {
     const now = new Date();
     await this.calls.updateOne(
       { _id: callId, state: "pending" },
-      { $set: { state: "indeterminate", updated_at: now, last_resume_refusal: { reason, message, at: now } } },
+      { $set: { state: "indeterminate", updated_at: now, last_resume_refusal: { reason, message, at: now, by } } },
       MAJORITY,
     );
     faultPoint("journal.indeterminate.after-mark");
@@ -294,9 +332,45 @@ export class CallJournal {
   }
 
   /** Records a refused recovery on the call, for operators. */
-  async recordResumeRefusal(callId: string, reason: string, message: string): Promise<void> {
+  async recordResumeRefusal(callId: string, reason: string, message: string, by: string): Promise<void> {
     const now = new Date();
-    await this.calls.updateOne({ _id: callId }, { $set: { updated_at: now, last_resume_refusal: { reason, message, at: now } } }, MAJORITY);
+    await this.calls.updateOne({ _id: callId }, { $set: { updated_at: now, last_resume_refusal: { reason, message, at: now, by } } }, MAJORITY);
+  }
+
+  /**
+   * One call for an operator's reading (GetCall): the journal with its completion, else a
+   * pending copy whose journal write a crash prevented (shown as it is; reading heals
+   * nothing). Both reads by `_id`, stopped at the operator time limit.
+   */
+  async read(callId: string): Promise<CallRecord | undefined> {
+    const limited = this.listTimeMs !== undefined ? { maxTimeMS: this.listTimeMs } : {};
+    const [call, completion] = await Promise.all([this.calls.findOne({ _id: callId }, limited), this.completions.findOne({ _id: callId }, limited)]);
+    if (!call) return (await this.pending.findOne({ _id: callId }, limited)) ?? undefined;
+    return completion ? withCompletion(call, completion) : call;
+  }
+
+  /**
+   * Calls whose one indexed field equals the criterion, newest first, after the cursor;
+   * `tools` (when given) keeps only those tools' calls. Stopped at the operator time limit.
+   */
+  async search(criterion: CallCriterion, tools: readonly string[] | undefined, after: JournalCursor | undefined, limit: number): Promise<PendingPage> {
+    const filter: Filter<CallRecord> = { [criterion.field]: criterion.value };
+    if (tools) filter.tool_id = { $in: [...tools] };
+    if (after) filter.$or = afterKeyset<CallRecord>("created_at", new Date(after.createdAt), after.id, "newest-first");
+    const limited = this.listTimeMs !== undefined ? { maxTimeMS: this.listTimeMs } : {};
+    const found = await this.calls
+      .find(filter, limited)
+      .sort({ created_at: -1, _id: -1 })
+      .limit(limit + 1)
+      .toArray();
+    const page = found.slice(0, limit);
+    const ids = page.map((c) => c._id);
+    const done = new Map(ids.length ? (await this.completions.find({ _id: { $in: ids } }, limited).toArray()).map((c) => [c._id, c]) : []);
+    const last = page[page.length - 1];
+    return {
+      calls: page.map((c) => (done.has(c._id) ? withCompletion(c, done.get(c._id)!) : c)),
+      ...(found.length > limit && last ? { next: { createdAt: last.created_at.getTime(), id: last._id } } : {}),
+    };
   }
 
   /**
@@ -476,7 +550,15 @@ export class CallJournal {
 }
 
 function withCompletion(call: CallRecord, c: CompletionDoc): CallRecord {
-  return { ...call, state: "completed", outcome: c.outcome, outcome_detail: c.outcome_detail, updated_at: c.completed_at };
+  return {
+    ...call,
+    state: "completed",
+    outcome: c.outcome,
+    outcome_detail: c.outcome_detail,
+    updated_at: c.completed_at,
+    completed_at: c.completed_at,
+    ...(c.completed_by !== undefined ? { completed_by: c.completed_by } : {}),
+  };
 }
 
 function sameOutcomeOrRefuse(call: CallRecord, outcome: CallOutcomeName): { call: CallRecord; alreadyCompleted: true } {

@@ -12,6 +12,7 @@ import {
   type CompleteCallResponse,
   type CompleteCallsRequest,
   type CompleteCallsResponse,
+  type GetCallRequest,
   type GetToolRequest,
   type KernelServiceServer,
   type ListIndeterminateCallsRequest,
@@ -20,12 +21,13 @@ import {
   type ListToolsRequest,
   type RegisterToolRequest,
   type ResumeCallRequest,
+  type SearchCallsRequest,
 } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { RequestRules } from "../../common/src/request-rules";
 import type { Caller } from "./caller-auth";
 import type { Kernel } from "./kernel";
 import { kernelBatchHandler, kernelHandler, type KernelEdge } from "./kernel-handlers";
-import { beginInputFromProto, begunToProto, callToProto, outcomeFromProto, resumedToProto } from "./kernel-proto";
+import { beginInputFromProto, begunToProto, callToProto, criterionFromProto, outcomeFromProto, resumedToProto, storyToProto } from "./kernel-proto";
 import { definitionFromProto, toolToProto } from "./tool-definition";
 
 export function kernelServiceImpl(kernel: Kernel, edge: KernelEdge, rules = RequestRules.load()): KernelServiceServer {
@@ -82,6 +84,12 @@ export function kernelServiceImpl(kernel: Kernel, edge: KernelEdge, rules = Requ
     listRunCalls: handle("ListRunCalls", async (r: ListRunCallsRequest, c) => {
       const page = await kernel.listRunCalls(r, c);
       return { calls: page.items.map((rc) => ({ position: rc.position, call: callToProto(rc.call) })), nextPageToken: page.nextPageToken };
+    }),
+    getCall: handle("GetCall", async (r: GetCallRequest, c) => storyToProto(await kernel.getCall(r.callId, c))),
+    searchCalls: handle("SearchCalls", async (r: SearchCallsRequest, c) => {
+      const criterion = criterionFromProto(r);
+      const page = await kernel.searchCalls({ pageSize: r.pageSize, pageToken: r.pageToken, ...(criterion ? { criterion } : {}) }, c);
+      return { calls: page.items.map(callToProto), nextPageToken: page.nextPageToken };
     }),
     // The JWKS is public (kernel.proto): its authenticity comes from the channel, not the caller.
     getSigningKeys: kernelHandler(edge, "GetSigningKeys", async () => kernel.getSigningKeys(), { anonymous: true }),

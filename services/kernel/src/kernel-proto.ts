@@ -10,11 +10,13 @@ import {
   type BeginCallRequest,
   type BeginCallResponse,
   type Call,
+  type GetCallResponse,
   type ResumeCallResponse,
+  type SearchCallsRequest,
 } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { effectKindOf } from "../../common/src/effect-kind";
 import { Reasons, refuse } from "../../common/src/refuse";
-import type { CallOutcomeName, CallRecord } from "./call-journal";
+import type { CallCriterion, CallOutcomeName, CallRecord } from "./call-journal";
 import type { BeginCallInput, BegunCall, ResumeOutcome } from "./kernel";
 import type { RunModeName } from "./run-mode";
 
@@ -103,4 +105,37 @@ export function outcomeFromProto(outcome: CallOutcome): CallOutcomeName {
   if (outcome === CallOutcome.CALL_OUTCOME_SUCCEEDED) return "succeeded";
   if (outcome === CallOutcome.CALL_OUTCOME_FAILED) return "failed";
   throw refuse(Reasons.OUTCOME_REQUIRED, "outcome is required: CALL_OUTCOME_SUCCEEDED or CALL_OUTCOME_FAILED", { field: "outcome" });
+}
+
+/** GetCall's answer: the call, who settled it, and its current capability's claims (never the token). */
+export function storyToProto(c: CallRecord): GetCallResponse {
+  const r = c.last_resume_refusal;
+  const settled = c.completed_at !== undefined || r !== undefined;
+  return {
+    call: callToProto(c),
+    settlement: settled
+      ? {
+          completedAt: c.completed_at,
+          completedBy: c.completed_by ?? "",
+          recoveryRefusedAt: r?.at,
+          recoveryRefusedReason: r?.reason ?? "",
+          recoveryRefusedMessage: r?.message ?? "",
+          recoveryRefusedBy: r?.by ?? "",
+        }
+      : undefined,
+    capability: {
+      capabilityId: c.capability.jti,
+      attempt: c.capability.attempt,
+      issuedAt: new Date(c.capability.iat * 1000),
+      expiresAt: new Date(c.capability.exp * 1000),
+    },
+    resumes: (c.resumes ?? []).map((r) => ({ attempt: r.attempt, capabilityId: r.capability_id, at: r.at, by: r.by })),
+  };
+}
+
+const CRITERION_FIELDS = { callId: "_id", runId: "run_id", key: "key", principal: "principal" } as const;
+
+/** SearchCalls' one criterion as the journal's field; none set: undefined (refused by the kernel). */
+export function criterionFromProto(r: SearchCallsRequest): CallCriterion | undefined {
+  return r.criterion ? { field: CRITERION_FIELDS[r.criterion.$case], value: r.criterion.value } : undefined;
 }

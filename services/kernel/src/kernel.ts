@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import type { DerivationClaim } from "../../capability/src";
 import type { Logger } from "../../common/src/logger";
 import { decodePageToken, encodePageToken, pageSize } from "../../common/src/paging";
-import type { CallJournal, CallOutcomeName, CallRecord, JournalCursor, PendingPage } from "./call-journal";
+import type { CallCriterion, CallJournal, CallOutcomeName, CallRecord, JournalCursor, PendingPage } from "./call-journal";
 import type { CapabilityMinter, MintedCapability } from "./capability-minter";
 import { deriveKey, derivationClaim, readRequestId } from "../../common/src/domain/key-derivation";
 import { parseArguments, type JsonLimits, type ParsedArguments } from "../../common/src/domain/strict-json";
@@ -200,11 +200,38 @@ export class Kernel {
 
   async completeCall(req: CompleteCallInput, caller: Caller): Promise<{ call: CallRecord; alreadyCompleted: boolean }> {
     const outcome = req.outcome;
-    const { call, alreadyCompleted } = await this.d.journal.complete(req.callId, outcome, req.outcomeDetail, async (c) => {
-      const tool = await this.d.registry.require(c.tool_id);
-      await this.d.access.requireTool(caller, tool, "complete calls of", { operatorsToo: true, callId: c._id });
+    const { call, alreadyCompleted } = await this.d.journal.complete(req.callId, outcome, req.outcomeDetail, {
+      by: caller.name,
+      mayComplete: async (c) => {
+        const tool = await this.d.registry.require(c.tool_id);
+        await this.d.access.requireTool(caller, tool, "complete calls of", { operatorsToo: true, callId: c._id });
+      },
     });
     return { call, alreadyCompleted };
+  }
+
+  /**
+   * One call for its story (ADR 0032): operators read any; a runtime reads the calls of tools
+   * it owns or is granted, and is refused TOOL_NOT_GRANTED (naming the grant to ask for) for
+   * the others, as ResumeCall is. An id the journal does not hold is CALL_NOT_FOUND to anyone.
+   */
+  async getCall(callId: string, caller: Caller): Promise<CallRecord> {
+    // The id's form is a rule of GetCallRequest (kernel.proto), checked at the edge.
+    const call = await this.d.journal.read(callId);
+    if (!call) throw refuse(Reasons.CALL_NOT_FOUND, `call ${JSON.stringify(callId)} is not in the journal`, { call_id: callId });
+    await this.d.access.requireTool(caller, await this.d.registry.require(call.tool_id), "read calls of", { operatorsToo: true, callId });
+    return call;
+  }
+
+  /** Calls by one indexed field, newest first; a runtime finds only calls of tools it owns or is granted. */
+  async searchCalls(req: PageRequest & { criterion?: CallCriterion }, caller: Caller): Promise<Page<CallRecord>> {
+    if (!req.criterion || req.criterion.value === "") {
+      throw refuse(Reasons.SELECTOR_REQUIRED, "one of call_id, run_id, key or principal is required", { field: "criterion" });
+    }
+    const cursor = decodePageToken(req.pageToken, { t: "time", i: "id" });
+    const visible = await this.d.access.visibleTools(caller);
+    const page = await this.d.journal.search(req.criterion, visible, cursor ? { createdAt: cursor.t, id: cursor.i } : undefined, pageSize(req.pageSize));
+    return { items: page.calls, nextPageToken: page.next ? encodePageToken({ t: page.next.createdAt, i: page.next.id }) : "" };
   }
 
   listPendingCalls(req: PageRequest & { toolId: string }, caller: Caller): Promise<Page<CallRecord>> {
@@ -259,13 +286,13 @@ export class Kernel {
     switch (tool.definition.effect.kind) {
       case "unsafe": {
         const message = `call ${call._id} of Unsafe tool ${call.tool_id} is never retried automatically; it is now indeterminate and needs an operator`;
-        await this.d.journal.markIndeterminate(call._id, "UNSAFE_NOT_RESUMABLE", message);
+        await this.d.journal.markIndeterminate(call._id, "UNSAFE_NOT_RESUMABLE", message, caller.name);
         this.d.logger.warn({ call_id: call._id, tool_id: call.tool_id }, "unsafe call marked indeterminate at recovery");
         throw refuse(Reasons.UNSAFE_NOT_RESUMABLE, message, { call_id: call._id, tool_id: call.tool_id });
       }
       case "idempotent": {
         if (req.lookupOnly) return { action: "left_pending", call };
-        return this.retry(call, tool, await this.rederive(tool, call));
+        return this.retry(call, tool, await this.rederive(tool, call, caller), caller);
       }
       case "queryable": {
         const requestId = call.request_id ?? "";
@@ -280,13 +307,15 @@ export class Kernel {
         });
         const { found, entryId } = await this.d.ledger.lookup(requestId, probe.token);
         if (found) {
-          const { call: done } = await this.d.journal.complete(call._id, "succeeded", `recovery: the ledger holds request ${requestId} (entry ${entryId})`);
+          const { call: done } = await this.d.journal.complete(call._id, "succeeded", `recovery: the ledger holds request ${requestId} (entry ${entryId})`, {
+            by: caller.name,
+          });
           return { action: "done", call: done };
         }
         // Minting the retry capability moves the call to its next attempt; a caller that
         // cannot run the retry would use one up on every pass.
         if (req.lookupOnly) return { action: "left_pending", call };
-        return this.retry(call, tool, { requestId });
+        return this.retry(call, tool, { requestId }, caller);
       }
     }
   }
@@ -303,7 +332,7 @@ export class Kernel {
     return {};
   }
 
-  private async rederive(tool: CompiledTool, call: CallRecord): Promise<{ key: string; derivation?: DerivationClaim }> {
+  private async rederive(tool: CompiledTool, call: CallRecord, caller: Caller): Promise<{ key: string; derivation?: DerivationClaim }> {
     let identity: { key?: string; derivation?: DerivationClaim } = {};
     let problem = "";
     try {
@@ -317,7 +346,7 @@ export class Kernel {
       `call ${call._id}: the key re-derived from the recorded arguments ` +
       (key === undefined ? `could not be computed (${problem})` : "differs from the journaled key") +
       "; the call is not retried under another key";
-    await this.d.journal.recordResumeRefusal(call._id, "KEY_REDERIVATION_MISMATCH", message);
+    await this.d.journal.recordResumeRefusal(call._id, "KEY_REDERIVATION_MISMATCH", message, caller.name);
     this.d.logger.error({ call_id: call._id, tool_id: call.tool_id }, "key re-derivation mismatch at recovery");
     throw refuse(Reasons.KEY_REDERIVATION_MISMATCH, message, { call_id: call._id, tool_id: call.tool_id });
   }
@@ -326,6 +355,7 @@ export class Kernel {
     call: CallRecord,
     tool: CompiledTool,
     identity: { key?: string; requestId?: string; derivation?: DerivationClaim },
+    caller: Caller,
   ): Promise<ResumeOutcome> {
     // The capability names the principal that began the call, whoever resumes it.
     const minted: MintedCapability = await this.d.minter.mint({
@@ -337,7 +367,7 @@ export class Kernel {
       ...identity,
       ...modeOf(call),
     });
-    const advanced = await this.d.journal.advanceAttempt(call, minted.claims);
+    const advanced = await this.d.journal.advanceAttempt(call, minted.claims, caller.name);
     this.d.logger.info({ call_id: call._id, tool_id: call.tool_id, attempt: advanced.attempt }, "call resumed");
     return { action: "retry", call: advanced, capability: minted };
   }

@@ -22,7 +22,7 @@ import type { AdminCredential } from "../../common/src/admin-credential";
 import { idempotentEffectId } from "./domain/write-rule";
 import type { EntryStore } from "./entry-store";
 import { effectKindOf } from "../../common/src/effect-kind";
-import { entryToProto } from "./ledger-proto";
+import { entryToProto, entryWritesToProto } from "./ledger-proto";
 import type { RejectionAudit, RejectionDoc } from "../../common/src/rejection-audit";
 import type { StatsTotals } from "../../common/src/stats-counters";
 import { Reasons, refuse } from "../../common/src/refuse";
@@ -70,8 +70,8 @@ export class LedgerAdmin {
       const field = sel.$case === "entryId" ? "entry_id" : "key";
       throw refuse(Reasons.ENTRY_NOT_FOUND, `no entry with this ${field}`, { field });
     }
-    const counts = await this.entries.countsFor([doc._id], ms);
-    return { entry: entryToProto(doc, counts.get(doc._id)) };
+    const [counts, mismatching] = await Promise.all([this.entries.countsFor([doc._id], ms), this.entries.mismatchingWrites(doc._id, ms)]);
+    return { entry: entryToProto(doc, counts.get(doc._id)), writes: entryWritesToProto(doc, mismatching) };
   }
 
   async listRejections(req: ListRejectionsRequest): Promise<ListRejectionsResponse> {
@@ -81,7 +81,7 @@ export class LedgerAdmin {
     }
     const cursor = decodePageToken(req.pageToken, { t: "time", id: "id" });
     const docs = await this.audit.list(
-      { service: req.service, toolId: req.toolId, reason: req.reason, since: req.since, until: req.until },
+      { service: req.service, toolId: req.toolId, reason: req.reason, since: req.since, until: req.until, callId: req.callId },
       cursor ? { rejectedAt: new Date(cursor.t), id: cursor.id } : undefined,
       limit + 1,
       this.opts.queryTimeMs,

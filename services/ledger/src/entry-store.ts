@@ -61,7 +61,18 @@ export interface DuplicateDoc {
   payload_sha256: string;
   payload_mismatch: boolean;
   at: Date;
+  /**
+   * Mismatching writes only (absent on those recorded before): the payload's size and its
+   * first PREVIEW_BYTES bytes, so an operator can compare it with the first write's.
+   */
+  payload_size?: number;
+  payload_preview?: Buffer | Binary;
 }
+
+/** Bytes of a mismatching write's payload kept with its record (its hash covers the whole payload). */
+export const PREVIEW_BYTES = 256;
+/** Mismatching writes GetEntry lists per entry, oldest first (the count says how many there were). */
+export const MISMATCH_WRITES_LISTED = 20;
 
 /** Per-entry counts of the writes that hit it. */
 export interface DuplicateCounts {
@@ -196,7 +207,7 @@ export class EntryStore {
    */
   async recordDuplicate(
     effectId: string,
-    write: { toolId: string; callId: string; attempt: number; capabilityId: string; payloadSha256: string },
+    write: { toolId: string; callId: string; attempt: number; capabilityId: string; payloadSha256: string; payload: Uint8Array },
   ): Promise<{ entry: EntryDoc; payloadMismatch: boolean }> {
     let entry = this.cached(effectId) ?? (await this.entries.findOne({ _id: effectId }));
     // The insert's collision means it exists (unless retention removed it just now: then the write fails, and its retry is a new effect).
@@ -213,6 +224,8 @@ export class EntryStore {
       payload_sha256: write.payloadSha256,
       payload_mismatch: payloadMismatch,
       at: new Date(),
+      // A copy: the write's payload is a view into a socket chunk (see cachedCopy).
+      ...(payloadMismatch ? { payload_size: write.payload.length, payload_preview: Buffer.from(write.payload.subarray(0, PREVIEW_BYTES)) } : {}),
     });
     this.counters.add("duplicates");
     if (payloadMismatch) this.counters.add("payload_mismatches");
@@ -253,6 +266,14 @@ export class EntryStore {
     if (!doc) return;
     this.known.delete(effectId);
     this.knownBytes -= payloadSize(doc.payload) + ENTRY_OVERHEAD_BYTES;
+  }
+
+  /**
+   * The writes under an entry whose payload differed from the first, oldest first, at most
+   * MISMATCH_WRITES_LISTED: an equality read on the `effect_id` index, for an operator.
+   */
+  async mismatchingWrites(effectId: string, maxTimeMS?: number): Promise<DuplicateDoc[]> {
+    return this.duplicates.find({ effect_id: effectId, payload_mismatch: true }, { maxTimeMS }).sort({ at: 1, _id: 1 }).limit(MISMATCH_WRITES_LISTED).toArray();
   }
 
   /**

@@ -111,6 +111,7 @@ export class Ledger {
       attempt: cap.attempt,
       capabilityId: cap.jti,
       payloadSha256,
+      payload: req.payload,
     });
     this.d.metrics?.write(cap.tool_id, payloadMismatch ? "payload_mismatch" : "duplicate");
     if (payloadMismatch) {

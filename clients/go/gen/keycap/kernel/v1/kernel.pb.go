@@ -2185,6 +2185,560 @@ func (x *RunCall) GetCall() *Call {
 	return nil
 }
 
+// Request of GetCall.
+type GetCallRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call to read. REQUIRED: 1-128 characters of [A-Za-z0-9._:-].
+	CallId        string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCallRequest) Reset() {
+	*x = GetCallRequest{}
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCallRequest) ProtoMessage() {}
+
+func (x *GetCallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCallRequest.ProtoReflect.Descriptor instead.
+func (*GetCallRequest) Descriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetCallRequest) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+// Response of GetCall.
+type GetCallResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call as journaled, with its completion merged in.
+	Call *Call `protobuf:"bytes,1,opt,name=call,proto3" json:"call,omitempty"`
+	// How the call was settled, and by whom; unset while the call is pending and was never
+	// handed to an operator.
+	Settlement *CallSettlement `protobuf:"bytes,2,opt,name=settlement,proto3" json:"settlement,omitempty"`
+	// The capability of the call's current attempt (attempt = Call.attempt; each ResumeCall
+	// that re-issues one moves to the next attempt).
+	Capability *CallCapability `protobuf:"bytes,3,opt,name=capability,proto3" json:"capability,omitempty"`
+	// Each recovery that moved the call to a next attempt, oldest first (the newest 20; none
+	// for calls resumed before these were kept).
+	Resumes       []*CallResume `protobuf:"bytes,4,rep,name=resumes,proto3" json:"resumes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCallResponse) Reset() {
+	*x = GetCallResponse{}
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCallResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCallResponse) ProtoMessage() {}
+
+func (x *GetCallResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCallResponse.ProtoReflect.Descriptor instead.
+func (*GetCallResponse) Descriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *GetCallResponse) GetCall() *Call {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *GetCallResponse) GetSettlement() *CallSettlement {
+	if x != nil {
+		return x.Settlement
+	}
+	return nil
+}
+
+func (x *GetCallResponse) GetCapability() *CallCapability {
+	if x != nil {
+		return x.Capability
+	}
+	return nil
+}
+
+func (x *GetCallResponse) GetResumes() []*CallResume {
+	if x != nil {
+		return x.Resumes
+	}
+	return nil
+}
+
+// One recovery that re-issued a call's capability (ResumeCall answered RESUME_ACTION_RETRY).
+type CallResume struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The attempt it moved the call to.
+	Attempt uint32 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The capability id (jti) minted for that attempt.
+	CapabilityId string `protobuf:"bytes,2,opt,name=capability_id,json=capabilityId,proto3" json:"capability_id,omitempty"`
+	// When.
+	At *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	// The principal whose ResumeCall it was.
+	By            string `protobuf:"bytes,4,opt,name=by,proto3" json:"by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallResume) Reset() {
+	*x = CallResume{}
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallResume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallResume) ProtoMessage() {}
+
+func (x *CallResume) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallResume.ProtoReflect.Descriptor instead.
+func (*CallResume) Descriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *CallResume) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *CallResume) GetCapabilityId() string {
+	if x != nil {
+		return x.CapabilityId
+	}
+	return ""
+}
+
+func (x *CallResume) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *CallResume) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+// Who settled a call and when: a completion, or recovery marking it indeterminate.
+type CallSettlement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When the completion was recorded; unset while the call has none.
+	CompletedAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=completed_at,json=completedAt,proto3" json:"completed_at,omitempty"`
+	// The principal whose CompleteCall (or ResumeCall that found the effect in the ledger)
+	// recorded the completion; empty for completions recorded before it was kept.
+	CompletedBy string `protobuf:"bytes,2,opt,name=completed_by,json=completedBy,proto3" json:"completed_by,omitempty"`
+	// When recovery last refused to resume the call (e.g. an Unsafe call made indeterminate).
+	RecoveryRefusedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=recovery_refused_at,json=recoveryRefusedAt,proto3" json:"recovery_refused_at,omitempty"`
+	// That refusal's reason (UNSAFE_NOT_RESUMABLE, KEY_REDERIVATION_MISMATCH).
+	RecoveryRefusedReason string `protobuf:"bytes,4,opt,name=recovery_refused_reason,json=recoveryRefusedReason,proto3" json:"recovery_refused_reason,omitempty"`
+	// That refusal's message.
+	RecoveryRefusedMessage string `protobuf:"bytes,5,opt,name=recovery_refused_message,json=recoveryRefusedMessage,proto3" json:"recovery_refused_message,omitempty"`
+	// The principal whose ResumeCall was refused; empty for refusals recorded before it was kept.
+	RecoveryRefusedBy string `protobuf:"bytes,6,opt,name=recovery_refused_by,json=recoveryRefusedBy,proto3" json:"recovery_refused_by,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *CallSettlement) Reset() {
+	*x = CallSettlement{}
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallSettlement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallSettlement) ProtoMessage() {}
+
+func (x *CallSettlement) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallSettlement.ProtoReflect.Descriptor instead.
+func (*CallSettlement) Descriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *CallSettlement) GetCompletedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CompletedAt
+	}
+	return nil
+}
+
+func (x *CallSettlement) GetCompletedBy() string {
+	if x != nil {
+		return x.CompletedBy
+	}
+	return ""
+}
+
+func (x *CallSettlement) GetRecoveryRefusedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RecoveryRefusedAt
+	}
+	return nil
+}
+
+func (x *CallSettlement) GetRecoveryRefusedReason() string {
+	if x != nil {
+		return x.RecoveryRefusedReason
+	}
+	return ""
+}
+
+func (x *CallSettlement) GetRecoveryRefusedMessage() string {
+	if x != nil {
+		return x.RecoveryRefusedMessage
+	}
+	return ""
+}
+
+func (x *CallSettlement) GetRecoveryRefusedBy() string {
+	if x != nil {
+		return x.RecoveryRefusedBy
+	}
+	return ""
+}
+
+// The capability of a call's current attempt, as its claims (never the token).
+type CallCapability struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The capability id (jti): ledger refusals and entries name it.
+	CapabilityId string `protobuf:"bytes,1,opt,name=capability_id,json=capabilityId,proto3" json:"capability_id,omitempty"`
+	// The attempt it was minted for.
+	Attempt uint32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// When it was minted.
+	IssuedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=issued_at,json=issuedAt,proto3" json:"issued_at,omitempty"`
+	// When it stops verifying.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallCapability) Reset() {
+	*x = CallCapability{}
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallCapability) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallCapability) ProtoMessage() {}
+
+func (x *CallCapability) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallCapability.ProtoReflect.Descriptor instead.
+func (*CallCapability) Descriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *CallCapability) GetCapabilityId() string {
+	if x != nil {
+		return x.CapabilityId
+	}
+	return ""
+}
+
+func (x *CallCapability) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *CallCapability) GetIssuedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.IssuedAt
+	}
+	return nil
+}
+
+func (x *CallCapability) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+// Request of SearchCalls: exactly one of the criteria is REQUIRED (each is an indexed field).
+type SearchCallsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Which calls.
+	//
+	// Types that are valid to be assigned to Criterion:
+	//
+	//	*SearchCallsRequest_CallId
+	//	*SearchCallsRequest_RunId
+	//	*SearchCallsRequest_Key
+	//	*SearchCallsRequest_Principal
+	Criterion isSearchCallsRequest_Criterion `protobuf_oneof:"criterion"`
+	// Maximum calls to return; 0 means 100, larger values are capped at 1000.
+	PageSize uint32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token from a previous response's next_page_token; empty for the first page.
+	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SearchCallsRequest) Reset() {
+	*x = SearchCallsRequest{}
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SearchCallsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SearchCallsRequest) ProtoMessage() {}
+
+func (x *SearchCallsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SearchCallsRequest.ProtoReflect.Descriptor instead.
+func (*SearchCallsRequest) Descriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *SearchCallsRequest) GetCriterion() isSearchCallsRequest_Criterion {
+	if x != nil {
+		return x.Criterion
+	}
+	return nil
+}
+
+func (x *SearchCallsRequest) GetCallId() string {
+	if x != nil {
+		if x, ok := x.Criterion.(*SearchCallsRequest_CallId); ok {
+			return x.CallId
+		}
+	}
+	return ""
+}
+
+func (x *SearchCallsRequest) GetRunId() string {
+	if x != nil {
+		if x, ok := x.Criterion.(*SearchCallsRequest_RunId); ok {
+			return x.RunId
+		}
+	}
+	return ""
+}
+
+func (x *SearchCallsRequest) GetKey() string {
+	if x != nil {
+		if x, ok := x.Criterion.(*SearchCallsRequest_Key); ok {
+			return x.Key
+		}
+	}
+	return ""
+}
+
+func (x *SearchCallsRequest) GetPrincipal() string {
+	if x != nil {
+		if x, ok := x.Criterion.(*SearchCallsRequest_Principal); ok {
+			return x.Principal
+		}
+	}
+	return ""
+}
+
+func (x *SearchCallsRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *SearchCallsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type isSearchCallsRequest_Criterion interface {
+	isSearchCallsRequest_Criterion()
+}
+
+type SearchCallsRequest_CallId struct {
+	// The call id (at most one call): 1-128 characters of [A-Za-z0-9._:-].
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3,oneof"`
+}
+
+type SearchCallsRequest_RunId struct {
+	// The run id given to BeginCall: 1-256 characters.
+	RunId string `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3,oneof"`
+}
+
+type SearchCallsRequest_Key struct {
+	// The derived idempotency key (Idempotent calls): 1-256 characters.
+	Key string `protobuf:"bytes,3,opt,name=key,proto3,oneof"`
+}
+
+type SearchCallsRequest_Principal struct {
+	// The principal that began the calls: 1-256 characters.
+	Principal string `protobuf:"bytes,4,opt,name=principal,proto3,oneof"`
+}
+
+func (*SearchCallsRequest_CallId) isSearchCallsRequest_Criterion() {}
+
+func (*SearchCallsRequest_RunId) isSearchCallsRequest_Criterion() {}
+
+func (*SearchCallsRequest_Key) isSearchCallsRequest_Criterion() {}
+
+func (*SearchCallsRequest_Principal) isSearchCallsRequest_Criterion() {}
+
+// Response of SearchCalls, newest first.
+type SearchCallsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The calls of this page.
+	Calls []*Call `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	// Pass to the next request to continue; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SearchCallsResponse) Reset() {
+	*x = SearchCallsResponse{}
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SearchCallsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SearchCallsResponse) ProtoMessage() {}
+
+func (x *SearchCallsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_kernel_v1_kernel_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SearchCallsResponse.ProtoReflect.Descriptor instead.
+func (*SearchCallsResponse) Descriptor() ([]byte, []int) {
+	return file_keycap_kernel_v1_kernel_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *SearchCallsResponse) GetCalls() []*Call {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+func (x *SearchCallsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_keycap_kernel_v1_kernel_proto protoreflect.FileDescriptor
 
 const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
@@ -2336,7 +2890,55 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"Q\n" +
 	"\aRunCall\x12\x1a\n" +
 	"\bposition\x18\x01 \x01(\rR\bposition\x12*\n" +
-	"\x04call\x18\x02 \x01(\v2\x16.keycap.kernel.v1.CallR\x04call*`\n" +
+	"\x04call\x18\x02 \x01(\v2\x16.keycap.kernel.v1.CallR\x04call\"o\n" +
+	"\x0eGetCallRequest\x12]\n" +
+	"\acall_id\x18\x01 \x01(\tBD\xbaH\x1cr\x1a2\x18^[A-Za-z0-9._:-]{1,128}$\xe2\xf9\x18!\n" +
+	"\x0estring.pattern\x12\x0fINVALID_CALL_IDR\x06callId\"\xf9\x01\n" +
+	"\x0fGetCallResponse\x12*\n" +
+	"\x04call\x18\x01 \x01(\v2\x16.keycap.kernel.v1.CallR\x04call\x12@\n" +
+	"\n" +
+	"settlement\x18\x02 \x01(\v2 .keycap.kernel.v1.CallSettlementR\n" +
+	"settlement\x12@\n" +
+	"\n" +
+	"capability\x18\x03 \x01(\v2 .keycap.kernel.v1.CallCapabilityR\n" +
+	"capability\x126\n" +
+	"\aresumes\x18\x04 \x03(\v2\x1c.keycap.kernel.v1.CallResumeR\aresumes\"\x87\x01\n" +
+	"\n" +
+	"CallResume\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\rR\aattempt\x12#\n" +
+	"\rcapability_id\x18\x02 \x01(\tR\fcapabilityId\x12*\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x0e\n" +
+	"\x02by\x18\x04 \x01(\tR\x02by\"\xe0\x02\n" +
+	"\x0eCallSettlement\x12=\n" +
+	"\fcompleted_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x12!\n" +
+	"\fcompleted_by\x18\x02 \x01(\tR\vcompletedBy\x12J\n" +
+	"\x13recovery_refused_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x11recoveryRefusedAt\x126\n" +
+	"\x17recovery_refused_reason\x18\x04 \x01(\tR\x15recoveryRefusedReason\x128\n" +
+	"\x18recovery_refused_message\x18\x05 \x01(\tR\x16recoveryRefusedMessage\x12.\n" +
+	"\x13recovery_refused_by\x18\x06 \x01(\tR\x11recoveryRefusedBy\"\xc3\x01\n" +
+	"\x0eCallCapability\x12#\n" +
+	"\rcapability_id\x18\x01 \x01(\tR\fcapabilityId\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\x127\n" +
+	"\tissued_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt\x129\n" +
+	"\n" +
+	"expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xf7\x02\n" +
+	"\x12SearchCallsRequest\x12_\n" +
+	"\acall_id\x18\x01 \x01(\tBD\xbaH\x1cr\x1a2\x18^[A-Za-z0-9._:-]{1,128}$\xe2\xf9\x18!\n" +
+	"\x0estring.pattern\x12\x0fINVALID_CALL_IDH\x00R\x06callId\x12k\n" +
+	"\x06run_id\x18\x02 \x01(\tBR\xbaH\ar\x05\x10\x01\x18\x80\x02\xe2\xf9\x18 \n" +
+	"\x0estring.min_len\x12\x0eINVALID_RUN_ID\xe2\xf9\x18 \n" +
+	"\x0estring.max_len\x12\x0eINVALID_RUN_IDH\x00R\x05runId\x12\x1e\n" +
+	"\x03key\x18\x03 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02H\x00R\x03key\x12*\n" +
+	"\tprincipal\x18\x04 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02H\x00R\tprincipal\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tR\tpageTokenB\v\n" +
+	"\tcriterion\"k\n" +
+	"\x13SearchCallsResponse\x12,\n" +
+	"\x05calls\x18\x01 \x03(\v2\x16.keycap.kernel.v1.CallR\x05calls\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*`\n" +
 	"\aRunMode\x12\x18\n" +
 	"\x14RUN_MODE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rRUN_MODE_LIVE\x10\x01\x12\x13\n" +
@@ -2356,7 +2958,8 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\x13RESUME_ACTION_RETRY\x10\x01\x12\x16\n" +
 	"\x12RESUME_ACTION_DONE\x10\x02\x12#\n" +
 	"\x1fRESUME_ACTION_ALREADY_COMPLETED\x10\x03\x12\x1e\n" +
-	"\x1aRESUME_ACTION_LEFT_PENDING\x10\x042\x89\t\n" +
+	"\x1aRESUME_ACTION_LEFT_PENDING\x10\x042\xb5\n" +
+	"\n" +
 	"\rKernelService\x12]\n" +
 	"\fRegisterTool\x12%.keycap.kernel.v1.RegisterToolRequest\x1a&.keycap.kernel.v1.RegisterToolResponse\x12N\n" +
 	"\aGetTool\x12 .keycap.kernel.v1.GetToolRequest\x1a!.keycap.kernel.v1.GetToolResponse\x12T\n" +
@@ -2371,7 +2974,9 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"ResumeCall\x12#.keycap.kernel.v1.ResumeCallRequest\x1a$.keycap.kernel.v1.ResumeCallResponse\x12{\n" +
 	"\x16ListIndeterminateCalls\x12/.keycap.kernel.v1.ListIndeterminateCallsRequest\x1a0.keycap.kernel.v1.ListIndeterminateCallsResponse\x12c\n" +
 	"\x0eGetSigningKeys\x12'.keycap.kernel.v1.GetSigningKeysRequest\x1a(.keycap.kernel.v1.GetSigningKeysResponse\x12]\n" +
-	"\fListRunCalls\x12%.keycap.kernel.v1.ListRunCallsRequest\x1a&.keycap.kernel.v1.ListRunCallsResponseBCZAgithub.com/keycap/keycap/clients/go/gen/keycap/kernel/v1;kernelv1b\x06proto3"
+	"\fListRunCalls\x12%.keycap.kernel.v1.ListRunCallsRequest\x1a&.keycap.kernel.v1.ListRunCallsResponse\x12N\n" +
+	"\aGetCall\x12 .keycap.kernel.v1.GetCallRequest\x1a!.keycap.kernel.v1.GetCallResponse\x12Z\n" +
+	"\vSearchCalls\x12$.keycap.kernel.v1.SearchCallsRequest\x1a%.keycap.kernel.v1.SearchCallsResponseBCZAgithub.com/keycap/keycap/clients/go/gen/keycap/kernel/v1;kernelv1b\x06proto3"
 
 var (
 	file_keycap_kernel_v1_kernel_proto_rawDescOnce sync.Once
@@ -2386,7 +2991,7 @@ func file_keycap_kernel_v1_kernel_proto_rawDescGZIP() []byte {
 }
 
 var file_keycap_kernel_v1_kernel_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_keycap_kernel_v1_kernel_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_keycap_kernel_v1_kernel_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_keycap_kernel_v1_kernel_proto_goTypes = []any{
 	(RunMode)(0),                           // 0: keycap.kernel.v1.RunMode
 	(CallState)(0),                         // 1: keycap.kernel.v1.CallState
@@ -2421,28 +3026,35 @@ var file_keycap_kernel_v1_kernel_proto_goTypes = []any{
 	(*ListRunCallsRequest)(nil),            // 30: keycap.kernel.v1.ListRunCallsRequest
 	(*ListRunCallsResponse)(nil),           // 31: keycap.kernel.v1.ListRunCallsResponse
 	(*RunCall)(nil),                        // 32: keycap.kernel.v1.RunCall
-	(*v1.EffectClass)(nil),                 // 33: keycap.effect.v1.EffectClass
-	(*timestamppb.Timestamp)(nil),          // 34: google.protobuf.Timestamp
-	(*v1.HttpDestination)(nil),             // 35: keycap.effect.v1.HttpDestination
-	(v1.EffectKind)(0),                     // 36: keycap.effect.v1.EffectKind
+	(*GetCallRequest)(nil),                 // 33: keycap.kernel.v1.GetCallRequest
+	(*GetCallResponse)(nil),                // 34: keycap.kernel.v1.GetCallResponse
+	(*CallResume)(nil),                     // 35: keycap.kernel.v1.CallResume
+	(*CallSettlement)(nil),                 // 36: keycap.kernel.v1.CallSettlement
+	(*CallCapability)(nil),                 // 37: keycap.kernel.v1.CallCapability
+	(*SearchCallsRequest)(nil),             // 38: keycap.kernel.v1.SearchCallsRequest
+	(*SearchCallsResponse)(nil),            // 39: keycap.kernel.v1.SearchCallsResponse
+	(*v1.EffectClass)(nil),                 // 40: keycap.effect.v1.EffectClass
+	(*timestamppb.Timestamp)(nil),          // 41: google.protobuf.Timestamp
+	(*v1.HttpDestination)(nil),             // 42: keycap.effect.v1.HttpDestination
+	(v1.EffectKind)(0),                     // 43: keycap.effect.v1.EffectKind
 }
 var file_keycap_kernel_v1_kernel_proto_depIdxs = []int32{
-	33, // 0: keycap.kernel.v1.Tool.effect_class:type_name -> keycap.effect.v1.EffectClass
-	34, // 1: keycap.kernel.v1.Tool.registered_at:type_name -> google.protobuf.Timestamp
-	35, // 2: keycap.kernel.v1.Tool.http_destination:type_name -> keycap.effect.v1.HttpDestination
+	40, // 0: keycap.kernel.v1.Tool.effect_class:type_name -> keycap.effect.v1.EffectClass
+	41, // 1: keycap.kernel.v1.Tool.registered_at:type_name -> google.protobuf.Timestamp
+	42, // 2: keycap.kernel.v1.Tool.http_destination:type_name -> keycap.effect.v1.HttpDestination
 	4,  // 3: keycap.kernel.v1.RegisterToolRequest.tool:type_name -> keycap.kernel.v1.Tool
 	4,  // 4: keycap.kernel.v1.RegisterToolResponse.tool:type_name -> keycap.kernel.v1.Tool
 	4,  // 5: keycap.kernel.v1.GetToolResponse.tool:type_name -> keycap.kernel.v1.Tool
 	4,  // 6: keycap.kernel.v1.ListToolsResponse.tools:type_name -> keycap.kernel.v1.Tool
-	36, // 7: keycap.kernel.v1.Call.effect_kind:type_name -> keycap.effect.v1.EffectKind
+	43, // 7: keycap.kernel.v1.Call.effect_kind:type_name -> keycap.effect.v1.EffectKind
 	1,  // 8: keycap.kernel.v1.Call.state:type_name -> keycap.kernel.v1.CallState
 	2,  // 9: keycap.kernel.v1.Call.outcome:type_name -> keycap.kernel.v1.CallOutcome
-	34, // 10: keycap.kernel.v1.Call.created_at:type_name -> google.protobuf.Timestamp
-	34, // 11: keycap.kernel.v1.Call.updated_at:type_name -> google.protobuf.Timestamp
+	41, // 10: keycap.kernel.v1.Call.created_at:type_name -> google.protobuf.Timestamp
+	41, // 11: keycap.kernel.v1.Call.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 12: keycap.kernel.v1.Call.mode:type_name -> keycap.kernel.v1.RunMode
 	0,  // 13: keycap.kernel.v1.BeginCallRequest.mode:type_name -> keycap.kernel.v1.RunMode
 	11, // 14: keycap.kernel.v1.BeginCallResponse.call:type_name -> keycap.kernel.v1.Call
-	34, // 15: keycap.kernel.v1.BeginCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
+	41, // 15: keycap.kernel.v1.BeginCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
 	11, // 16: keycap.kernel.v1.BeginCallResponse.recorded_call:type_name -> keycap.kernel.v1.Call
 	2,  // 17: keycap.kernel.v1.CompleteCallRequest.outcome:type_name -> keycap.kernel.v1.CallOutcome
 	11, // 18: keycap.kernel.v1.CompleteCallResponse.call:type_name -> keycap.kernel.v1.Call
@@ -2456,38 +3068,52 @@ var file_keycap_kernel_v1_kernel_proto_depIdxs = []int32{
 	11, // 26: keycap.kernel.v1.ListIndeterminateCallsResponse.calls:type_name -> keycap.kernel.v1.Call
 	11, // 27: keycap.kernel.v1.ResumeCallResponse.call:type_name -> keycap.kernel.v1.Call
 	3,  // 28: keycap.kernel.v1.ResumeCallResponse.action:type_name -> keycap.kernel.v1.ResumeAction
-	34, // 29: keycap.kernel.v1.ResumeCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
+	41, // 29: keycap.kernel.v1.ResumeCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
 	32, // 30: keycap.kernel.v1.ListRunCallsResponse.calls:type_name -> keycap.kernel.v1.RunCall
 	11, // 31: keycap.kernel.v1.RunCall.call:type_name -> keycap.kernel.v1.Call
-	5,  // 32: keycap.kernel.v1.KernelService.RegisterTool:input_type -> keycap.kernel.v1.RegisterToolRequest
-	7,  // 33: keycap.kernel.v1.KernelService.GetTool:input_type -> keycap.kernel.v1.GetToolRequest
-	9,  // 34: keycap.kernel.v1.KernelService.ListTools:input_type -> keycap.kernel.v1.ListToolsRequest
-	12, // 35: keycap.kernel.v1.KernelService.BeginCall:input_type -> keycap.kernel.v1.BeginCallRequest
-	14, // 36: keycap.kernel.v1.KernelService.CompleteCall:input_type -> keycap.kernel.v1.CompleteCallRequest
-	16, // 37: keycap.kernel.v1.KernelService.BeginCalls:input_type -> keycap.kernel.v1.BeginCallsRequest
-	19, // 38: keycap.kernel.v1.KernelService.CompleteCalls:input_type -> keycap.kernel.v1.CompleteCallsRequest
-	22, // 39: keycap.kernel.v1.KernelService.ListPendingCalls:input_type -> keycap.kernel.v1.ListPendingCallsRequest
-	26, // 40: keycap.kernel.v1.KernelService.ResumeCall:input_type -> keycap.kernel.v1.ResumeCallRequest
-	24, // 41: keycap.kernel.v1.KernelService.ListIndeterminateCalls:input_type -> keycap.kernel.v1.ListIndeterminateCallsRequest
-	28, // 42: keycap.kernel.v1.KernelService.GetSigningKeys:input_type -> keycap.kernel.v1.GetSigningKeysRequest
-	30, // 43: keycap.kernel.v1.KernelService.ListRunCalls:input_type -> keycap.kernel.v1.ListRunCallsRequest
-	6,  // 44: keycap.kernel.v1.KernelService.RegisterTool:output_type -> keycap.kernel.v1.RegisterToolResponse
-	8,  // 45: keycap.kernel.v1.KernelService.GetTool:output_type -> keycap.kernel.v1.GetToolResponse
-	10, // 46: keycap.kernel.v1.KernelService.ListTools:output_type -> keycap.kernel.v1.ListToolsResponse
-	13, // 47: keycap.kernel.v1.KernelService.BeginCall:output_type -> keycap.kernel.v1.BeginCallResponse
-	15, // 48: keycap.kernel.v1.KernelService.CompleteCall:output_type -> keycap.kernel.v1.CompleteCallResponse
-	17, // 49: keycap.kernel.v1.KernelService.BeginCalls:output_type -> keycap.kernel.v1.BeginCallsResponse
-	20, // 50: keycap.kernel.v1.KernelService.CompleteCalls:output_type -> keycap.kernel.v1.CompleteCallsResponse
-	23, // 51: keycap.kernel.v1.KernelService.ListPendingCalls:output_type -> keycap.kernel.v1.ListPendingCallsResponse
-	27, // 52: keycap.kernel.v1.KernelService.ResumeCall:output_type -> keycap.kernel.v1.ResumeCallResponse
-	25, // 53: keycap.kernel.v1.KernelService.ListIndeterminateCalls:output_type -> keycap.kernel.v1.ListIndeterminateCallsResponse
-	29, // 54: keycap.kernel.v1.KernelService.GetSigningKeys:output_type -> keycap.kernel.v1.GetSigningKeysResponse
-	31, // 55: keycap.kernel.v1.KernelService.ListRunCalls:output_type -> keycap.kernel.v1.ListRunCallsResponse
-	44, // [44:56] is the sub-list for method output_type
-	32, // [32:44] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	11, // 32: keycap.kernel.v1.GetCallResponse.call:type_name -> keycap.kernel.v1.Call
+	36, // 33: keycap.kernel.v1.GetCallResponse.settlement:type_name -> keycap.kernel.v1.CallSettlement
+	37, // 34: keycap.kernel.v1.GetCallResponse.capability:type_name -> keycap.kernel.v1.CallCapability
+	35, // 35: keycap.kernel.v1.GetCallResponse.resumes:type_name -> keycap.kernel.v1.CallResume
+	41, // 36: keycap.kernel.v1.CallResume.at:type_name -> google.protobuf.Timestamp
+	41, // 37: keycap.kernel.v1.CallSettlement.completed_at:type_name -> google.protobuf.Timestamp
+	41, // 38: keycap.kernel.v1.CallSettlement.recovery_refused_at:type_name -> google.protobuf.Timestamp
+	41, // 39: keycap.kernel.v1.CallCapability.issued_at:type_name -> google.protobuf.Timestamp
+	41, // 40: keycap.kernel.v1.CallCapability.expires_at:type_name -> google.protobuf.Timestamp
+	11, // 41: keycap.kernel.v1.SearchCallsResponse.calls:type_name -> keycap.kernel.v1.Call
+	5,  // 42: keycap.kernel.v1.KernelService.RegisterTool:input_type -> keycap.kernel.v1.RegisterToolRequest
+	7,  // 43: keycap.kernel.v1.KernelService.GetTool:input_type -> keycap.kernel.v1.GetToolRequest
+	9,  // 44: keycap.kernel.v1.KernelService.ListTools:input_type -> keycap.kernel.v1.ListToolsRequest
+	12, // 45: keycap.kernel.v1.KernelService.BeginCall:input_type -> keycap.kernel.v1.BeginCallRequest
+	14, // 46: keycap.kernel.v1.KernelService.CompleteCall:input_type -> keycap.kernel.v1.CompleteCallRequest
+	16, // 47: keycap.kernel.v1.KernelService.BeginCalls:input_type -> keycap.kernel.v1.BeginCallsRequest
+	19, // 48: keycap.kernel.v1.KernelService.CompleteCalls:input_type -> keycap.kernel.v1.CompleteCallsRequest
+	22, // 49: keycap.kernel.v1.KernelService.ListPendingCalls:input_type -> keycap.kernel.v1.ListPendingCallsRequest
+	26, // 50: keycap.kernel.v1.KernelService.ResumeCall:input_type -> keycap.kernel.v1.ResumeCallRequest
+	24, // 51: keycap.kernel.v1.KernelService.ListIndeterminateCalls:input_type -> keycap.kernel.v1.ListIndeterminateCallsRequest
+	28, // 52: keycap.kernel.v1.KernelService.GetSigningKeys:input_type -> keycap.kernel.v1.GetSigningKeysRequest
+	30, // 53: keycap.kernel.v1.KernelService.ListRunCalls:input_type -> keycap.kernel.v1.ListRunCallsRequest
+	33, // 54: keycap.kernel.v1.KernelService.GetCall:input_type -> keycap.kernel.v1.GetCallRequest
+	38, // 55: keycap.kernel.v1.KernelService.SearchCalls:input_type -> keycap.kernel.v1.SearchCallsRequest
+	6,  // 56: keycap.kernel.v1.KernelService.RegisterTool:output_type -> keycap.kernel.v1.RegisterToolResponse
+	8,  // 57: keycap.kernel.v1.KernelService.GetTool:output_type -> keycap.kernel.v1.GetToolResponse
+	10, // 58: keycap.kernel.v1.KernelService.ListTools:output_type -> keycap.kernel.v1.ListToolsResponse
+	13, // 59: keycap.kernel.v1.KernelService.BeginCall:output_type -> keycap.kernel.v1.BeginCallResponse
+	15, // 60: keycap.kernel.v1.KernelService.CompleteCall:output_type -> keycap.kernel.v1.CompleteCallResponse
+	17, // 61: keycap.kernel.v1.KernelService.BeginCalls:output_type -> keycap.kernel.v1.BeginCallsResponse
+	20, // 62: keycap.kernel.v1.KernelService.CompleteCalls:output_type -> keycap.kernel.v1.CompleteCallsResponse
+	23, // 63: keycap.kernel.v1.KernelService.ListPendingCalls:output_type -> keycap.kernel.v1.ListPendingCallsResponse
+	27, // 64: keycap.kernel.v1.KernelService.ResumeCall:output_type -> keycap.kernel.v1.ResumeCallResponse
+	25, // 65: keycap.kernel.v1.KernelService.ListIndeterminateCalls:output_type -> keycap.kernel.v1.ListIndeterminateCallsResponse
+	29, // 66: keycap.kernel.v1.KernelService.GetSigningKeys:output_type -> keycap.kernel.v1.GetSigningKeysResponse
+	31, // 67: keycap.kernel.v1.KernelService.ListRunCalls:output_type -> keycap.kernel.v1.ListRunCallsResponse
+	34, // 68: keycap.kernel.v1.KernelService.GetCall:output_type -> keycap.kernel.v1.GetCallResponse
+	39, // 69: keycap.kernel.v1.KernelService.SearchCalls:output_type -> keycap.kernel.v1.SearchCallsResponse
+	56, // [56:70] is the sub-list for method output_type
+	42, // [42:56] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_keycap_kernel_v1_kernel_proto_init() }
@@ -2503,13 +3129,19 @@ func file_keycap_kernel_v1_kernel_proto_init() {
 		(*CompleteCallResult_Completed)(nil),
 		(*CompleteCallResult_ErrorStatus)(nil),
 	}
+	file_keycap_kernel_v1_kernel_proto_msgTypes[34].OneofWrappers = []any{
+		(*SearchCallsRequest_CallId)(nil),
+		(*SearchCallsRequest_RunId)(nil),
+		(*SearchCallsRequest_Key)(nil),
+		(*SearchCallsRequest_Principal)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keycap_kernel_v1_kernel_proto_rawDesc), len(file_keycap_kernel_v1_kernel_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   29,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,6 +35,8 @@ const (
 	KernelService_ListIndeterminateCalls_FullMethodName = "/keycap.kernel.v1.KernelService/ListIndeterminateCalls"
 	KernelService_GetSigningKeys_FullMethodName         = "/keycap.kernel.v1.KernelService/GetSigningKeys"
 	KernelService_ListRunCalls_FullMethodName           = "/keycap.kernel.v1.KernelService/ListRunCalls"
+	KernelService_GetCall_FullMethodName                = "/keycap.kernel.v1.KernelService/GetCall"
+	KernelService_SearchCalls_FullMethodName            = "/keycap.kernel.v1.KernelService/SearchCalls"
 )
 
 // KernelServiceClient is the client API for KernelService service.
@@ -97,6 +99,15 @@ type KernelServiceClient interface {
 	// what `keycap runs show` prints (ADR 0028). A runtime sees only the calls of tools
 	// it owns or is granted; an operator sees all.
 	ListRunCalls(ctx context.Context, in *ListRunCallsRequest, opts ...grpc.CallOption) (*ListRunCallsResponse, error)
+	// Reads one call with how it was settled: what `keycap calls show` and the console's call
+	// page start from (ADR 0032). Allowed to operators and to a runtime that owns or is
+	// granted the call's tool (PERMISSION_DENIED TOOL_NOT_GRANTED otherwise); NOT_FOUND
+	// (CALL_NOT_FOUND) when the journal has no such call.
+	GetCall(ctx context.Context, in *GetCallRequest, opts ...grpc.CallOption) (*GetCallResponse, error)
+	// Finds calls by exactly one indexed field (call id, run id, key or principal), newest
+	// first, paged, each read bounded by the operator query time limit. A runtime finds only
+	// calls of tools it owns or is granted; an operator finds all.
+	SearchCalls(ctx context.Context, in *SearchCallsRequest, opts ...grpc.CallOption) (*SearchCallsResponse, error)
 }
 
 type kernelServiceClient struct {
@@ -227,6 +238,26 @@ func (c *kernelServiceClient) ListRunCalls(ctx context.Context, in *ListRunCalls
 	return out, nil
 }
 
+func (c *kernelServiceClient) GetCall(ctx context.Context, in *GetCallRequest, opts ...grpc.CallOption) (*GetCallResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetCallResponse)
+	err := c.cc.Invoke(ctx, KernelService_GetCall_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *kernelServiceClient) SearchCalls(ctx context.Context, in *SearchCallsRequest, opts ...grpc.CallOption) (*SearchCallsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SearchCallsResponse)
+	err := c.cc.Invoke(ctx, KernelService_SearchCalls_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // KernelServiceServer is the server API for KernelService service.
 // All implementations must embed UnimplementedKernelServiceServer
 // for forward compatibility.
@@ -287,6 +318,15 @@ type KernelServiceServer interface {
 	// what `keycap runs show` prints (ADR 0028). A runtime sees only the calls of tools
 	// it owns or is granted; an operator sees all.
 	ListRunCalls(context.Context, *ListRunCallsRequest) (*ListRunCallsResponse, error)
+	// Reads one call with how it was settled: what `keycap calls show` and the console's call
+	// page start from (ADR 0032). Allowed to operators and to a runtime that owns or is
+	// granted the call's tool (PERMISSION_DENIED TOOL_NOT_GRANTED otherwise); NOT_FOUND
+	// (CALL_NOT_FOUND) when the journal has no such call.
+	GetCall(context.Context, *GetCallRequest) (*GetCallResponse, error)
+	// Finds calls by exactly one indexed field (call id, run id, key or principal), newest
+	// first, paged, each read bounded by the operator query time limit. A runtime finds only
+	// calls of tools it owns or is granted; an operator finds all.
+	SearchCalls(context.Context, *SearchCallsRequest) (*SearchCallsResponse, error)
 	mustEmbedUnimplementedKernelServiceServer()
 }
 
@@ -332,6 +372,12 @@ func (UnimplementedKernelServiceServer) GetSigningKeys(context.Context, *GetSign
 }
 func (UnimplementedKernelServiceServer) ListRunCalls(context.Context, *ListRunCallsRequest) (*ListRunCallsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListRunCalls not implemented")
+}
+func (UnimplementedKernelServiceServer) GetCall(context.Context, *GetCallRequest) (*GetCallResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetCall not implemented")
+}
+func (UnimplementedKernelServiceServer) SearchCalls(context.Context, *SearchCallsRequest) (*SearchCallsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SearchCalls not implemented")
 }
 func (UnimplementedKernelServiceServer) mustEmbedUnimplementedKernelServiceServer() {}
 func (UnimplementedKernelServiceServer) testEmbeddedByValue()                       {}
@@ -570,6 +616,42 @@ func _KernelService_ListRunCalls_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _KernelService_GetCall_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCallRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KernelServiceServer).GetCall(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KernelService_GetCall_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KernelServiceServer).GetCall(ctx, req.(*GetCallRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _KernelService_SearchCalls_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SearchCallsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(KernelServiceServer).SearchCalls(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: KernelService_SearchCalls_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(KernelServiceServer).SearchCalls(ctx, req.(*SearchCallsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // KernelService_ServiceDesc is the grpc.ServiceDesc for KernelService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -624,6 +706,14 @@ var KernelService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListRunCalls",
 			Handler:    _KernelService_ListRunCalls_Handler,
+		},
+		{
+			MethodName: "GetCall",
+			Handler:    _KernelService_GetCall_Handler,
+		},
+		{
+			MethodName: "SearchCalls",
+			Handler:    _KernelService_SearchCalls_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -233,7 +233,12 @@ func (*GetEntryRequest_Key) isGetEntryRequest_Selector() {}
 type GetEntryResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The entry.
-	Entry         *Entry `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	Entry *Entry `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	// The writes under the entry's key, oldest first: the first write, then each later write
+	// whose payload differed (at most 20; entry.payload_mismatch_count says how many there
+	// were), so a payload mismatch can be compared. Writes that repeated the first payload
+	// are counted in entry.duplicate_count, not listed.
+	Writes        []*EntryWrite `protobuf:"bytes,2,rep,name=writes,proto3" json:"writes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -271,6 +276,131 @@ func (*GetEntryResponse) Descriptor() ([]byte, []int) {
 func (x *GetEntryResponse) GetEntry() *Entry {
 	if x != nil {
 		return x.Entry
+	}
+	return nil
+}
+
+func (x *GetEntryResponse) GetWrites() []*EntryWrite {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
+// One write under an entry's key: its payload's hash and the first bytes of it.
+type EntryWrite struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True for the write that created the entry.
+	First bool `protobuf:"varint,1,opt,name=first,proto3" json:"first,omitempty"`
+	// True when its payload differs from the first write's.
+	PayloadMismatch bool `protobuf:"varint,2,opt,name=payload_mismatch,json=payloadMismatch,proto3" json:"payload_mismatch,omitempty"`
+	// Lowercase hex SHA-256 of the write's whole payload.
+	PayloadSha256 string `protobuf:"bytes,3,opt,name=payload_sha256,json=payloadSha256,proto3" json:"payload_sha256,omitempty"`
+	// The payload's size in bytes; 0 for mismatching writes recorded before sizes were kept.
+	PayloadSize uint64 `protobuf:"varint,4,opt,name=payload_size,json=payloadSize,proto3" json:"payload_size,omitempty"`
+	// The payload's first bytes (at most 256); empty for writes recorded before previews were kept.
+	PayloadPreview []byte `protobuf:"bytes,5,opt,name=payload_preview,json=payloadPreview,proto3" json:"payload_preview,omitempty"`
+	// The call that wrote it (from its capability).
+	CallId string `protobuf:"bytes,6,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The attempt of that call.
+	Attempt uint32 `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The capability it carried (jti).
+	CapabilityId string `protobuf:"bytes,8,opt,name=capability_id,json=capabilityId,proto3" json:"capability_id,omitempty"`
+	// When it was recorded.
+	At            *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EntryWrite) Reset() {
+	*x = EntryWrite{}
+	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EntryWrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EntryWrite) ProtoMessage() {}
+
+func (x *EntryWrite) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EntryWrite.ProtoReflect.Descriptor instead.
+func (*EntryWrite) Descriptor() ([]byte, []int) {
+	return file_keycap_ledger_v1_ledger_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *EntryWrite) GetFirst() bool {
+	if x != nil {
+		return x.First
+	}
+	return false
+}
+
+func (x *EntryWrite) GetPayloadMismatch() bool {
+	if x != nil {
+		return x.PayloadMismatch
+	}
+	return false
+}
+
+func (x *EntryWrite) GetPayloadSha256() string {
+	if x != nil {
+		return x.PayloadSha256
+	}
+	return ""
+}
+
+func (x *EntryWrite) GetPayloadSize() uint64 {
+	if x != nil {
+		return x.PayloadSize
+	}
+	return 0
+}
+
+func (x *EntryWrite) GetPayloadPreview() []byte {
+	if x != nil {
+		return x.PayloadPreview
+	}
+	return nil
+}
+
+func (x *EntryWrite) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *EntryWrite) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *EntryWrite) GetCapabilityId() string {
+	if x != nil {
+		return x.CapabilityId
+	}
+	return ""
+}
+
+func (x *EntryWrite) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
 	}
 	return nil
 }
@@ -329,7 +459,7 @@ type Rejection struct {
 
 func (x *Rejection) Reset() {
 	*x = Rejection{}
-	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[4]
+	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -341,7 +471,7 @@ func (x *Rejection) String() string {
 func (*Rejection) ProtoMessage() {}
 
 func (x *Rejection) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[4]
+	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -354,7 +484,7 @@ func (x *Rejection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rejection.ProtoReflect.Descriptor instead.
 func (*Rejection) Descriptor() ([]byte, []int) {
-	return file_keycap_ledger_v1_ledger_admin_proto_rawDescGZIP(), []int{4}
+	return file_keycap_ledger_v1_ledger_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Rejection) GetRejectionId() string {
@@ -513,14 +643,16 @@ type ListRejectionsRequest struct {
 	// Token from a previous response's next_page_token; empty for the first page.
 	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Only refusals of this service ("ledger", "kernel"); empty for all.
-	Service       string `protobuf:"bytes,7,opt,name=service,proto3" json:"service,omitempty"`
+	Service string `protobuf:"bytes,7,opt,name=service,proto3" json:"service,omitempty"`
+	// Only refusals that name this call id (indexed); empty for all.
+	CallId        string `protobuf:"bytes,8,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListRejectionsRequest) Reset() {
 	*x = ListRejectionsRequest{}
-	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[5]
+	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +664,7 @@ func (x *ListRejectionsRequest) String() string {
 func (*ListRejectionsRequest) ProtoMessage() {}
 
 func (x *ListRejectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[5]
+	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +677,7 @@ func (x *ListRejectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRejectionsRequest.ProtoReflect.Descriptor instead.
 func (*ListRejectionsRequest) Descriptor() ([]byte, []int) {
-	return file_keycap_ledger_v1_ledger_admin_proto_rawDescGZIP(), []int{5}
+	return file_keycap_ledger_v1_ledger_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListRejectionsRequest) GetToolId() string {
@@ -597,6 +729,13 @@ func (x *ListRejectionsRequest) GetService() string {
 	return ""
 }
 
+func (x *ListRejectionsRequest) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
 // Response of ListRejections.
 type ListRejectionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -610,7 +749,7 @@ type ListRejectionsResponse struct {
 
 func (x *ListRejectionsResponse) Reset() {
 	*x = ListRejectionsResponse{}
-	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[6]
+	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +761,7 @@ func (x *ListRejectionsResponse) String() string {
 func (*ListRejectionsResponse) ProtoMessage() {}
 
 func (x *ListRejectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[6]
+	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +774,7 @@ func (x *ListRejectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRejectionsResponse.ProtoReflect.Descriptor instead.
 func (*ListRejectionsResponse) Descriptor() ([]byte, []int) {
-	return file_keycap_ledger_v1_ledger_admin_proto_rawDescGZIP(), []int{6}
+	return file_keycap_ledger_v1_ledger_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListRejectionsResponse) GetRejections() []*Rejection {
@@ -661,7 +800,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[7]
+	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -673,7 +812,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[7]
+	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -686,7 +825,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_keycap_ledger_v1_ledger_admin_proto_rawDescGZIP(), []int{7}
+	return file_keycap_ledger_v1_ledger_admin_proto_rawDescGZIP(), []int{8}
 }
 
 // Response of GetStats.
@@ -715,7 +854,7 @@ type GetStatsResponse struct {
 
 func (x *GetStatsResponse) Reset() {
 	*x = GetStatsResponse{}
-	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[8]
+	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +866,7 @@ func (x *GetStatsResponse) String() string {
 func (*GetStatsResponse) ProtoMessage() {}
 
 func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[8]
+	mi := &file_keycap_ledger_v1_ledger_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +879,7 @@ func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetStatsResponse) Descriptor() ([]byte, []int) {
-	return file_keycap_ledger_v1_ledger_admin_proto_rawDescGZIP(), []int{8}
+	return file_keycap_ledger_v1_ledger_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetStatsResponse) GetEntries() uint64 {
@@ -809,9 +948,21 @@ const file_keycap_ledger_v1_ledger_admin_proto_rawDesc = "" +
 	"\bentry_id\x18\x01 \x01(\tH\x00R\aentryId\x12\x12\n" +
 	"\x03key\x18\x02 \x01(\tH\x00R\x03keyB\n" +
 	"\n" +
-	"\bselector\"A\n" +
+	"\bselector\"w\n" +
 	"\x10GetEntryResponse\x12-\n" +
-	"\x05entry\x18\x01 \x01(\v2\x17.keycap.ledger.v1.EntryR\x05entry\"\xb4\x05\n" +
+	"\x05entry\x18\x01 \x01(\v2\x17.keycap.ledger.v1.EntryR\x05entry\x124\n" +
+	"\x06writes\x18\x02 \x03(\v2\x1c.keycap.ledger.v1.EntryWriteR\x06writes\"\xc4\x02\n" +
+	"\n" +
+	"EntryWrite\x12\x14\n" +
+	"\x05first\x18\x01 \x01(\bR\x05first\x12)\n" +
+	"\x10payload_mismatch\x18\x02 \x01(\bR\x0fpayloadMismatch\x12%\n" +
+	"\x0epayload_sha256\x18\x03 \x01(\tR\rpayloadSha256\x12!\n" +
+	"\fpayload_size\x18\x04 \x01(\x04R\vpayloadSize\x12'\n" +
+	"\x0fpayload_preview\x18\x05 \x01(\fR\x0epayloadPreview\x12\x17\n" +
+	"\acall_id\x18\x06 \x01(\tR\x06callId\x12\x18\n" +
+	"\aattempt\x18\a \x01(\rR\aattempt\x12#\n" +
+	"\rcapability_id\x18\b \x01(\tR\fcapabilityId\x12*\n" +
+	"\x02at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xb4\x05\n" +
 	"\tRejection\x12!\n" +
 	"\frejection_id\x18\x01 \x01(\tR\vrejectionId\x12\x17\n" +
 	"\atool_id\x18\x02 \x01(\tR\x06toolId\x12(\n" +
@@ -835,7 +986,7 @@ const file_keycap_ledger_v1_ledger_admin_proto_rawDesc = "" +
 	"rejectedAt\x12\x14\n" +
 	"\x05count\x18\x12 \x01(\x04R\x05count\x12\x18\n" +
 	"\aservice\x18\x13 \x01(\tR\aservice\x12\x1c\n" +
-	"\tprincipal\x18\x14 \x01(\tR\tprincipal\"\x82\x02\n" +
+	"\tprincipal\x18\x14 \x01(\tR\tprincipal\"\x9b\x02\n" +
 	"\x15ListRejectionsRequest\x12\x17\n" +
 	"\atool_id\x18\x01 \x01(\tR\x06toolId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x120\n" +
@@ -844,7 +995,8 @@ const file_keycap_ledger_v1_ledger_admin_proto_rawDesc = "" +
 	"\tpage_size\x18\x05 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x18\n" +
-	"\aservice\x18\a \x01(\tR\aservice\"}\n" +
+	"\aservice\x18\a \x01(\tR\aservice\x12\x17\n" +
+	"\acall_id\x18\b \x01(\tR\x06callId\"}\n" +
 	"\x16ListRejectionsResponse\x12;\n" +
 	"\n" +
 	"rejections\x18\x01 \x03(\v2\x1b.keycap.ledger.v1.RejectionR\n" +
@@ -887,47 +1039,50 @@ func file_keycap_ledger_v1_ledger_admin_proto_rawDescGZIP() []byte {
 	return file_keycap_ledger_v1_ledger_admin_proto_rawDescData
 }
 
-var file_keycap_ledger_v1_ledger_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_keycap_ledger_v1_ledger_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_keycap_ledger_v1_ledger_admin_proto_goTypes = []any{
 	(*ListEntriesRequest)(nil),     // 0: keycap.ledger.v1.ListEntriesRequest
 	(*ListEntriesResponse)(nil),    // 1: keycap.ledger.v1.ListEntriesResponse
 	(*GetEntryRequest)(nil),        // 2: keycap.ledger.v1.GetEntryRequest
 	(*GetEntryResponse)(nil),       // 3: keycap.ledger.v1.GetEntryResponse
-	(*Rejection)(nil),              // 4: keycap.ledger.v1.Rejection
-	(*ListRejectionsRequest)(nil),  // 5: keycap.ledger.v1.ListRejectionsRequest
-	(*ListRejectionsResponse)(nil), // 6: keycap.ledger.v1.ListRejectionsResponse
-	(*GetStatsRequest)(nil),        // 7: keycap.ledger.v1.GetStatsRequest
-	(*GetStatsResponse)(nil),       // 8: keycap.ledger.v1.GetStatsResponse
-	nil,                            // 9: keycap.ledger.v1.GetStatsResponse.RejectionsByReasonEntry
-	nil,                            // 10: keycap.ledger.v1.GetStatsResponse.RejectionsByToolEntry
-	(*Entry)(nil),                  // 11: keycap.ledger.v1.Entry
-	(v1.EffectKind)(0),             // 12: keycap.effect.v1.EffectKind
+	(*EntryWrite)(nil),             // 4: keycap.ledger.v1.EntryWrite
+	(*Rejection)(nil),              // 5: keycap.ledger.v1.Rejection
+	(*ListRejectionsRequest)(nil),  // 6: keycap.ledger.v1.ListRejectionsRequest
+	(*ListRejectionsResponse)(nil), // 7: keycap.ledger.v1.ListRejectionsResponse
+	(*GetStatsRequest)(nil),        // 8: keycap.ledger.v1.GetStatsRequest
+	(*GetStatsResponse)(nil),       // 9: keycap.ledger.v1.GetStatsResponse
+	nil,                            // 10: keycap.ledger.v1.GetStatsResponse.RejectionsByReasonEntry
+	nil,                            // 11: keycap.ledger.v1.GetStatsResponse.RejectionsByToolEntry
+	(*Entry)(nil),                  // 12: keycap.ledger.v1.Entry
 	(*timestamppb.Timestamp)(nil),  // 13: google.protobuf.Timestamp
+	(v1.EffectKind)(0),             // 14: keycap.effect.v1.EffectKind
 }
 var file_keycap_ledger_v1_ledger_admin_proto_depIdxs = []int32{
-	11, // 0: keycap.ledger.v1.ListEntriesResponse.entries:type_name -> keycap.ledger.v1.Entry
-	11, // 1: keycap.ledger.v1.GetEntryResponse.entry:type_name -> keycap.ledger.v1.Entry
-	12, // 2: keycap.ledger.v1.Rejection.effect_kind:type_name -> keycap.effect.v1.EffectKind
-	13, // 3: keycap.ledger.v1.Rejection.rejected_at:type_name -> google.protobuf.Timestamp
-	13, // 4: keycap.ledger.v1.ListRejectionsRequest.since:type_name -> google.protobuf.Timestamp
-	13, // 5: keycap.ledger.v1.ListRejectionsRequest.until:type_name -> google.protobuf.Timestamp
-	4,  // 6: keycap.ledger.v1.ListRejectionsResponse.rejections:type_name -> keycap.ledger.v1.Rejection
-	9,  // 7: keycap.ledger.v1.GetStatsResponse.rejections_by_reason:type_name -> keycap.ledger.v1.GetStatsResponse.RejectionsByReasonEntry
-	10, // 8: keycap.ledger.v1.GetStatsResponse.rejections_by_tool:type_name -> keycap.ledger.v1.GetStatsResponse.RejectionsByToolEntry
-	13, // 9: keycap.ledger.v1.GetStatsResponse.counted_since:type_name -> google.protobuf.Timestamp
-	0,  // 10: keycap.ledger.v1.LedgerAdminService.ListEntries:input_type -> keycap.ledger.v1.ListEntriesRequest
-	2,  // 11: keycap.ledger.v1.LedgerAdminService.GetEntry:input_type -> keycap.ledger.v1.GetEntryRequest
-	5,  // 12: keycap.ledger.v1.LedgerAdminService.ListRejections:input_type -> keycap.ledger.v1.ListRejectionsRequest
-	7,  // 13: keycap.ledger.v1.LedgerAdminService.GetStats:input_type -> keycap.ledger.v1.GetStatsRequest
-	1,  // 14: keycap.ledger.v1.LedgerAdminService.ListEntries:output_type -> keycap.ledger.v1.ListEntriesResponse
-	3,  // 15: keycap.ledger.v1.LedgerAdminService.GetEntry:output_type -> keycap.ledger.v1.GetEntryResponse
-	6,  // 16: keycap.ledger.v1.LedgerAdminService.ListRejections:output_type -> keycap.ledger.v1.ListRejectionsResponse
-	8,  // 17: keycap.ledger.v1.LedgerAdminService.GetStats:output_type -> keycap.ledger.v1.GetStatsResponse
-	14, // [14:18] is the sub-list for method output_type
-	10, // [10:14] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	12, // 0: keycap.ledger.v1.ListEntriesResponse.entries:type_name -> keycap.ledger.v1.Entry
+	12, // 1: keycap.ledger.v1.GetEntryResponse.entry:type_name -> keycap.ledger.v1.Entry
+	4,  // 2: keycap.ledger.v1.GetEntryResponse.writes:type_name -> keycap.ledger.v1.EntryWrite
+	13, // 3: keycap.ledger.v1.EntryWrite.at:type_name -> google.protobuf.Timestamp
+	14, // 4: keycap.ledger.v1.Rejection.effect_kind:type_name -> keycap.effect.v1.EffectKind
+	13, // 5: keycap.ledger.v1.Rejection.rejected_at:type_name -> google.protobuf.Timestamp
+	13, // 6: keycap.ledger.v1.ListRejectionsRequest.since:type_name -> google.protobuf.Timestamp
+	13, // 7: keycap.ledger.v1.ListRejectionsRequest.until:type_name -> google.protobuf.Timestamp
+	5,  // 8: keycap.ledger.v1.ListRejectionsResponse.rejections:type_name -> keycap.ledger.v1.Rejection
+	10, // 9: keycap.ledger.v1.GetStatsResponse.rejections_by_reason:type_name -> keycap.ledger.v1.GetStatsResponse.RejectionsByReasonEntry
+	11, // 10: keycap.ledger.v1.GetStatsResponse.rejections_by_tool:type_name -> keycap.ledger.v1.GetStatsResponse.RejectionsByToolEntry
+	13, // 11: keycap.ledger.v1.GetStatsResponse.counted_since:type_name -> google.protobuf.Timestamp
+	0,  // 12: keycap.ledger.v1.LedgerAdminService.ListEntries:input_type -> keycap.ledger.v1.ListEntriesRequest
+	2,  // 13: keycap.ledger.v1.LedgerAdminService.GetEntry:input_type -> keycap.ledger.v1.GetEntryRequest
+	6,  // 14: keycap.ledger.v1.LedgerAdminService.ListRejections:input_type -> keycap.ledger.v1.ListRejectionsRequest
+	8,  // 15: keycap.ledger.v1.LedgerAdminService.GetStats:input_type -> keycap.ledger.v1.GetStatsRequest
+	1,  // 16: keycap.ledger.v1.LedgerAdminService.ListEntries:output_type -> keycap.ledger.v1.ListEntriesResponse
+	3,  // 17: keycap.ledger.v1.LedgerAdminService.GetEntry:output_type -> keycap.ledger.v1.GetEntryResponse
+	7,  // 18: keycap.ledger.v1.LedgerAdminService.ListRejections:output_type -> keycap.ledger.v1.ListRejectionsResponse
+	9,  // 19: keycap.ledger.v1.LedgerAdminService.GetStats:output_type -> keycap.ledger.v1.GetStatsResponse
+	16, // [16:20] is the sub-list for method output_type
+	12, // [12:16] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_keycap_ledger_v1_ledger_admin_proto_init() }
@@ -946,7 +1101,7 @@ func file_keycap_ledger_v1_ledger_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keycap_ledger_v1_ledger_admin_proto_rawDesc), len(file_keycap_ledger_v1_ledger_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -340,3 +340,85 @@ class RunCall(_message.Message):
     position: int
     call: Call
     def __init__(self, position: _Optional[int] = ..., call: _Optional[_Union[Call, _Mapping]] = ...) -> None: ...
+
+class GetCallRequest(_message.Message):
+    __slots__ = ("call_id",)
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    def __init__(self, call_id: _Optional[str] = ...) -> None: ...
+
+class GetCallResponse(_message.Message):
+    __slots__ = ("call", "settlement", "capability", "resumes")
+    CALL_FIELD_NUMBER: _ClassVar[int]
+    SETTLEMENT_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITY_FIELD_NUMBER: _ClassVar[int]
+    RESUMES_FIELD_NUMBER: _ClassVar[int]
+    call: Call
+    settlement: CallSettlement
+    capability: CallCapability
+    resumes: _containers.RepeatedCompositeFieldContainer[CallResume]
+    def __init__(self, call: _Optional[_Union[Call, _Mapping]] = ..., settlement: _Optional[_Union[CallSettlement, _Mapping]] = ..., capability: _Optional[_Union[CallCapability, _Mapping]] = ..., resumes: _Optional[_Iterable[_Union[CallResume, _Mapping]]] = ...) -> None: ...
+
+class CallResume(_message.Message):
+    __slots__ = ("attempt", "capability_id", "at", "by")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITY_ID_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    capability_id: str
+    at: _timestamp_pb2.Timestamp
+    by: str
+    def __init__(self, attempt: _Optional[int] = ..., capability_id: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., by: _Optional[str] = ...) -> None: ...
+
+class CallSettlement(_message.Message):
+    __slots__ = ("completed_at", "completed_by", "recovery_refused_at", "recovery_refused_reason", "recovery_refused_message", "recovery_refused_by")
+    COMPLETED_AT_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_BY_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_REFUSED_AT_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_REFUSED_REASON_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_REFUSED_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_REFUSED_BY_FIELD_NUMBER: _ClassVar[int]
+    completed_at: _timestamp_pb2.Timestamp
+    completed_by: str
+    recovery_refused_at: _timestamp_pb2.Timestamp
+    recovery_refused_reason: str
+    recovery_refused_message: str
+    recovery_refused_by: str
+    def __init__(self, completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_by: _Optional[str] = ..., recovery_refused_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., recovery_refused_reason: _Optional[str] = ..., recovery_refused_message: _Optional[str] = ..., recovery_refused_by: _Optional[str] = ...) -> None: ...
+
+class CallCapability(_message.Message):
+    __slots__ = ("capability_id", "attempt", "issued_at", "expires_at")
+    CAPABILITY_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    ISSUED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    capability_id: str
+    attempt: int
+    issued_at: _timestamp_pb2.Timestamp
+    expires_at: _timestamp_pb2.Timestamp
+    def __init__(self, capability_id: _Optional[str] = ..., attempt: _Optional[int] = ..., issued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class SearchCallsRequest(_message.Message):
+    __slots__ = ("call_id", "run_id", "key", "principal", "page_size", "page_token")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    run_id: str
+    key: str
+    principal: str
+    page_size: int
+    page_token: str
+    def __init__(self, call_id: _Optional[str] = ..., run_id: _Optional[str] = ..., key: _Optional[str] = ..., principal: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class SearchCallsResponse(_message.Message):
+    __slots__ = ("calls", "next_page_token")
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[Call]
+    next_page_token: str
+    def __init__(self, calls: _Optional[_Iterable[_Union[Call, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

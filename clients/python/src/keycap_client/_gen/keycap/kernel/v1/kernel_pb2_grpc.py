@@ -104,6 +104,16 @@ class KernelServiceStub:
                 request_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.ListRunCallsRequest.SerializeToString,
                 response_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.ListRunCallsResponse.FromString,
                 _registered_method=True)
+        self.GetCall = channel.unary_unary(
+                '/keycap.kernel.v1.KernelService/GetCall',
+                request_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.GetCallRequest.SerializeToString,
+                response_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.GetCallResponse.FromString,
+                _registered_method=True)
+        self.SearchCalls = channel.unary_unary(
+                '/keycap.kernel.v1.KernelService/SearchCalls',
+                request_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.SearchCallsRequest.SerializeToString,
+                response_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.SearchCallsResponse.FromString,
+                _registered_method=True)
 
 
 class KernelServiceServicer:
@@ -224,6 +234,25 @@ class KernelServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetCall(self, request, context):
+        """Reads one call with how it was settled: what `keycap calls show` and the console's call
+        page start from (ADR 0032). Allowed to operators and to a runtime that owns or is
+        granted the call's tool (PERMISSION_DENIED TOOL_NOT_GRANTED otherwise); NOT_FOUND
+        (CALL_NOT_FOUND) when the journal has no such call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SearchCalls(self, request, context):
+        """Finds calls by exactly one indexed field (call id, run id, key or principal), newest
+        first, paged, each read bounded by the operator query time limit. A runtime finds only
+        calls of tools it owns or is granted; an operator finds all.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_KernelServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -286,6 +315,16 @@ def add_KernelServiceServicer_to_server(servicer, server):
                     servicer.ListRunCalls,
                     request_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.ListRunCallsRequest.FromString,
                     response_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.ListRunCallsResponse.SerializeToString,
+            ),
+            'GetCall': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCall,
+                    request_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.GetCallRequest.FromString,
+                    response_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.GetCallResponse.SerializeToString,
+            ),
+            'SearchCalls': grpc.unary_unary_rpc_method_handler(
+                    servicer.SearchCalls,
+                    request_deserializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.SearchCallsRequest.FromString,
+                    response_serializer=keycap_dot_kernel_dot_v1_dot_kernel__pb2.SearchCallsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -622,6 +661,60 @@ class KernelService:
             '/keycap.kernel.v1.KernelService/ListRunCalls',
             keycap_dot_kernel_dot_v1_dot_kernel__pb2.ListRunCallsRequest.SerializeToString,
             keycap_dot_kernel_dot_v1_dot_kernel__pb2.ListRunCallsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keycap.kernel.v1.KernelService/GetCall',
+            keycap_dot_kernel_dot_v1_dot_kernel__pb2.GetCallRequest.SerializeToString,
+            keycap_dot_kernel_dot_v1_dot_kernel__pb2.GetCallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SearchCalls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keycap.kernel.v1.KernelService/SearchCalls',
+            keycap_dot_kernel_dot_v1_dot_kernel__pb2.SearchCallsRequest.SerializeToString,
+            keycap_dot_kernel_dot_v1_dot_kernel__pb2.SearchCallsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -38,10 +38,34 @@ class GetEntryRequest(_message.Message):
     def __init__(self, entry_id: _Optional[str] = ..., key: _Optional[str] = ...) -> None: ...
 
 class GetEntryResponse(_message.Message):
-    __slots__ = ("entry",)
+    __slots__ = ("entry", "writes")
     ENTRY_FIELD_NUMBER: _ClassVar[int]
+    WRITES_FIELD_NUMBER: _ClassVar[int]
     entry: _ledger_pb2.Entry
-    def __init__(self, entry: _Optional[_Union[_ledger_pb2.Entry, _Mapping]] = ...) -> None: ...
+    writes: _containers.RepeatedCompositeFieldContainer[EntryWrite]
+    def __init__(self, entry: _Optional[_Union[_ledger_pb2.Entry, _Mapping]] = ..., writes: _Optional[_Iterable[_Union[EntryWrite, _Mapping]]] = ...) -> None: ...
+
+class EntryWrite(_message.Message):
+    __slots__ = ("first", "payload_mismatch", "payload_sha256", "payload_size", "payload_preview", "call_id", "attempt", "capability_id", "at")
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_MISMATCH_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_SHA256_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_PREVIEW_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITY_ID_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    first: bool
+    payload_mismatch: bool
+    payload_sha256: str
+    payload_size: int
+    payload_preview: bytes
+    call_id: str
+    attempt: int
+    capability_id: str
+    at: _timestamp_pb2.Timestamp
+    def __init__(self, first: _Optional[bool] = ..., payload_mismatch: _Optional[bool] = ..., payload_sha256: _Optional[str] = ..., payload_size: _Optional[int] = ..., payload_preview: _Optional[bytes] = ..., call_id: _Optional[str] = ..., attempt: _Optional[int] = ..., capability_id: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Rejection(_message.Message):
     __slots__ = ("rejection_id", "tool_id", "tool_id_verified", "reason", "code", "method", "attempted_key", "capability_key", "attempted_request_id", "capability_request_id", "call_id", "capability_id", "key_id", "effect_kind", "peer", "message", "rejected_at", "count", "service", "principal")
@@ -88,7 +112,7 @@ class Rejection(_message.Message):
     def __init__(self, rejection_id: _Optional[str] = ..., tool_id: _Optional[str] = ..., tool_id_verified: _Optional[bool] = ..., reason: _Optional[str] = ..., code: _Optional[str] = ..., method: _Optional[str] = ..., attempted_key: _Optional[str] = ..., capability_key: _Optional[str] = ..., attempted_request_id: _Optional[str] = ..., capability_request_id: _Optional[str] = ..., call_id: _Optional[str] = ..., capability_id: _Optional[str] = ..., key_id: _Optional[str] = ..., effect_kind: _Optional[_Union[_effect_pb2.EffectKind, str]] = ..., peer: _Optional[str] = ..., message: _Optional[str] = ..., rejected_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., count: _Optional[int] = ..., service: _Optional[str] = ..., principal: _Optional[str] = ...) -> None: ...
 
 class ListRejectionsRequest(_message.Message):
-    __slots__ = ("tool_id", "reason", "since", "until", "page_size", "page_token", "service")
+    __slots__ = ("tool_id", "reason", "since", "until", "page_size", "page_token", "service", "call_id")
     TOOL_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     SINCE_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +120,7 @@ class ListRejectionsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     SERVICE_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
     tool_id: str
     reason: str
     since: _timestamp_pb2.Timestamp
@@ -103,7 +128,8 @@ class ListRejectionsRequest(_message.Message):
     page_size: int
     page_token: str
     service: str
-    def __init__(self, tool_id: _Optional[str] = ..., reason: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., service: _Optional[str] = ...) -> None: ...
+    call_id: str
+    def __init__(self, tool_id: _Optional[str] = ..., reason: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., service: _Optional[str] = ..., call_id: _Optional[str] = ...) -> None: ...
 
 class ListRejectionsResponse(_message.Message):
     __slots__ = ("rejections", "next_page_token")
