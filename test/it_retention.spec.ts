@@ -174,13 +174,13 @@ describe("retention (issue 32 item 3)", function () {
     const audit = await RejectionAudit.open(db, { service: "ledger", unauthenticatedPerMinute: 60, logger });
     for (let i = 0; i < 25; i++) await audit.record(refusal("KEY_MISMATCH"));
     await sleep(1_200);
-    await audit.record(refusal("CAPABILITY_EXPIRED"));
+    await audit.record(refusal("EXPIRED"));
     const sweeper = await sweeperOf(db, [audit.retentionTask(1)], { batch: 2 });
 
     expect((await sweeper.sweepOnce())["rejections"], "10 batches of 2").to.equal(20);
     expect((await sweeper.sweepOnce())["rejections"]).to.equal(5);
     const left = await audit.list({ toolId: "", reason: "", since: undefined, until: undefined }, undefined, 100);
-    expect(left.map((r) => r.reason)).to.deep.equal(["CAPABILITY_EXPIRED"]);
+    expect(left.map((r) => r.reason)).to.deep.equal(["EXPIRED"]);
     await audit.close();
     // Counters count what was refused, not what is still stored (ADR 0025).
     expect((await readTotals(db, 5_000)).counts.rejections).to.equal(26);
