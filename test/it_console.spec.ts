@@ -7,7 +7,7 @@ import * as readline from "node:readline";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { AdminClient, KernelClient, KeycapClientError, LedgerClient, Runtime } from "../clients/ts/src";
 import { ResumeAction } from "../gen/ts/keycap/kernel/v1/kernel";
-import { chromiumPath, launchChromium } from "./support/chromium";
+import { chromiumPath, launchChromium, signInToConsole } from "./support/chromium";
 import { capabilityHeader, foreignKey, idempotentClaims, signEd25519 } from "./support/ledger-harness";
 import { CLI_ENTRY, serviceEnv, startService, type ServiceProcess } from "./support/processes";
 
@@ -86,12 +86,7 @@ describe("web console: operators read and settle through the browser, behind the
     await proc?.stop("SIGKILL").catch(() => undefined);
   });
 
-  async function signIn(p: Page): Promise<void> {
-    await p.goto(`${base}/`);
-    await p.fill("#token", TOKEN);
-    await Promise.all([p.waitForNavigation(), p.click("form.signin button[type=submit]")]);
-    expect(await p.locator("h1").textContent()).to.equal("Overview");
-  }
+  const signIn = (p: Page): Promise<void> => signInToConsole(p, base, TOKEN);
 
   it("refuses every page and action without a session (401 with the sign-in form), and a wrong credential", async function () {
     for (const p of ["/", "/rejections", `/entries?key=${encodeURIComponent(entryKey)}`, "/calls", "/nope"]) {

@@ -13,7 +13,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import type { Browser, Page } from "playwright-core";
 import { KernelClient, LedgerClient } from "../clients/ts/src";
-import { chromiumPath, launchChromium } from "./support/chromium";
+import { chromiumPath, launchChromium, signInToConsole } from "./support/chromium";
 import { refusal } from "./support/refusal";
 import { serviceEnv, startService, type ServiceProcess } from "./support/processes";
 
@@ -70,12 +70,7 @@ describe("web console: a call's story and call search (issue 33 item 4)", functi
     await proc?.stop("SIGKILL").catch(() => undefined);
   });
 
-  async function signIn(p: Page): Promise<void> {
-    await p.goto(`${base}/`);
-    await p.fill("#token", TOKEN);
-    await Promise.all([p.waitForNavigation(), p.click("form.signin button[type=submit]")]);
-    expect(await p.locator("h1").textContent()).to.equal("Overview");
-  }
+  const signIn = (p: Page): Promise<void> => signInToConsole(p, base, TOKEN);
 
   async function noScriptRan(p: Page): Promise<void> {
     expect(await p.evaluate("typeof window.__xss")).to.equal("undefined");

@@ -45,7 +45,7 @@ describe("lint: import boundaries (issue 14)", function () {
     ["client-is-not-the-server", "clients/ts/src/index.ts", 'import "../../../services/common/src/errors";\n'],
     ["client-package-is-self-contained", "clients/ts/src/rpc.ts", 'import "../../../gen/ts/keycap/effect/v1/effect";\n'],
     ["ledger-cannot-mint", "services/ledger/src/main.ts", 'import "../../kernel/src/capability-minter";\n'],
-    ["services-meet-at-entry-points", "services/gateway/src/gateway.ts", 'import "../../sink/src/spent-store";\n'],
+    ["services-meet-at-entry-points", "services/gateway/src/gateway.ts", 'import "../../sink/src/http-sink";\n'],
     ["services-meet-at-entry-points", "services/ledger/src/ledger.ts", 'import "../../capability/src/verifier";\n'],
     ["service-logic-is-wire-free", "services/kernel/src/kernel.ts", 'import "@grpc/grpc-js";\n'],
     ["service-logic-is-wire-free", "services/ledger/src/ledger.ts", 'import "../../../gen/ts/keycap/ledger/v1/ledger";\n'],

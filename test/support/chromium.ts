@@ -1,6 +1,7 @@
 import { execFileSync } from "node:child_process";
 import * as path from "node:path";
-import { chromium, type Browser } from "playwright-core";
+import { expect } from "chai";
+import { chromium, type Browser, type Page } from "playwright-core";
 
 /**
  * Debian's chromium for the console's browser tests: found, or installed by
@@ -24,4 +25,12 @@ export function launchChromium(executablePath: string): Promise<Browser> {
     headless: true,
     args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"],
   });
+}
+
+/** Signs `page` in to the console at `base` with the admin credential `token`; it lands on the overview. */
+export async function signInToConsole(page: Page, base: string, token: string): Promise<void> {
+  await page.goto(`${base}/`);
+  await page.fill("#token", token);
+  await Promise.all([page.waitForNavigation(), page.click("form.signin button[type=submit]")]);
+  expect(await page.locator("h1").textContent()).to.equal("Overview");
 }

@@ -1,9 +1,10 @@
 /**
  * keycap's capability, as one module (DESIGN §3, ADR 0003): the claims and their profile,
  * the strict verifier (compact JWS, pinned Ed25519), where verifiers get the kernel's public
- * keys, and the refusal a failed verification is. The ledger, the sinks and the gateways
- * verify through this entry point; the kernel mints with the claims defined here. Nothing
- * outside this folder imports its files directly (.dependency-cruiser.cjs).
+ * keys, the refusal a failed verification is, and a sink's admission of a request under a
+ * capability (Sink: verification, tool allow-list, key match, single use). The ledger, the
+ * sinks and the gateways verify through this entry point; the kernel mints with the claims
+ * defined here. Nothing outside this folder imports its files directly (.dependency-cruiser.cjs).
  */
 export {
   CAPABILITY_ALG,
@@ -41,3 +42,5 @@ export { isCanonicalBase64url, parseCompactJws, type CompactJwsProblem, type Par
 export { verifyEd25519 } from "./ed25519";
 export { FileJwksSource, JwksError, KernelJwksFetcher, parseJwks, RemoteJwksSource, type PublicKeySource, type RemoteJwksSourceOptions } from "./key-sources";
 export { openKernelKeys, type KernelKeys } from "./key-sources/kernel-keys";
+export { Sink, type SinkOptions, type AdmissionContext, type SinkRefusalEvent, type RefusalRecorder } from "./admission";
+export { InMemorySpentStore, MongoSpentStore, type SpentStore, type SpentCapability, type MongoSpentStoreOptions } from "./spent-store";

@@ -30,7 +30,7 @@ export function callPage(s: CallStory): SafeHtml {
         ["call", s.callId],
         ["tool", html`<a href="/${query({ tool: s.toolId })}">${s.toolId}</a>`],
         ["class", s.effectClass],
-        ["run", searchLink("run", s.runId)],
+        ["run", s.runId ? html`${searchLink("run", s.runId)} · <a href="/run${query({ id: s.runId })}">in order</a>` : html``],
         ["principal", searchLink("principal", s.principal)],
         ...(s.key ? [["key", html`${searchLink("key", s.key)} · <a href="/entries${query({ key: s.key })}">entry</a>`] as [string, SafeHtml]] : []),
         ...(s.requestId ? [["request id", s.requestId] as [string, string]] : []),

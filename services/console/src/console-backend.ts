@@ -6,7 +6,7 @@
 import type { ChannelCredentials } from "@grpc/grpc-js";
 import { AdminClient, KernelClient, KeycapClientError, Reasons, type RejectionFilter } from "../../../clients/ts/src";
 import { toolView, type ToolView } from "../../common/src/tool-view";
-import type { Call, CompleteCallResponse, SearchCallsResponse } from "../../../gen/ts/keycap/kernel/v1/kernel";
+import type { Call, CompleteCallResponse, RunCall, SearchCallsResponse } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { callStory, type CallStory } from "../../common/src/call-story";
 import type { Entry } from "../../../gen/ts/keycap/ledger/v1/ledger";
 import type { GetEntryResponse, GetStatsResponse, ListEntriesResponse, ListRejectionsResponse } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
@@ -114,6 +114,11 @@ export class ConsoleBackend {
       if (KeycapClientError.from(err).reason === Reasons.TOOL_NOT_FOUND) return undefined;
       throw err;
     }
+  }
+
+  /** One run's calls in the order they were begun (the kernel's ListRunCalls, as an operator). */
+  runCalls(runId: string): Promise<RunCall[]> {
+    return this.kernel.listRunCalls(runId, { timeoutMs: CALL_TIMEOUT_MS });
   }
 
   pendingCalls(): Promise<Call[]> {

@@ -24,7 +24,7 @@ import {
   type Form,
 } from "./console-http";
 import { settleCall, type PageAnswer } from "./console-settle";
-import { callSearchView, callsView, callView, entriesView, overviewView, rejectionsView } from "./console-views";
+import { callSearchView, callsView, callView, entriesView, overviewView, rejectionsView, runView } from "./console-views";
 import { errorPage, layout, signInPage, type PageContext } from "./pages";
 import { csrfMatches, SessionStore, type Session } from "./sessions";
 
@@ -211,6 +211,10 @@ export class ConsoleServer {
       case "/call": {
         const a = await callView(b, p("id").trim());
         return this.send(res, a.status, layout(this.ctx(session, a.title, "calls"), a.body));
+      }
+      case "/run": {
+        const a = await runView(b, p("id").trim());
+        return this.send(res, a.status, layout(this.ctx(session, a.title, "runs"), a.body));
       }
       case "/calls/search": {
         const a = await callSearchView(b, url);

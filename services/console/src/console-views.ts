@@ -2,7 +2,9 @@
  * The console's read-only pages as data: what each page shows, gathered from the ledger admin
  * API and the kernel (console-backend.ts) and handed to the page templates (pages.ts).
  */
+import { runCallView } from "../../common/src/run-view";
 import { OVERVIEW_ENTRY_LIMIT, type ConsoleBackend } from "./console-backend";
+import { runPage } from "./run-page";
 import type { SafeHtml } from "./html";
 import { KeycapClientError } from "../../../clients/ts/src";
 import { callPage, callSearchPage, searchFieldOf } from "./call-page";
@@ -155,5 +157,18 @@ export async function callSearchView(b: ConsoleBackend, url: URL): Promise<ViewA
     const e = KeycapClientError.from(err);
     if (e.codeName !== "INVALID_ARGUMENT") throw err;
     return { status: 400, title: "Find calls", body: callSearchPage(by, q, [], "", e.message) };
+  }
+}
+
+/** One run's calls in order (issue 30); a run id the kernel refuses (too long) is said on the page. */
+export async function runView(b: ConsoleBackend, runId: string): Promise<ViewAnswer> {
+  if (runId === "") return { status: 200, title: "Runs", body: runPage("", [], undefined) };
+  try {
+    const calls = (await b.runCalls(runId)).map(runCallView);
+    return { status: 200, title: `Run ${runId}`, body: runPage(runId, calls, undefined) };
+  } catch (err) {
+    const e = KeycapClientError.from(err);
+    if (e.codeName !== "INVALID_ARGUMENT") throw err;
+    return { status: 400, title: "Runs", body: runPage(runId, [], `Not a run id: ${e.message}`) };
   }
 }

@@ -15,7 +15,7 @@ import { CHART_WINDOWS } from "./refusal-chart";
 export interface PageContext {
   title: string;
   /** Which navigation item is current. */
-  section: "overview" | "rejections" | "entries" | "calls" | "signin";
+  section: "overview" | "rejections" | "entries" | "calls" | "runs" | "signin";
   /** Signed in: shows the operator and the sign-out form. */
   session?: { operator: string; csrfToken: string };
 }
@@ -25,6 +25,7 @@ const NAV: readonly { section: PageContext["section"]; href: string; label: stri
   { section: "rejections", href: "/rejections", label: "Refusals" },
   { section: "entries", href: "/entries", label: "Entries" },
   { section: "calls", href: "/calls", label: "Calls" },
+  { section: "runs", href: "/run", label: "Runs" },
 ];
 
 export function layout(ctx: PageContext, body: SafeHtml): string {

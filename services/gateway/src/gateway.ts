@@ -23,7 +23,7 @@ import { createHash } from "node:crypto";
 import type { IncomingHttpHeaders } from "node:http";
 import { Code, KeycapError } from "../../common/src/errors";
 import type { Logger } from "../../common/src/logger";
-import type { AdmissionContext, Sink, VerifiedCapability } from "../../sink/src";
+import type { AdmissionContext, Sink, VerifiedCapability } from "../../capability/src";
 import type { SandboxMode } from "../../capability/src/claims";
 import { parseBearer } from "../../common/src/bearer";
 import type { ShadowRecorder } from "../../common/src/shadow-recorder";

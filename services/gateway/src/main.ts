@@ -15,7 +15,7 @@ import { RejectionAudit } from "../../common/src/rejection-audit";
 import { runServices, type RunningService, type ServiceDeps } from "../../common/src/service-runner";
 import { sinkService } from "../../common/src/sink-name";
 import { openKernelKeys } from "../../capability/src";
-import { Sink } from "../../sink/src";
+import { Sink } from "../../capability/src";
 import { DestinationLookup } from "./destination-lookup";
 import { ForwardStore } from "./forward-store";
 import { Gateway, type ForwardOutput } from "./gateway";

@@ -7,7 +7,7 @@ import type { ServiceDefinition, UntypedServiceImplementation, ServerErrorRespon
 import { KeycapError } from "../../common/src/errors";
 import { toServiceError } from "../../common/src/grpc-status";
 import { remember } from "./capability-of";
-import type { Sink } from "./sink";
+import type { Sink } from "../../capability/src";
 import { Reasons, refuse } from "../../common/src/refuse";
 
 interface GrpcCall {

@@ -7,7 +7,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { Code, KeycapError } from "../../common/src/errors";
 import { remember } from "./capability-of";
-import type { Sink } from "./sink";
+import type { Sink } from "../../capability/src";
 import { Reasons, refuse } from "../../common/src/refuse";
 
 /** Options of {@link protectHttp} and {@link sinkMiddleware}. */

@@ -4,11 +4,22 @@
  * same contract and the same test vectors. MCP servers use the middleware (McpSink), which
  * admits governed tools/calls on the same terms (docs/mcp-server-typescript.md).
  */
-export { Sink, type SinkOptions, type AdmissionContext, type SinkRefusalEvent, type RefusalRecorder, type VerifiedCapability } from "./sink";
+export {
+  Sink,
+  type SinkOptions,
+  type AdmissionContext,
+  type SinkRefusalEvent,
+  type RefusalRecorder,
+  type VerifiedCapability,
+  InMemorySpentStore,
+  MongoSpentStore,
+  type SpentStore,
+  type SpentCapability,
+  type MongoSpentStoreOptions,
+} from "../../capability/src";
 export { capabilityOf } from "./capability-of";
 export { protectService } from "./grpc-sink";
 export { protectHttp, sinkMiddleware, writeProblem, httpStatusOf, type HttpSinkOptions } from "./http-sink";
-export { InMemorySpentStore, MongoSpentStore, type SpentStore, type SpentCapability, type MongoSpentStoreOptions } from "./spent-store";
 export { KernelKeySource, openSinkRefusalStore } from "./sink-setup";
 export type { Logger } from "../../common/src/logger";
 export { FileJwksSource } from "../../capability/src";

@@ -21,8 +21,7 @@ import { Reasons, refuse } from "../../common/src/refuse";
 import { bindArguments } from "./argument-binding";
 import type { KeycapToolCall } from "./mcp-call";
 import { GuardedTransport, type Transport } from "./mcp-transport";
-import { Sink, type AdmissionContext, type RefusalRecorder, type SinkRefusalEvent } from "./sink";
-import type { SpentStore } from "./spent-store";
+import { Sink, type AdmissionContext, type RefusalRecorder, type SinkRefusalEvent, type SpentStore } from "../../capability/src";
 
 /** How a governed tool is known to the kernel: `true` for `mcp:<name>/<tool>`, or its tool id. */
 export type GovernedTool = true | { toolId: string };

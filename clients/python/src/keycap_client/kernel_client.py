@@ -13,7 +13,7 @@ from keycap_client._core.call import DEFAULT_TIMEOUT_S
 from keycap_client._core.handle import handle_parts
 from keycap_client._core.kernel import BeginItem, KernelCore
 from keycap_client._gen.keycap.kernel.v1 import kernel_pb2, kernel_pb2_grpc
-from keycap_client._rpc import ChannelClient
+from keycap_client._rpc import Batcher, ChannelClient
 from keycap_client.capability_handle import CapabilityHandle
 from keycap_client.credentials import TlsOptions, resolve_credentials, runtime_bearer
 from keycap_client.errors import KeycapError
@@ -36,6 +36,9 @@ class KernelClient(ChannelClient):
     (default insecure, for loopback). ``timeout``: each call's deadline in seconds
     (default 10). ``mode``: the run mode of every call begun without one of its own
     (default live; ``Replay("run-1")`` or ``Shadow()``, :mod:`keycap_client.run_modes`).
+    ``batching``: begins and completes that threads make while one of their kind is in flight
+    go together in the next BeginCalls / CompleteCalls, each answered as if alone (ADR 0022;
+    False: one RPC per call).
     Every error is a :class:`~keycap_client.KeycapError`.
 
     Example::
@@ -56,10 +59,13 @@ class KernelClient(ChannelClient):
         credentials: grpc.ChannelCredentials | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
         mode: RunMode | None = None,
+        batching: bool = True,
     ) -> None:
         self._core = KernelCore(runtime_bearer(token), mode)
         credentials = resolve_credentials(tls, credentials)
         self.raw = self._connect(address, credentials, timeout, kernel_pb2_grpc.KernelServiceStub)
+        if batching:
+            self._batcher = Batcher(self.raw, self._endpoint, timeout)
         self._ledger = (
             LedgerClient(ledger_address, credentials=credentials, timeout=timeout) if ledger_address else None
         )

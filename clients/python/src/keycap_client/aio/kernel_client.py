@@ -13,7 +13,7 @@ from keycap_client._core.call import DEFAULT_TIMEOUT_S
 from keycap_client._core.handle import handle_parts
 from keycap_client._core.kernel import BeginItem, KernelCore
 from keycap_client._gen.keycap.kernel.v1 import kernel_pb2, kernel_pb2_grpc
-from keycap_client.aio._rpc import AsyncChannelClient
+from keycap_client.aio._rpc import AsyncBatcher, AsyncChannelClient
 from keycap_client.aio.capability_handle import AsyncCapabilityHandle
 from keycap_client.aio.ledger_client import AsyncLedgerClient
 from keycap_client.credentials import TlsOptions, resolve_credentials, runtime_bearer
@@ -28,7 +28,7 @@ class AsyncKernelClient(AsyncChannelClient):
     """Registers tools, begins calls and hands out :class:`AsyncCapabilityHandle` s, over ``grpc.aio``.
 
     The constructor options (``ledger_address``, ``token`` with the default runtime
-    credential lookup, ``tls``, ``credentials``, ``timeout``, ``mode``) and the methods are those of
+    credential lookup, ``tls``, ``credentials``, ``timeout``, ``mode``, ``batching``) and the methods are those of
     :class:`keycap_client.KernelClient`; every method that calls the kernel is awaited
     (``handle_for`` sends nothing and is not). Make it inside the running event loop.
     Every error is a :class:`~keycap_client.KeycapError`.
@@ -51,10 +51,13 @@ class AsyncKernelClient(AsyncChannelClient):
         credentials: grpc.ChannelCredentials | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
         mode: RunMode | None = None,
+        batching: bool = True,
     ) -> None:
         self._core = KernelCore(runtime_bearer(token), mode)
         credentials = resolve_credentials(tls, credentials)
         self.raw = self._connect(address, credentials, timeout, kernel_pb2_grpc.KernelServiceStub)
+        if batching:
+            self._batcher = AsyncBatcher(self.raw, self._endpoint, timeout)
         self._ledger = (
             AsyncLedgerClient(ledger_address, credentials=credentials, timeout=timeout) if ledger_address else None
         )

@@ -7,17 +7,17 @@
  * capability's, then single use for unsafe and queryable capabilities. Every refusal goes to the hook and, when
  * configured, to keycap's refusal store under `sink:<name>`.
  */
-import { CLOCK_TOLERANCE_SECONDS } from "../../capability/src";
+import { CLOCK_TOLERANCE_SECONDS } from "./claims";
 import { KeycapError, codeName } from "../../common/src/errors";
 import type { RejectionInput } from "../../common/src/rejection-audit";
 import { sinkService } from "../../common/src/sink-name";
-import { CapabilityRefusal } from "../../capability/src";
-import { CapabilityVerifier, type CapabilityVerifierOptions, type VerifiedCapability } from "../../capability/src";
-import type { PublicKeySource } from "../../capability/src";
+import { CapabilityRefusal } from "./refusal";
+import { CapabilityVerifier, type CapabilityVerifierOptions, type VerifiedCapability } from "./verifier";
+import type { PublicKeySource } from "./key-sources";
 import type { SpentStore } from "./spent-store";
 import { Reasons, refuse } from "../../common/src/refuse";
 
-export type { VerifiedCapability } from "../../capability/src";
+export type { VerifiedCapability } from "./verifier";
 
 /** Where refusals are recorded: keycap's RejectionAudit, opened by {@link openSinkRefusalStore}. */
 export interface RefusalRecorder {

@@ -1,0 +1,85 @@
+"""Client-side group commit of BeginCall and CompleteCall (ADR 0022), the decisions only.
+
+While a request of one kind is in flight, the calls of that kind that arrive wait for it and
+go together in the next ``BeginCalls`` / ``CompleteCalls`` (at most 256), each answered as if
+it had been sent alone; with nothing in flight a call goes at once, alone, so an idle client
+waits no longer than before. The sync and asyncio runtimes (:mod:`keycap_client._rpc`,
+:mod:`keycap_client.aio._rpc`) do the waiting; what to send and how to read the answers is here.
+"""
+
+from __future__ import annotations
+
+from typing import Generic, Literal, TypeVar
+
+import grpc
+from google.protobuf.message import Message
+
+from keycap_client._gen.keycap.kernel.v1 import kernel_pb2
+from keycap_client.errors import KeycapError
+
+#: Most calls in one batch: the kernel proto's limit (repeated.max_items).
+MAX_BATCH_CALLS = 256
+
+#: The unary RPCs that travel in batches, with their batch RPC and the result's case.
+BATCHED: dict[str, tuple[str, str]] = {"BeginCall": ("BeginCalls", "begun"), "CompleteCall": ("CompleteCalls", "completed")}
+
+W = TypeVar("W")
+
+
+class BatchQueue(Generic[W]):
+    """The calls of one kind waiting for the request in flight (not thread-safe: the runtime locks)."""
+
+    __slots__ = ("_in_flight", "_waiting")
+
+    def __init__(self) -> None:
+        self._in_flight = False
+        self._waiting: list[W] = []
+
+    def arrive(self, w: W) -> bool:
+        """True: nothing was in flight, so ``w`` goes now, alone (and is in flight); else it waits."""
+        if not self._in_flight:
+            self._in_flight = True
+            return True
+        self._waiting.append(w)
+        return False
+
+    def next_batch(self) -> list[W]:
+        """After a request came back: what waited (at most MAX_BATCH_CALLS), to send next;
+        empty when nothing waited, and then nothing is in flight."""
+        batch, self._waiting = self._waiting[:MAX_BATCH_CALLS], self._waiting[MAX_BATCH_CALLS:]
+        if not batch:
+            self._in_flight = False
+        return batch
+
+
+def batch_request(method: str, requests: list[Message]) -> tuple[str, Message]:
+    """The batch RPC's name and request for unary requests of ``method``."""
+    if method == "BeginCall":
+        return "BeginCalls", kernel_pb2.BeginCallsRequest(calls=[r for r in requests if isinstance(r, kernel_pb2.BeginCallRequest)])
+    return "CompleteCalls", kernel_pb2.CompleteCallsRequest(calls=[r for r in requests if isinstance(r, kernel_pb2.CompleteCallRequest)])
+
+
+def answers_of(method: str, response: Message, count: int) -> list[Message | KeycapError]:
+    """Each item's answer: the unary response, or the KeycapError the unary call would have raised."""
+    case = BATCHED[method][1]
+    results = list(getattr(response, "results"))
+    if len(results) != count:
+        mismatch = KeycapError(grpc.StatusCode.INTERNAL, "BATCH_ANSWER_MISMATCH", f"the kernel answered {len(results)} results for {count} calls")
+        return [mismatch] * count
+    return [getattr(r, case) if r.WhichOneof("result") == case else KeycapError.from_status_bytes(r.error_status) for r in results]
+
+
+def after_batch_refused(err: KeycapError) -> Literal["unsupported", "alone", "fail"]:
+    """What a refusal of the whole batch means: a kernel without batch RPCs (every call alone
+    from now on), something in its bytes (each call alone gets its own answer), or the
+    answer of every call in it."""
+    if err.code == grpc.StatusCode.UNIMPLEMENTED:
+        return "unsupported"
+    if err.code == grpc.StatusCode.INVALID_ARGUMENT:
+        return "alone"
+    return "fail"
+
+
+def retry_alone(answer: Message | KeycapError) -> bool:
+    """An item answered UNAVAILABLE (the database briefly away) is sent again alone, with the unary retry."""
+    return isinstance(answer, KeycapError) and answer.code == grpc.StatusCode.UNAVAILABLE
