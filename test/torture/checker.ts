@@ -21,6 +21,10 @@ export interface CheckResult {
   duplicateEffects: number;
   /** Operations whose write the ledger acknowledged but that have no entry. */
   lostAcknowledgedWrites: number;
+  /** Calls in the journal at the end (retention removes completed ones). */
+  journaledCalls: number;
+  /** Completed operations whose call is no longer in the journal: what retention removed. */
+  sweptCalls: number;
   /** Calls neither completed nor indeterminate. */
   callsLeftPending: number;
   /** Pending calls without their pending copy, or copies without a call. */
@@ -230,6 +234,8 @@ export async function check(mongoUri: string, database: string, journals: readon
       planned: planned.size,
       acknowledged: acked.size,
       completed: done.size,
+      journaledCalls: calls.length,
+      sweptCalls: [...done].filter((op) => !callIds.has(`c-${op}`)).length,
       entries: entries.length,
       duplicateEffects,
       lostAcknowledgedWrites: lost,

@@ -7,6 +7,10 @@ import type { Collection, Db } from "mongodb";
 import { KeycapError } from "../../common/src/errors";
 import { isDatabaseUnavailable, isDuplicateKey } from "../../common/src/mongo";
 import { Reasons, refuse } from "../../common/src/refuse";
+import type { Logger } from "../../common/src/logger";
+import { deleteBatch, RetentionSweeper } from "../../common/src/retention-sweeper";
+
+const SILENT: Logger = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {}, child: () => SILENT };
 
 /** One capability being spent. */
 export interface SpentCapability {
@@ -67,32 +71,41 @@ export interface SpentDoc {
 export interface MongoSpentStoreOptions {
   /** How often expired records are deleted, in milliseconds; 0 never. Default 60,000. */
   sweepIntervalMs?: number;
+  /** Most records one delete removes. Default 1,000. */
+  sweepBatch?: number;
+  /** Kept this much past their expiry, for a sweeping replica whose clock runs ahead (s). Default 5. */
+  clockSkewSeconds?: number;
+  /** Told what each sweep removed (debug) and why one failed (warn). Default: silent. */
+  logger?: Logger;
   now?: () => number;
 }
 
-/** Spent capabilities in MongoDB, shared by every replica of a sink. */
+/**
+ * Spent capabilities in MongoDB, shared by every replica of a sink. FerretDB has no TTL
+ * indexes: expired records are swept in bounded batches by one replica at a time (ADR 0031).
+ */
 export class MongoSpentStore implements SpentStore {
-  private readonly timer: NodeJS.Timeout | undefined;
   private readonly now: () => number;
+  private sweeper: RetentionSweeper | undefined;
 
   private constructor(
     private readonly coll: Collection<SpentDoc>,
-    opts: MongoSpentStoreOptions,
+    private readonly opts: MongoSpentStoreOptions,
   ) {
     this.now = opts.now ?? Date.now;
-    const every = opts.sweepIntervalMs ?? 60_000;
-    // FerretDB has no TTL indexes, so expired records are swept here.
-    if (every > 0) {
-      this.timer = setInterval(() => void this.sweep().catch(() => undefined), every);
-      this.timer.unref();
-    }
   }
 
-  /** Opens the collection and its sweep index. */
+  /** Opens the collection and its sweep index, and starts sweeping. */
   static async open(db: Db, opts: MongoSpentStoreOptions = {}): Promise<MongoSpentStore> {
     const coll = db.collection<SpentDoc>("spent_capabilities");
     await coll.createIndex({ expires_at: 1 }, { name: "expires_at" });
-    return new MongoSpentStore(coll, opts);
+    const store = new MongoSpentStore(coll, opts);
+    const intervalMs = opts.sweepIntervalMs ?? 60_000;
+    const batch = opts.sweepBatch ?? 1000;
+    const task = { name: "sink_spent_capabilities", sweep: (limit: number) => store.sweep(limit) };
+    const logger = opts.logger ?? SILENT;
+    store.sweeper = (await RetentionSweeper.open(db, [task], { intervalMs, batch, service: "sink", logger, ...(opts.now ? { now: opts.now } : {}) })).start();
+    return store;
   }
 
   async spend(c: SpentCapability): Promise<boolean> {
@@ -119,15 +132,17 @@ export class MongoSpentStore implements SpentStore {
     }
   }
 
-  /** Deletes records of capabilities past their expiry; returns how many. */
-  async sweep(): Promise<number> {
-    const res = await this.coll.deleteMany({ expires_at: { $lt: new Date(this.now()) } });
-    return res.deletedCount;
+  /**
+   * Deletes up to `limit` records of capabilities past their expiry (plus the clock skew); returns
+   * how many. The sweeper calls it; a replay of such a capability is refused as expired anyway.
+   */
+  sweep(limit = 1000): Promise<number> {
+    const before = new Date(this.now() - (this.opts.clockSkewSeconds ?? 5) * 1000);
+    return deleteBatch(this.coll, { expires_at: { $lt: before } }, limit);
   }
 
-  close(): Promise<void> {
-    if (this.timer) clearInterval(this.timer);
-    return Promise.resolve();
+  async close(): Promise<void> {
+    await this.sweeper?.stop();
   }
 }
 

@@ -129,6 +129,45 @@ export interface KeycapConfig {
   metricsListen: HostPort | undefined;
   /** KEYCAP_METRICS_TOOL_LABELS: tool ids that keep their own metric label (the most frequent); the rest are "other". */
   metricsToolLabels: number;
+  /** What is kept how long, and how the sweeper removes the rest (docs/retention.md). */
+  retention: RetentionSettings;
+}
+
+/**
+ * Retention (docs/retention.md, ADR 0031): how long each kind of record is kept, in seconds;
+ * 0 keeps it forever. Spent single-use capabilities have no setting: they go once their
+ * capability has expired (plus the clock tolerance), when a replay is refused as expired anyway.
+ */
+export interface RetentionSettings {
+  /** KEYCAP_RETENTION_CALLS_SECONDS: completed calls, their completions and idle replay runs' positions. */
+  callsSeconds: number;
+  /** KEYCAP_RETENTION_REFUSALS_SECONDS: refusal audit records. */
+  refusalsSeconds: number;
+  /** KEYCAP_RETENTION_ENTRIES_SECONDS: ledger entries (the effects); default 0, kept. */
+  entriesSeconds: number;
+  /** KEYCAP_RETENTION_GATEWAY_RESULTS_SECONDS: the HTTP gateway's stored answers. */
+  gatewayResultsSeconds: number;
+  /** KEYCAP_RETENTION_SWEEP_INTERVAL_MS: how often a sweep runs (ms); 0 turns sweeping off. */
+  sweepIntervalMs: number;
+  /** KEYCAP_RETENTION_BATCH: most records one delete removes. */
+  batch: number;
+}
+
+const DAY = 86_400;
+
+/** The retention policy's settings; 0 keeps a kind of record forever. */
+function retentionSettings(env: Env): RetentionSettings {
+  const forever = 100 * 365 * DAY;
+  const sweepIntervalMs = int(env, "KEYCAP_RETENTION_SWEEP_INTERVAL_MS", 60_000, 0, DAY * 1000);
+  if (sweepIntervalMs > 0 && sweepIntervalMs < 100) throw new ConfigError("KEYCAP_RETENTION_SWEEP_INTERVAL_MS", "must be 0 (off) or at least 100");
+  return {
+    callsSeconds: int(env, "KEYCAP_RETENTION_CALLS_SECONDS", 7 * DAY, 0, forever),
+    refusalsSeconds: int(env, "KEYCAP_RETENTION_REFUSALS_SECONDS", 30 * DAY, 0, forever),
+    entriesSeconds: int(env, "KEYCAP_RETENTION_ENTRIES_SECONDS", 0, 0, forever),
+    gatewayResultsSeconds: int(env, "KEYCAP_RETENTION_GATEWAY_RESULTS_SECONDS", 7 * DAY, 0, forever),
+    sweepIntervalMs,
+    batch: int(env, "KEYCAP_RETENTION_BATCH", 1000, 1, 100_000),
+  };
 }
 
 type CapabilitySettings = Pick<KeycapConfig, "issuer" | "audience" | "capabilityTtlSeconds" | "capabilityMaxLifetimeSeconds" | "clockToleranceSeconds">;
@@ -163,6 +202,19 @@ function gatewaySettings(env: Env): GatewaySettings {
   };
 }
 
+/** KEYCAP_LOG_LEVEL and KEYCAP_LOG_FORMAT. */
+function logSettings(env: Env): Pick<KeycapConfig, "logLevel" | "logFormat"> {
+  const logLevel = (str(env, "KEYCAP_LOG_LEVEL") ?? "info") as LogLevel;
+  if (!LOG_LEVELS.includes(logLevel)) {
+    throw new ConfigError("KEYCAP_LOG_LEVEL", `expected one of ${LOG_LEVELS.join(", ")}`);
+  }
+  const logFormat = (str(env, "KEYCAP_LOG_FORMAT") ?? "auto") as LogFormat;
+  if (!LOG_FORMATS.includes(logFormat)) {
+    throw new ConfigError("KEYCAP_LOG_FORMAT", `expected one of ${LOG_FORMATS.join(", ")}`);
+  }
+  return { logLevel, logFormat };
+}
+
 /** Reads and validates the environment. Throws ConfigError on the first bad value. */
 export function loadConfig(env: Env = process.env): KeycapConfig {
   const dataDir = resolveDataDir(str(env, "KEYCAP_DATA_DIR"));
@@ -177,16 +229,6 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
   const mongodbDatabase = str(env, "KEYCAP_MONGODB_DATABASE") ?? "keycap";
   if (!/^[A-Za-z0-9_-]{1,63}$/.test(mongodbDatabase)) {
     throw new ConfigError("KEYCAP_MONGODB_DATABASE", "expected 1-63 of [A-Za-z0-9_-]");
-  }
-
-  const logLevel = (str(env, "KEYCAP_LOG_LEVEL") ?? "info") as LogLevel;
-  if (!LOG_LEVELS.includes(logLevel)) {
-    throw new ConfigError("KEYCAP_LOG_LEVEL", `expected one of ${LOG_LEVELS.join(", ")}`);
-  }
-
-  const logFormat = (str(env, "KEYCAP_LOG_FORMAT") ?? "auto") as LogFormat;
-  if (!LOG_FORMATS.includes(logFormat)) {
-    throw new ConfigError("KEYCAP_LOG_FORMAT", `expected one of ${LOG_FORMATS.join(", ")}`);
   }
 
   const jwksFile = str(env, "KEYCAP_JWKS_FILE");
@@ -238,9 +280,9 @@ export function loadConfig(env: Env = process.env): KeycapConfig {
     maxPayloadBytes: int(env, "KEYCAP_MAX_PAYLOAD_BYTES", 1024 * 1024, 1, 64 * 1024 * 1024),
     unauthenticatedAuditPerMinute: int(env, "KEYCAP_UNAUTHENTICATED_AUDIT_PER_MINUTE", 60, 0, 1_000_000),
     shutdownGraceMs: int(env, "KEYCAP_SHUTDOWN_GRACE_MS", 10000, 0, 600000),
-    logLevel,
-    logFormat,
+    ...logSettings(env),
     metricsListen,
     metricsToolLabels: int(env, "KEYCAP_METRICS_TOOL_LABELS", 50, 0, 1000),
+    retention: retentionSettings(env),
   };
 }

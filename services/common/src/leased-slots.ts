@@ -13,6 +13,7 @@
  */
 import type { Collection, Filter, MatchKeysAndValues, OptionalUnlessRequiredId } from "mongodb";
 import { isDuplicateKey } from "./mongo";
+import { deleteBatch } from "./retention-sweeper";
 
 export type SlotState = "sending" | "retryable" | "done" | "indeterminate";
 
@@ -90,10 +91,9 @@ export class LeasedSlots<D extends SlotDocument> {
     return res.deletedCount === 1;
   }
 
-  /** Deletes `done` slots recorded before `before` (retention); slots in flight, retryable or indeterminate stay. */
-  async expireDone(before: Date): Promise<number> {
-    const res = await this.docs.deleteMany({ state: "done", recorded_at: { $lt: before } } as Filter<D>, MAJORITY);
-    return res.deletedCount;
+  /** Deletes up to `limit` `done` slots recorded before `before` (retention); slots in flight, retryable or indeterminate stay. */
+  expireDone(before: Date, limit: number): Promise<number> {
+    return deleteBatch(this.docs as unknown as Collection<SlotDocument>, { state: "done", recorded_at: { $lt: before } }, limit);
   }
 
   private async swap(seen: SeenSlot, set: Partial<D>): Promise<boolean> {

@@ -20,6 +20,7 @@ export const METRIC = {
   mongoDuration: "keycap_mongodb_command_duration_seconds",
   pendingCalls: "keycap_calls_pending",
   indeterminateCalls: "keycap_calls_indeterminate",
+  retentionSwept: "keycap_retention_swept_total",
 } as const;
 
 /** How a ledger write ended (DESIGN §4). */
@@ -63,6 +64,7 @@ export class Metrics {
   private readonly verifications: Counter<"outcome">;
   private readonly verificationDuration: Histogram<"outcome">;
   private readonly mongoDuration: Histogram<"service" | "command" | "outcome">;
+  private readonly swept: Counter<"service" | "task">;
   private readonly refusalTools: TopLabels;
   private readonly writeTools: TopLabels;
   private readonly refusalChildren = new Map<string, { tool: string; labels: Labels<"service" | "reason" | "tool">; inc: () => void }>();
@@ -116,6 +118,12 @@ export class Metrics {
       help: "MongoDB command round trips (s) as the driver reports them, by service, command and outcome (ok, error)",
       labelNames: ["service", "command", "outcome"],
       buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.swept = new Counter({
+      name: METRIC.retentionSwept,
+      help: "Records removed by the retention sweeper (docs/retention.md), by service and task",
+      labelNames: ["service", "task"],
       registers,
     });
     this.refusalTools = new TopLabels(opts.toolLabels, (tool) => this.forget(this.refusalChildren, tool, (l) => this.refusals.remove(l)));
@@ -192,6 +200,11 @@ export class Metrics {
       }
       child.observe(seconds);
     };
+  }
+
+  /** Records the retention sweeper removed (a handful of tasks: the labels stay few). */
+  retentionSwept(service: string, task: string, n: number): void {
+    this.swept.labels({ service, task }).inc(n);
   }
 
   /**

@@ -18,6 +18,7 @@ import { InsertBatcher } from "./insert-batcher";
 import { StatsCounters } from "./stats-counters";
 import { isDuplicateKey } from "./mongo";
 import { afterKeyset } from "./paging";
+import { cutoff, deleteBatch, type RetentionTask } from "./retention-sweeper";
 import type { Logger } from "./logger";
 import type { Metrics } from "./metrics";
 
@@ -262,6 +263,19 @@ export class RejectionAudit {
       filter.$or = afterKeyset<RejectionDoc>("rejected_at", cursor.rejectedAt, cursor.id, "newest-first");
     }
     return this.coll.find(filter, { maxTimeMS }).sort({ rejected_at: -1, _id: -1 }).limit(limit).toArray();
+  }
+
+  /**
+   * Retention (ADR 0031): removes up to `limit` records refused before `before` (by the
+   * `newest_first` index). The refusal counters are not touched: they count what was refused.
+   */
+  expire(before: Date, limit: number): Promise<number> {
+    return deleteBatch(this.coll, { rejected_at: { $lt: before } }, limit);
+  }
+
+  /** The retention task of refusal records: every service that records refusals may run it, under one lease. */
+  retentionTask(seconds: number): RetentionTask {
+    return { name: "rejections", sweep: (limit) => this.expire(cutoff(seconds) as Date, limit) };
   }
 
   private accumulate(kind: PendingSummary["kind"], ip: string, reason: string): void {

@@ -64,7 +64,17 @@ export class ForwardStore {
     const docs = db.collection<ForwardDoc>("gateway_requests");
     await docs.createIndex({ tool_id: 1, created_at: -1 });
     await docs.createIndex({ state: 1 });
+    await docs.createIndex({ state: 1, recorded_at: 1 }, { name: "state_recorded_at" });
     return new ForwardStore(new LeasedSlots(docs));
+  }
+
+  /**
+   * Retention (ADR 0031): deletes up to `limit` stored answers recorded before `before`; the next
+   * forward of such a key is sent again, under the same Idempotency-Key (whether the destination
+   * still remembers it is up to the destination). Keys in flight or retryable stay.
+   */
+  expire(before: Date, limit: number): Promise<number> {
+    return this.slots.expireDone(before, limit);
   }
 
   async get(key: string): Promise<ForwardRecord | undefined> {

@@ -1,9 +1,12 @@
 import type { Metadata, ServerUnaryCall } from "@grpc/grpc-js";
 import { GatewayServiceService, type ForwardRequest, type ForwardResponse, type GatewayServiceServer } from "../../../gen/ts/keycap/gateway/v1/gateway";
-import { formatHostPort, parseHostPort, type HostPort } from "../../common/src/config";
+import type { Db } from "mongodb";
+import { formatHostPort, parseHostPort, type HostPort, type KeycapConfig } from "../../common/src/config";
 import { LedgerClient } from "../../../clients/ts/src";
 import { LedgerShadowRecorder } from "../../common/src/shadow-recorder";
 import { peerChannelCredentials } from "../../common/src/tls";
+import type { Metrics } from "../../common/src/metrics";
+import { cutoff, RetentionSweeper, type RetentionTask } from "../../common/src/retention-sweeper";
 import { startListener, type RunningListener } from "../../common/src/grpc-server";
 import { unaryHandler } from "../../common/src/grpc-status";
 import type { Logger } from "../../common/src/logger";
@@ -46,8 +49,10 @@ export async function startGateway(deps: ServiceDeps): Promise<RunningService> {
   const shadow = new LedgerShadowRecorder(new LedgerClient(formatHostPort(config.ledgerAddress), peerChannelCredentials(config.tls)));
   let audit: RejectionAudit | undefined;
   let listener: RunningListener | undefined;
+  let sweeper: RetentionSweeper | undefined;
   const release = async (graceMs: number): Promise<void> => {
     await listener?.shutdown(graceMs);
+    await sweeper?.stop();
     await audit?.close();
     sender.close();
     shadow.close();
@@ -62,6 +67,7 @@ export async function startGateway(deps: ServiceDeps): Promise<RunningService> {
       logger,
       metrics: deps.metrics,
     });
+    sweeper = await startGatewayRetention(mongo.db, config, store, audit, logger, deps.metrics);
     const sink = new Sink({
       name: GATEWAY_SINK_NAME,
       // Any tool may come: whether it has a destination is decided per forward, from the registry.
@@ -105,6 +111,22 @@ export async function startGateway(deps: ServiceDeps): Promise<RunningService> {
   }
   const running = listener;
   return { name: "gateway", listeners: [running], reload: async () => running.reloadTls(), stop: release };
+}
+
+/** The gateway's share of retention (ADR 0031): stored answers, and refusal records (one lease with every other service). */
+async function startGatewayRetention(
+  db: Db,
+  config: KeycapConfig,
+  store: ForwardStore,
+  audit: RejectionAudit,
+  logger: Logger,
+  metrics?: Metrics,
+): Promise<RetentionSweeper> {
+  const { gatewayResultsSeconds, refusalsSeconds, sweepIntervalMs, batch } = config.retention;
+  const tasks: RetentionTask[] = [];
+  if (gatewayResultsSeconds > 0) tasks.push({ name: "gateway_results", sweep: (limit) => store.expire(cutoff(gatewayResultsSeconds) as Date, limit) });
+  if (refusalsSeconds > 0) tasks.push(audit.retentionTask(refusalsSeconds));
+  return (await RetentionSweeper.open(db, tasks, { intervalMs: sweepIntervalMs, batch, service: "gateway", logger, metrics })).start();
 }
 
 function gatewayServiceImpl(gateway: Gateway, logger: Logger): GatewayServiceServer {

@@ -131,6 +131,8 @@ export class CallJournal {
   private readonly copyInserts: InsertBatcher<CallRecord>;
   private readonly journalInserts: InsertBatcher<CallRecord>;
   private readonly completionInserts: InsertBatcher<CompletionDoc>;
+  /** Completed calls whose leftover pending copy retention just removed: their removal waits until then (ms). */
+  private readonly settling = new Map<string, number>();
 
   private constructor(
     private readonly calls: Collection<CallRecord>,
@@ -174,6 +176,8 @@ export class CallJournal {
     await calls.createIndex({ principal: 1, created_at: -1, _id: -1 });
     await pending.createIndex({ created_at: 1, _id: 1 });
     await pending.createIndex({ tool_id: 1, created_at: 1, _id: 1 });
+    // Retention (ADR 0031) finds completed calls by the time of their completion.
+    await completions.createIndex({ completed_at: 1 }, { name: "completed_at" });
     return new CallJournal(calls, completions, pending, logger, opts.sweep, opts.listTimeMs);
   }
 
@@ -242,8 +246,8 @@ export class CallJournal {
     let call = await this.get(callId);
     if (!call) {
       const copy = await this.pending.findOne({ _id: callId });
-      if (!copy) throw notFound(callId);
-      call = await this.heal(copy);
+      call = copy ? await this.heal(copy) : undefined;
+      if (!call) throw notFound(callId);
     }
     if (call.state !== "pending") await this.unmarkPending(callId);
     return call;
@@ -388,6 +392,7 @@ export class CallJournal {
         continue;
       }
       const call = journaled.get(copy._id) ?? (await this.heal(copy));
+      if (!call) continue;
       if (call.state === "pending") calls.push(call);
       else await this.unmarkPending(copy._id);
     }
@@ -436,6 +441,44 @@ export class CallJournal {
     return { pending, indeterminate: ids.length - completed };
   }
 
+  /**
+   * Retention (ADR 0031): removes up to `limit` calls completed before `before`, and their
+   * completions. Only completed calls are found (by `call_completions.completed_at`): pending
+   * and indeterminate calls have no completion and are never removed. A completed call whose
+   * pending copy a crash left behind loses the copy first (the completion decides, as in
+   * listPending) and the rest only a sweep later, after `settleMs`: a listing that read the copy
+   * just before has long finished, so it cannot heal the call back into the journal. Otherwise
+   * the journal document goes before the completion: a crash in between leaves a completed call
+   * the next sweep finishes, never a pending one.
+   */
+  async expireCompleted(before: Date, limit: number, settleMs = 60_000): Promise<number> {
+    const now = Date.now();
+    for (const [id, until] of this.settling) if (until <= now) this.settling.delete(id);
+    const done = await this.completions
+      .find({ completed_at: { $lt: before }, _id: { $nin: [...this.settling.keys()] } }, { projection: { _id: 1 } })
+      .limit(limit)
+      .toArray();
+    const found = done.map((c) => c._id);
+    if (found.length === 0) return 0;
+    const copies = await this.pendingAmong(found);
+    if (copies.size > 0) {
+      await this.pending.deleteMany({ _id: { $in: [...copies] } }, MAJORITY);
+      for (const id of copies) if (this.settling.size < 10_000) this.settling.set(id, now + settleMs);
+    }
+    const ids = found.filter((id) => !copies.has(id));
+    if (ids.length === 0) return 0;
+    await this.calls.deleteMany({ _id: { $in: ids } }, MAJORITY);
+    const res = await this.completions.deleteMany({ _id: { $in: ids }, completed_at: { $lt: before } }, MAJORITY);
+    return res.deletedCount;
+  }
+
+  /** Which of these calls still have a pending copy (begun and not finished). */
+  async pendingAmong(callIds: readonly string[]): Promise<Set<string>> {
+    if (callIds.length === 0) return new Set();
+    const found = await this.pending.find({ _id: { $in: [...callIds] } }, { projection: { _id: 1 } }).toArray();
+    return new Set(found.map((c) => c._id));
+  }
+
   /** One keyset page of `coll` (oldest first), with which of its calls have a completion. */
   private async pageOf(
     coll: Collection<CallRecord>,
@@ -479,7 +522,9 @@ export class CallJournal {
    * recovery treats it like any pending call. A concurrent BeginCall of the same call
    * writes the same document, so whichever lands first, they agree.
    */
-  private async heal(copy: CallRecord): Promise<CallRecord> {
+  private async heal(copy: CallRecord): Promise<CallRecord | undefined> {
+    // Gone since it was listed: the call finished and retention removed it (never heal it back).
+    if (!(await this.pending.findOne({ _id: copy._id }, { projection: { _id: 1 } }))) return undefined;
     try {
       await this.calls.insertOne({ ...copy }, MAJORITY);
       this.logger.warn({ call_id: copy._id, tool_id: copy.tool_id }, "journaled a call whose BeginCall crashed between its two writes");

@@ -14,6 +14,7 @@ import { bootstrapRuntime } from "./bootstrap-runtime";
 import { CallJournal } from "./call-journal";
 import { ReplayMatcher } from "./replay-matcher";
 import { ReplayPositions } from "./replay-positions";
+import { startKernelRetention } from "./kernel-retention";
 import { CallerAuthenticator } from "./caller-auth";
 import { CapabilityMinter } from "./capability-minter";
 import { GrantStore } from "./grant-store";
@@ -66,7 +67,9 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
     const policy = new AccessPolicy(registry, grants);
     const edge = { auth: new CallerAuthenticator(principals, admin, config.tls.certPrincipals), audit, logger };
     const limits = { maxBytes: config.maxArgumentsBytes, maxDepth: config.maxArgumentsDepth };
-    const replay = new ReplayMatcher(journal, await ReplayPositions.open(mongo.db));
+    const positions = await ReplayPositions.open(mongo.db);
+    const replay = new ReplayMatcher(journal, positions);
+    scope.own(await startKernelRetention(mongo.db, config, { journal, positions, audit }, logger, deps.metrics), (s) => s.stop());
     const kernel = new Kernel({ registry, journal, minter, keys, ledger, limits, logger, access: policy, replay });
     const access = new Access({ principals, grants, registry, policy, logger });
     const listener = await scope.listen({

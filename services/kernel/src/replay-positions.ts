@@ -32,6 +32,9 @@ interface RunDoc {
 const MAJORITY = { writeConcern: { w: "majority" as const } };
 
 export class ReplayPositions {
+  /** Runs retention found still in use (a recent position, a pending call): skipped until a sweep finds nothing else. */
+  private readonly keptRuns = new Set<string>();
+
   private constructor(
     private readonly positions: Collection<PositionDoc>,
     private readonly runs: Collection<RunDoc>,
@@ -41,6 +44,7 @@ export class ReplayPositions {
   static async open(db: Db): Promise<ReplayPositions> {
     const positions = db.collection<PositionDoc>("replay_positions");
     await positions.createIndex({ run_id: 1, call_id: 1 });
+    await positions.createIndex({ taken_at: 1 }, { name: "taken_at" });
     return new ReplayPositions(positions, db.collection<RunDoc>("replay_runs"));
   }
 
@@ -70,6 +74,34 @@ export class ReplayPositions {
     }
     await this.advanceHint(runId, position + 1);
     return true;
+  }
+
+  /**
+   * Retention (ADR 0031): forgets replay runs idle since `before` (no position taken since),
+   * up to `limit` old positions' worth. A run with a call still pending is kept (`pending`
+   * says which calls are), so a repeated BeginCall of that call finds its position again.
+   * The hint goes first: a crash after it leaves old positions, which the next sweep finds.
+   * @returns how many positions were removed.
+   */
+  async expireIdleRuns(before: Date, limit: number, pending: (callIds: string[]) => Promise<Set<string>>): Promise<number> {
+    const old = await this.positions
+      .find({ taken_at: { $lt: before }, run_id: { $nin: [...this.keptRuns] } }, { projection: { run_id: 1 } })
+      .limit(limit)
+      .toArray();
+    // Runs kept for a pending call are looked at again once nothing else is left.
+    if (old.length === 0) this.keptRuns.clear();
+    let removed = 0;
+    for (const runId of new Set(old.map((p) => p.run_id))) {
+      const recent = await this.positions.findOne({ run_id: runId, taken_at: { $gte: before } }, { projection: { _id: 1 } });
+      const held = recent ? [] : await this.positions.find({ run_id: runId }, { projection: { call_id: 1 } }).toArray();
+      if (recent || (await pending(held.map((p) => p.call_id))).size > 0) {
+        if (this.keptRuns.size < 1000) this.keptRuns.add(runId);
+        continue;
+      }
+      await this.runs.deleteOne({ _id: runId }, MAJORITY);
+      removed += (await this.positions.deleteMany({ run_id: runId, taken_at: { $lt: before } }, MAJORITY)).deletedCount;
+    }
+    return removed;
   }
 
   /** Moves the hint on to `next` unless it is there already: best effort, the inserts decide. */

@@ -13,6 +13,7 @@ import { Binary, type Collection, type Db, type Filter } from "mongodb";
 import { InsertBatcher } from "../../common/src/insert-batcher";
 import { isDuplicateKey } from "../../common/src/mongo";
 import { afterKeyset } from "../../common/src/paging";
+import { deleteBatch } from "../../common/src/retention-sweeper";
 import type { EffectName } from "../../capability/src";
 import type { Logger } from "../../common/src/logger";
 import { StatsCounters } from "../../common/src/stats-counters";
@@ -105,13 +106,18 @@ const CACHE_MAX_ENTRIES = 20_000;
 
 export class EntryStore {
   /**
-   * Entries this process has seen, by effect id. Entries are never deleted and
-   * their identity never changes, so a hit proves the effect exists: a retry
-   * can be answered as a duplicate without attempting the insert. A miss
-   * proves nothing and always goes to the unique insert.
+   * Entries this process has seen, by effect id. Entries are deleted only by a
+   * retention an operator sets, past which a cached entry counts as unknown (see
+   * {@link cached}), and their identity never changes, so a hit proves the effect
+   * exists: a retry can be answered as a duplicate without attempting the insert.
+   * A miss proves nothing and always goes to the unique insert.
    */
   private readonly known = new Map<string, EntryDoc>();
   private knownBytes = 0;
+  /** KEYCAP_RETENTION_ENTRIES_SECONDS in ms; 0: entries are kept. */
+  private entryRetentionMs = 0;
+  /** Old entries retention found with an unfinished call: skipped until a sweep finds nothing else. */
+  private readonly keptEntries = new Set<string>();
   /** Concurrent inserts into each collection share a command (group commit, ADR 0020). */
   private readonly claims: InsertBatcher<EntryDoc>;
   private readonly spends: InsertBatcher<CapabilityUseDoc>;
@@ -173,7 +179,25 @@ export class EntryStore {
 
   /** True when this process knows the effect exists (see `known`); false proves nothing. */
   knownToExist(effectId: string): boolean {
-    return this.known.has(effectId);
+    return this.cached(effectId) !== undefined;
+  }
+
+  /**
+   * Entries older than KEYCAP_RETENTION_ENTRIES_SECONDS may be removed by the sweeper of any
+   * replica: from then on this one treats its cached copy as unknown (the insert decides).
+   */
+  setEntryRetention(seconds: number): void {
+    this.entryRetentionMs = seconds * 1000;
+  }
+
+  /** The cached entry, unless retention may have removed it. */
+  private cached(effectId: string): EntryDoc | undefined {
+    const doc = this.known.get(effectId);
+    if (doc && this.entryRetentionMs > 0 && doc.recorded_at.getTime() < Date.now() - this.entryRetentionMs) {
+      this.forget(effectId);
+      return undefined;
+    }
+    return doc;
   }
 
   /**
@@ -185,8 +209,8 @@ export class EntryStore {
     effectId: string,
     write: { toolId: string; callId: string; attempt: number; capabilityId: string; payloadSha256: string; payload: Uint8Array },
   ): Promise<{ entry: EntryDoc; payloadMismatch: boolean }> {
-    let entry = this.known.get(effectId) ?? (await this.entries.findOne({ _id: effectId }));
-    // Entries are never deleted, so the insert's collision means it exists.
+    let entry = this.cached(effectId) ?? (await this.entries.findOne({ _id: effectId }));
+    // The insert's collision means it exists (unless retention removed it just now: then the write fails, and its retry is a new effect).
     if (!entry) throw new Error(`entry ${effectId} collided on insert but cannot be found`);
     this.remember(entry);
     const payloadMismatch = entry.payload_sha256 !== write.payloadSha256;
@@ -236,6 +260,14 @@ export class EntryStore {
     return out;
   }
 
+  /** Drops an entry from the known-entries cache (retention removed it). */
+  private forget(effectId: string): void {
+    const doc = this.known.get(effectId);
+    if (!doc) return;
+    this.known.delete(effectId);
+    this.knownBytes -= payloadSize(doc.payload) + ENTRY_OVERHEAD_BYTES;
+  }
+
   /**
    * The writes under an entry whose payload differed from the first, oldest first, at most
    * MISMATCH_WRITES_LISTED: an equality read on the `effect_id` index, for an operator.
@@ -282,11 +314,42 @@ export class EntryStore {
   }
 
   /**
-   * Forgets spent capability ids whose capability has expired (it can no longer verify,
-   * so it can no longer be reused). FerretDB has no TTL indexes; the ledger calls this.
+   * Retention (ADR 0031): forgets up to `limit` spent capability ids whose record expired before
+   * `before`. A record expires at the capability's `exp` plus the clock tolerance, when the
+   * capability can no longer verify, so a replay of it is refused as expired anyway.
    */
-  async pruneSpentCapabilities(now = new Date()): Promise<number> {
-    const res = await this.uses.deleteMany({ expires_at: { $lt: now } });
+  expireSpentCapabilities(before: Date, limit: number): Promise<number> {
+    return deleteBatch(this.uses, { expires_at: { $lt: before } }, limit);
+  }
+
+  /**
+   * Retention of entries, only when an operator sets one (KEYCAP_RETENTION_ENTRIES_SECONDS):
+   * removes up to `limit` entries recorded before `before`, with their duplicate records,
+   * except entries that unfinished calls still need (`unfinished` says which, by entry id):
+   * recovery of such a call asks whether its effect happened. After removal the same key is a
+   * new effect.
+   */
+  async expireEntries(
+    before: Date,
+    limit: number,
+    unfinished: (entries: Pick<EntryDoc, "_id" | "call_id" | "key" | "request_id">[]) => Promise<Set<string>>,
+  ): Promise<number> {
+    const old = await this.entries
+      .find({ recorded_at: { $lt: before }, _id: { $nin: [...this.keptEntries] } }, { projection: { _id: 1, call_id: 1, key: 1, request_id: 1 } })
+      .limit(limit)
+      .toArray();
+    if (old.length === 0) this.keptEntries.clear();
+    const busy = await unfinished(old);
+    const ids: string[] = [];
+    for (const e of old) {
+      if (!busy.has(e._id)) ids.push(e._id);
+      else if (this.keptEntries.size < 1000) this.keptEntries.add(e._id);
+    }
+    if (ids.length === 0) return 0;
+    // The duplicate records first: an entry whose records are gone is still an entry.
+    await this.duplicates.deleteMany({ effect_id: { $in: ids } });
+    const res = await this.entries.deleteMany({ _id: { $in: ids }, recorded_at: { $lt: before } });
+    for (const id of ids) this.forget(id);
     return res.deletedCount;
   }
 

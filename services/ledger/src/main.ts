@@ -1,6 +1,5 @@
 import { LedgerServiceService } from "../../../gen/ts/keycap/ledger/v1/ledger";
 import { LedgerAdminServiceService } from "../../../gen/ts/keycap/ledger/v1/ledger_admin";
-import type { Logger } from "../../common/src/logger";
 import { connectMongo } from "../../common/src/mongo";
 import { readTotals } from "../../common/src/stats-counters";
 import { RejectionAudit } from "../../common/src/rejection-audit";
@@ -14,12 +13,10 @@ import { EntryStore } from "./entry-store";
 import { openKernelKeys } from "../../capability/src";
 import { Ledger } from "./ledger";
 import { ledgerServiceImpl } from "./ledger-grpc";
+import { startLedgerRetention } from "./ledger-retention";
 
 export const LEDGER_SERVICE_NAME = "keycap.ledger.v1.LedgerService";
 export const LEDGER_ADMIN_SERVICE_NAME = "keycap.ledger.v1.LedgerAdminService";
-
-// Spent capability ids are forgotten once their capability has expired (FerretDB has no TTL).
-const PRUNE_INTERVAL_MS = 10 * 60_000;
 
 /**
  * Starts the ledger: admin credential and key source (configuration errors stop the start
@@ -42,7 +39,7 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
       await RejectionAudit.open(mongo.db, { service: "ledger", unauthenticatedPerMinute: config.unauthenticatedAuditPerMinute, logger, metrics: deps.metrics }),
       (a) => a.close(),
     );
-    scope.own(pruneSpentCapabilities(store, logger), (timer) => clearInterval(timer));
+    scope.own(await startLedgerRetention(mongo.db, config, store, audit, logger, deps.metrics), (s) => s.stop());
     const verifier = new CapabilityVerifier(keys.source, {
       issuer: config.issuer,
       audience: config.audience,
@@ -89,18 +86,6 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
       },
     };
   });
-}
-
-/** Forgets spent capability ids whose capability has expired, now and every PRUNE_INTERVAL_MS. */
-function pruneSpentCapabilities(store: EntryStore, logger: Logger): NodeJS.Timeout {
-  const prune = (): void => {
-    store.pruneSpentCapabilities().then(
-      (n) => n > 0 && logger.debug({ removed: n }, "forgot expired spent capability ids"),
-      (err: unknown) => logger.warn({ err }, "could not prune spent capability ids"),
-    );
-  };
-  prune();
-  return setInterval(prune, PRUNE_INTERVAL_MS).unref();
 }
 
 if (require.main === module) void runServices("ledger", [startLedger]);

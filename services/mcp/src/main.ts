@@ -140,7 +140,7 @@ async function startGateway(scope: ServiceScope, p: GatewayParts): Promise<{ new
   scope.onStop(quietly(() => audit.close()));
   security.onRefusal = (reason, message, peer) =>
     audit.record({ method: `HTTP ${MCP_PATH}`, reason, code: "UNAUTHENTICATED", toolIdVerified: false, peer, message });
-  scope.onStop(startRetention(store, options.resultTtlSeconds, logger));
+  scope.onStop(await startRetention(mongo.db, store, options.resultTtlSeconds, config, logger, metrics));
   const runId = options.runId ?? policy.runId;
   // Shadow runs' would-be calls go to the ledger's shadow store (ADR 0029); the channel connects on first use.
   const ledgerAddress = formatHostPort(config.ledgerAddress);

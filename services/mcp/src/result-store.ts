@@ -64,10 +64,10 @@ export class ResultStore {
   /**
    * Deletes stored results recorded before `before` (retention, DESIGN §13): the next call with
    * such a key is sent again, as a new effect. Slots in flight, retryable or indeterminate are
-   * never deleted. Returns how many were deleted.
+   * never deleted. Deletes at most `limit`; returns how many were deleted.
    */
-  expire(before: Date): Promise<number> {
-    return this.slots.expireDone(before);
+  expire(before: Date, limit: number): Promise<number> {
+    return this.slots.expireDone(before, limit);
   }
 
   async get(slot: string): Promise<SlotRecord | undefined> {
