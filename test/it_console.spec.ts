@@ -187,6 +187,8 @@ describe("web console: operators read and settle through the browser, behind the
     expect(await rows.first().locator("td").nth(3).textContent()).to.equal("BAD_SIGNATURE");
     const toolCell = rows.first().locator("td.id");
     expect(await toolCell.textContent()).to.equal(`${SCRIPT_TOOL} unverified`);
+    // Every tool id links to the tool's page (issue 33), the markup in it encoded into the link.
+    expect(await toolCell.locator("a").getAttribute("href")).to.equal(`/?${new URLSearchParams({ tool: SCRIPT_TOOL }).toString()}`);
     expect(await page.locator("main script, main img").count()).to.equal(0);
     await page.screenshot({ path: path.join(SHOTS_DIR, "console-refusals.png") });
     // The overview names the same tool, as text too.
@@ -225,6 +227,9 @@ describe("web console: operators read and settle through the browser, behind the
     await page.screenshot({ path: path.join(SHOTS_DIR, "console-entry.png") });
     await page.goto(`${base}/entries?key=not-a-key`);
     expect(await page.locator(".notice.error").textContent()).to.include("No entry under this key");
+    // The entries list links each tool id to the tool's page (issue 33).
+    await page.goto(`${base}/entries`);
+    expect(await page.locator("table.entries td.id a", { hasText: "console.charge" }).first().getAttribute("href")).to.equal("/?tool=console.charge");
   });
 
   it("settles an indeterminate call after a confirmation step, and records who and when with the call", async function () {

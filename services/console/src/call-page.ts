@@ -7,7 +7,7 @@
 import type { Call } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { STORY_REFUSALS, type CallStory } from "../../common/src/call-story";
 import { html, query, type SafeHtml } from "./html";
-import { callLink, callSearchForm, detailList, kindName, notice, outcomeName, stateName, time, writesTable, type CallSearchField } from "./pages";
+import { callLink, toolLink, callSearchForm, detailList, kindName, notice, outcomeName, stateName, time, writesTable, type CallSearchField } from "./pages";
 
 /** Which search a value is for, by the form's `by` (unknown: by call id). */
 export function searchFieldOf(by: string): CallSearchField {
@@ -147,7 +147,7 @@ export function callSearchPage(by: CallSearchField, q: string, calls: Call[], ne
                   html`<tr data-call="${c.callId}">
                     <td>${time(c.createdAt)}</td>
                     <td class="id">${callLink(c.callId)}</td>
-                    <td class="id">${c.toolId}</td>
+                    <td class="id">${toolLink(c.toolId)}</td>
                     <td>${kindName(c.effectKind)}</td>
                     <td class="id">${c.runId}</td>
                     <td>${c.principal}</td>

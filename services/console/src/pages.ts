@@ -234,6 +234,11 @@ export function detailList(rows: [string, string | number | boolean | SafeHtml |
 }
 
 /** A call id as a link to its story (ADR 0032); "" stays empty. */
+/** A tool id linked to its page (definition, numbers, refusals over time). */
+export function toolLink(toolId: string): SafeHtml {
+  return toolId ? html`<a href="/${query({ tool: toolId })}">${toolId}</a>` : html``;
+}
+
 export function callLink(callId: string): SafeHtml {
   return callId ? html`<a href="/call${query({ id: callId })}">${callId}</a>` : html``;
 }
@@ -313,7 +318,7 @@ export function rejectionsPage(f: RejectionFilterForm, reasons: string[], rows: 
               html`<tr data-rejection="${r.rejectionId}">
                 <td>${time(r.rejectedAt)}</td>
                 <td>${r.service || "ledger"}</td>
-                <td class="id">${r.toolId || "(unknown)"}${r.toolIdVerified ? html`` : html` <span class="tag">unverified</span>`}</td>
+                <td class="id">${r.toolId ? toolLink(r.toolId) : "(unknown)"}${r.toolIdVerified ? html`` : html` <span class="tag">unverified</span>`}</td>
                 <td>${r.reason}</td>
                 <td>${r.code}</td>
                 <td>${r.method}</td>
@@ -422,7 +427,7 @@ export function entriesPage(
             (e) =>
               html`<tr>
                 <td>${time(e.recordedAt)}</td>
-                <td class="id">${e.toolId}</td>
+                <td class="id">${toolLink(e.toolId)}</td>
                 <td>${kindName(e.effectKind)}</td>
                 <td class="id">${e.key ? html`<a href="/entries${query({ key: e.key, tool: tool || undefined })}">${e.key}</a>` : e.requestId}</td>
                 <td class="num">${e.attempt}</td>
@@ -447,7 +452,7 @@ export function outcomeName(o: CallOutcome): string {
 function callRow(c: Call, settle: SafeHtml): SafeHtml {
   return html`<tr data-call="${c.callId}">
     <td class="id">${callLink(c.callId)}</td>
-    <td class="id">${c.toolId}</td>
+    <td class="id">${toolLink(c.toolId)}</td>
     <td>${kindName(c.effectKind)}</td>
     <td class="num">${c.attempt}</td>
     <td>${time(c.createdAt)}</td>

@@ -6,7 +6,7 @@
  */
 import type { RunCallView } from "../../common/src/run-view";
 import { html, query, type SafeHtml } from "./html";
-import { callLink, notice } from "./pages";
+import { callLink, notice, toolLink } from "./pages";
 
 function runForm(runId: string): SafeHtml {
   return html`<form method="get" action="/run" class="filters search" role="search">
@@ -50,7 +50,7 @@ export function runPage(runId: string, calls: readonly RunCallView[], error: str
             (c) =>
               html`<tr data-mode="${c.mode}">
                 <td>${c.position}</td>
-                <td class="id"><a href="/${query({ tool: c.toolId })}">${c.toolId}</a></td>
+                <td class="id">${toolLink(c.toolId)}</td>
                 <td class="id">${c.key ? html`<a href="/entries${query({ key: c.key })}">${c.key}</a>` : c.requestId || "-"}</td>
                 <td>${c.outcome}</td>
                 <td>${c.mode}</td>
