@@ -14,6 +14,7 @@ import { sinkService } from "../../common/src/sink-name";
 import { CapabilityRefusal } from "./refusal";
 import { CapabilityVerifier, type CapabilityVerifierOptions, type VerifiedCapability } from "./verifier";
 import type { PublicKeySource } from "./key-sources";
+import { unverifiedRefusalRecord, verifiedRefusalRecord } from "./refusal-record";
 import type { SpentStore } from "./spent-store";
 import { Reasons, refuse } from "../../common/src/refuse";
 
@@ -176,51 +177,16 @@ export class Sink {
   }
 
   private async refuseUnverified(err: CapabilityRefusal, context: AdmissionContext): Promise<void> {
-    const u = err.unverified;
-    await this.report(
-      {
-        method: context.method,
-        reason: err.reason,
-        code: codeName(err.code),
-        toolId: u.toolId,
-        toolIdVerified: err.signatureVerified,
-        attemptedKey: context.idempotencyKey,
-        capabilityKey: u.key,
-        capabilityRequestId: u.requestId,
-        callId: u.callId,
-        capabilityId: u.jti,
-        keyId: u.kid,
-        effect: u.effect,
-        peer: context.peer,
-        message: err.message,
-      },
-      err,
-      context,
-    );
+    const record = unverifiedRefusalRecord(err, { method: context.method, peer: context.peer });
+    await this.report({ ...record, attemptedKey: context.idempotencyKey }, err, context);
   }
 
   private async refuseVerified(err: KeycapError, cap: VerifiedCapability, context: AdmissionContext): Promise<void> {
-    await this.report(
-      {
-        method: context.method,
-        reason: err.reason,
-        code: codeName(err.code),
-        toolId: cap.tool_id,
-        toolIdVerified: true,
-        principal: cap.sub,
-        attemptedKey: context.idempotencyKey,
-        capabilityKey: cap.key,
-        capabilityRequestId: cap.request_id,
-        callId: cap.call_id,
-        capabilityId: cap.jti,
-        keyId: cap.kid,
-        effect: cap.effect,
-        peer: context.peer,
-        message: err.message,
-      },
-      err,
-      context,
-    );
+    const record = verifiedRefusalRecord({ reason: err.reason, code: codeName(err.code), message: err.message }, cap, {
+      method: context.method,
+      peer: context.peer,
+    });
+    await this.report({ ...record, attemptedKey: context.idempotencyKey }, err, context);
   }
 
   private async report(input: RejectionInput, error: KeycapError, context: AdmissionContext): Promise<void> {

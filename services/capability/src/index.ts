@@ -44,3 +44,4 @@ export { FileJwksSource, JwksError, KernelJwksFetcher, parseJwks, RemoteJwksSour
 export { openKernelKeys, type KernelKeys } from "./key-sources/kernel-keys";
 export { Sink, type SinkOptions, type AdmissionContext, type SinkRefusalEvent, type RefusalRecorder } from "./admission";
 export { InMemorySpentStore, MongoSpentStore, type SpentStore, type SpentCapability, type MongoSpentStoreOptions } from "./spent-store";
+export { unverifiedRefusalRecord, verifiedRefusalRecord, type RefusalSite } from "./refusal-record";

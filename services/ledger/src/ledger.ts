@@ -8,7 +8,7 @@ import { REASON_CODES, Reasons } from "../../common/src/refuse";
 import { createHash, randomUUID } from "node:crypto";
 import { KeycapError, codeName, type KeycapCode } from "../../common/src/errors";
 import type { Logger } from "../../common/src/logger";
-import { CapabilityRefusal } from "../../capability/src";
+import { CapabilityRefusal, unverifiedRefusalRecord, verifiedRefusalRecord } from "../../capability/src";
 import type { CapabilityVerifier, VerifiedCapability } from "../../capability/src";
 import {
   CAPABILITY_REUSED,
@@ -175,23 +175,7 @@ export class Ledger {
     } catch (err) {
       if (!(err instanceof CapabilityRefusal)) throw err;
       this.d.metrics?.verification(false, (performance.now() - started) / 1000);
-      const u = err.unverified;
-      await this.d.audit.record({
-        method,
-        reason: err.reason,
-        code: codeName(err.code),
-        toolId: u.toolId,
-        toolIdVerified: err.signatureVerified,
-        ...attempted,
-        capabilityKey: u.key,
-        capabilityRequestId: u.requestId,
-        callId: u.callId,
-        capabilityId: u.jti,
-        keyId: u.kid,
-        effect: u.effect,
-        peer: ctx.peer,
-        message: err.message,
-      });
+      await this.d.audit.record({ ...unverifiedRefusalRecord(err, { method, peer: ctx.peer }), ...attempted });
       throw err;
     }
   }
@@ -202,21 +186,8 @@ export class Ledger {
     // malformed request, FAILED_PRECONDITION for a replay with nothing recorded.
     const code = REASON_CODES[refusal.reason] as KeycapCode;
     await this.d.audit.record({
-      method,
-      reason: refusal.reason,
-      code: codeName(code),
-      toolId: cap.tool_id,
-      toolIdVerified: true,
-      principal: cap.sub,
+      ...verifiedRefusalRecord({ reason: refusal.reason, code: codeName(code), message: refusal.message }, cap, { method, peer: ctx.peer }),
       ...attempted,
-      capabilityKey: cap.key,
-      capabilityRequestId: cap.request_id,
-      callId: cap.call_id,
-      capabilityId: cap.jti,
-      keyId: cap.kid,
-      effect: cap.effect,
-      peer: ctx.peer,
-      message: refusal.message,
     });
     this.d.logger.debug({ method, reason: refusal.reason, tool_id: cap.tool_id, call_id: cap.call_id }, "refused");
     return new KeycapError(code, refusal.reason, refusal.message);
