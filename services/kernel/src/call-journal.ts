@@ -158,6 +158,11 @@ export class CallJournal {
     this.completionInserts = new InsertBatcher(completions, { ...MAJORITY, sizeOf: (c) => 3 * c.outcome_detail.length + 256, unacknowledged });
   }
 
+  /** The options of an operator read: the database-side time limit (KEYCAP_OPERATOR_QUERY_TIMEOUT_MS), when set. */
+  private operatorRead(): { maxTimeMS?: number } {
+    return this.listTimeMs !== undefined ? { maxTimeMS: this.listTimeMs } : {};
+  }
+
   /** Finishes the batched removals still queued (before the database connection closes). */
   async close(): Promise<void> {
     await this.sweeper.drain();
@@ -343,7 +348,7 @@ export class CallJournal {
    * nothing). Both reads by `_id`, stopped at the operator time limit.
    */
   async read(callId: string): Promise<CallRecord | undefined> {
-    const limited = this.listTimeMs !== undefined ? { maxTimeMS: this.listTimeMs } : {};
+    const limited = this.operatorRead();
     const [call, completion] = await Promise.all([this.calls.findOne({ _id: callId }, limited), this.completions.findOne({ _id: callId }, limited)]);
     if (!call) return (await this.pending.findOne({ _id: callId }, limited)) ?? undefined;
     return completion ? withCompletion(call, completion) : call;
@@ -357,7 +362,7 @@ export class CallJournal {
     const filter: Filter<CallRecord> = { [criterion.field]: criterion.value };
     if (tools) filter.tool_id = { $in: [...tools] };
     if (after) filter.$or = afterKeyset<CallRecord>("created_at", new Date(after.createdAt), after.id, "newest-first");
-    const limited = this.listTimeMs !== undefined ? { maxTimeMS: this.listTimeMs } : {};
+    const limited = this.operatorRead();
     const found = await this.calls
       .find(filter, limited)
       .sort({ created_at: -1, _id: -1 })
@@ -415,7 +420,7 @@ export class CallJournal {
    */
   async listRun(runId: string, skip: number, limit: number, opts: { operator?: boolean } = {}): Promise<CallRecord[]> {
     // An operator's listing is stopped at the operator time limit; a replay's match is not an operator read.
-    const limited = opts.operator === true && this.listTimeMs !== undefined ? { maxTimeMS: this.listTimeMs } : {};
+    const limited = opts.operator === true ? this.operatorRead() : {};
     const calls = await this.calls.find({ run_id: runId }, limited).sort({ created_at: 1, _id: 1 }).skip(skip).limit(limit).toArray();
     const ids = calls.map((c) => c._id);
     const done = new Map(ids.length ? (await this.completions.find({ _id: { $in: ids } }).toArray()).map((c) => [c._id, c]) : []);
@@ -494,7 +499,7 @@ export class CallJournal {
     if (after) filter.$or = afterKeyset<CallRecord>("created_at", new Date(after.createdAt), after.id, "oldest-first");
     // A listing over a large journal is stopped at its limit (OPERATOR_QUERY_TIMEOUT) rather than run on.
     const found = await coll
-      .find(filter, this.listTimeMs !== undefined ? { maxTimeMS: this.listTimeMs } : {})
+      .find(filter, this.operatorRead())
       .sort({ created_at: 1, _id: 1 })
       .limit(limit + 1)
       .toArray();
