@@ -11,7 +11,6 @@ package keycap
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,7 +115,7 @@ func (c *coalescer[Req, Res]) send(batch []*waiter[Req, Res]) {
 			Message: "the kernel answered a batch with another number of results than calls"}
 	}
 	if err != nil {
-		switch errorCode(err) {
+		switch FromError(err).Code {
 		case codes.Unimplemented:
 			c.unsupported.Store(true)
 			c.alone(batch)
@@ -135,7 +134,7 @@ func (c *coalescer[Req, Res]) send(batch []*waiter[Req, Res]) {
 	for i, w := range batch {
 		// "Retry" for this call alone (the database was briefly away): the
 		// unary RPC retries it with backoff, as it would have been alone.
-		if answers[i].err != nil && errorCode(answers[i].err) == codes.Unavailable {
+		if answers[i].err != nil && FromError(answers[i].err).Code == codes.Unavailable {
 			retries = append(retries, w)
 			continue
 		}
@@ -155,14 +154,6 @@ func (c *coalescer[Req, Res]) alone(batch []*waiter[Req, Res]) {
 		}()
 	}
 	wg.Wait()
-}
-
-func errorCode(err error) codes.Code {
-	var kerr *Error
-	if errors.As(err, &kerr) {
-		return kerr.Code
-	}
-	return status.Code(err)
 }
 
 func (c *KernelClient) beginCoalescer() *coalescer[*kernelv1.BeginCallRequest, *kernelv1.BeginCallResponse] {

@@ -5,10 +5,9 @@
  * from the ledger admin API, with the same admin credential.
  */
 import type { Command } from "commander";
-import { KernelClient } from "../../../clients/ts/src";
 import type { Call } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { callStory, STORY_REFUSALS, type CallStory } from "../../common/src/call-story";
-import { adminToken, explain, kernelAddress, NotFoundError, tlsOptions, UsageError, withAdmin, type OperatorOptions } from "./operator-context";
+import { NotFoundError, UsageError, withAdmin, withOperatorKernel, type OperatorOptions } from "./operator-context";
 import { newTable, print, printMoreHint, render } from "./output";
 import { effectKindToJSON } from "../../../gen/ts/keycap/effect/v1/effect";
 import { CallOutcome, CallState } from "../../../gen/ts/keycap/kernel/v1/kernel";
@@ -23,7 +22,7 @@ export function addCallStoryCommands(calls: Command, kernelOperator: (c: Command
     .argument("<callId>", "the call id")
     .action(async (callId: string, own: OperatorOptions) => {
       const o = opts(own);
-      const got = await withKernel(o, (k) => k.getCall(callId));
+      const got = await withOperatorKernel(o, (k) => k.getCall(callId));
       if (!got)
         throw new NotFoundError(
           `no call ${JSON.stringify(callId)} in the journal (keycap calls search finds calls by run, key or principal)`,
@@ -55,23 +54,10 @@ export function addCallStoryCommands(calls: Command, kernelOperator: (c: Command
       const f = given[0]!;
       const value = o[f]!;
       const by = f === "call" ? { callId: value } : f === "run" ? { runId: value } : f === "idempotencyKey" ? { key: value } : { principal: value };
-      const page = await withKernel(o, (k) => k.searchCallsPage(by, o.page ?? "", o.limit));
+      const page = await withOperatorKernel(o, (k) => k.searchCallsPage(by, o.page ?? "", o.limit));
       print(o, page.calls, () => (page.calls.length === 0 ? "no calls found" : callsTable(page.calls)));
       printMoreHint(page.nextPageToken);
     });
-}
-
-async function withKernel<T>(o: OperatorOptions, fn: (k: KernelClient) => Promise<T>): Promise<T> {
-  const at = kernelAddress(o);
-  const tls = tlsOptions(o);
-  const kernel = new KernelClient(at.address, { token: adminToken(o), ...(tls ? { tls } : {}) });
-  try {
-    return await fn(kernel);
-  } catch (err) {
-    throw explain(err, "kernel", at);
-  } finally {
-    kernel.close();
-  }
 }
 
 function time(d: Date | undefined): string {

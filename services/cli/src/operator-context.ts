@@ -3,6 +3,7 @@ import * as path from "node:path";
 import type { Command } from "commander";
 import {
   AdminClient,
+  KernelClient,
   channelCredentials,
   ClientConfigError,
   KeycapClientError,
@@ -217,5 +218,19 @@ export async function withAdmin<T>(opts: OperatorOptions, fn: (admin: AdminClien
     throw explain(err, "ledger admin API", at);
   } finally {
     admin?.close();
+  }
+}
+
+/** Runs `use` with a kernel client as the operator; a failure is explained with the kernel's address and setting. */
+export async function withOperatorKernel<T>(o: OperatorOptions, use: (kernel: KernelClient) => Promise<T>): Promise<T> {
+  const at = kernelAddress(o);
+  const tls = tlsOptions(o);
+  const kernel = new KernelClient(at.address, { token: adminToken(o), ...(tls ? { tls } : {}) });
+  try {
+    return await use(kernel);
+  } catch (err) {
+    throw explain(err, "kernel", at);
+  } finally {
+    kernel.close();
   }
 }

@@ -5,12 +5,11 @@
  * kernel's ListRunCalls, as an operator.
  */
 import type { Command } from "commander";
-import { KernelClient } from "../../../clients/ts/src";
 import type { RunCall } from "../../../gen/ts/keycap/kernel/v1/kernel";
 import { runCallView, type RunCallView } from "../../common/src/run-view";
 import { EffectKind } from "../../../gen/ts/keycap/effect/v1/effect";
 import { diffRuns, type DiffCall, type DiffRow } from "./run-diff";
-import { adminToken, explain, kernelAddress, tlsOptions, type OperatorOptions } from "./operator-context";
+import { withOperatorKernel, type OperatorOptions } from "./operator-context";
 import type { Print } from "./output";
 import { newTable, render } from "./output";
 
@@ -23,7 +22,7 @@ export function addRunCommands(program: Command, kernelOperator: (c: Command) =>
   kernelOperator(runs.command("show").description("one run's calls in the order they were begun: position, tool, key, outcome, mode"))
     .argument("<run>", "the run id given to BeginCall")
     .action(async (runId: string, o: OperatorOptions) => {
-      const rows = (await withKernel(o, (kernel) => kernel.listRunCalls(runId))).map(runCallView);
+      const rows = (await withOperatorKernel(o, (kernel) => kernel.listRunCalls(runId))).map(runCallView);
       print(o, rows, () => (rows.length === 0 ? `no calls in run ${runId}` : runTable(rows)));
     });
   kernelOperator(
@@ -32,26 +31,12 @@ export function addRunCommands(program: Command, kernelOperator: (c: Command) =>
     .argument("<run-a>", "the recorded or live run")
     .argument("<run-b>", "the replay or shadow run (or any other run)")
     .action(async (runA: string, runB: string, o: OperatorOptions) => {
-      const [a, b] = await withKernel(o, (kernel) => Promise.all([kernel.listRunCalls(runA), kernel.listRunCalls(runB)]));
+      const [a, b] = await withOperatorKernel(o, (kernel) => Promise.all([kernel.listRunCalls(runA), kernel.listRunCalls(runB)]));
       const rows = diffRuns(runA, a.map(diffCallOf), b.map(diffCallOf));
       // The arguments are what the marks were decided on; like `runs show`, the output leaves them out.
       const json = rows.map((r) => ({ mark: r.mark, ...(r.a ? { a: withoutArguments(r.a) } : {}), ...(r.b ? { b: withoutArguments(r.b) } : {}) }));
       print(o, json, () => (rows.length === 0 ? `no calls in run ${runA} or run ${runB}` : `${diffTable(rows)}\n${summary(rows)}`));
     });
-}
-
-/** Runs `use` with a kernel client as the operator; a failure is explained with the address. */
-async function withKernel<T>(o: OperatorOptions, use: (kernel: KernelClient) => Promise<T>): Promise<T> {
-  const at = kernelAddress(o);
-  const tls = tlsOptions(o);
-  const kernel = new KernelClient(at.address, { token: adminToken(o), ...(tls ? { tls } : {}) });
-  try {
-    return await use(kernel);
-  } catch (err) {
-    throw explain(err, "kernel", at);
-  } finally {
-    kernel.close();
-  }
 }
 
 function diffTable(rows: DiffRow[]): string {
