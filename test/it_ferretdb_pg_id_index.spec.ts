@@ -81,4 +81,25 @@ describe("FerretDB on PostgreSQL: reads by _id use an index (ADR 0021)", functio
     await fill(c, "second");
     expect(await explainFindById(c, "second", "w:k7"), "a collection created after the restart").to.include("Index Cond");
   });
+
+  it("gives an eq_ index a GIN twin its equality reads use (ADR 0033), and no other index", async function () {
+    const c = await start();
+    const coll = c.db("idx").collection<{ _id: string; lb: string; other: string; pad: string }>("listed");
+    const docs = Array.from({ length: 3000 }, (_, i) => ({ _id: `r${i}`, lb: `b${i % 300}`, other: `o${i % 300}`, pad: "x".repeat(500) }));
+    for (let i = 0; i < docs.length; i += 1000) await coll.insertMany(docs.slice(i, i + 1000));
+    // Created on a table that already holds rows (the trigger on CREATE INDEX) ...
+    await coll.createIndex({ lb: 1 }, { name: "eq_lb" });
+    await coll.createIndex({ other: 1 }, { name: "other" });
+    const explain = async (filter: Document) => planOf(await c.db("idx").command({ explain: { find: "listed", filter } }));
+    expect(await explain({ lb: "b7" }), "an eq_ index")
+      .to.include("Index Cond")
+      .and.not.include("Seq Scan");
+    expect(await explain({ other: "o7" }), "an index not named eq_ gets no twin").to.include("Seq Scan");
+    expect(await coll.countDocuments({ lb: "b7" })).to.equal(10);
+    // ... and still there, not doubled, after a restart (the pass over existing indexes).
+    await stop();
+    const again = await start();
+    expect(planOf(await again.db("idx").command({ explain: { find: "listed", filter: { lb: "b9" } } }))).to.include("Index Cond");
+    expect((await again.db("idx").collection("listed").find({ lb: "b9" }).toArray()).map((d) => d["_id"]).sort()).to.have.length(10);
+  });
 });

@@ -179,7 +179,7 @@ describe("retention (issue 32 item 3)", function () {
 
     expect((await sweeper.sweepOnce())["rejections"], "10 batches of 2").to.equal(20);
     expect((await sweeper.sweepOnce())["rejections"]).to.equal(5);
-    const left = await audit.list({ toolId: "", reason: "", since: undefined, until: undefined }, undefined, 100);
+    const left = await audit.list({ toolId: "", reason: "", since: undefined, until: undefined }, undefined, 100, 5_000);
     expect(left.map((r) => r.reason)).to.deep.equal(["EXPIRED"]);
     await audit.close();
     // Counters count what was refused, not what is still stored (ADR 0025).

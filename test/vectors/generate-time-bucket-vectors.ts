@@ -10,4 +10,11 @@ const out = cases.map((c) => {
   const at = new Date(c.at);
   return { ...c, lb: secondBucket(at), marks: marksFor(c.coll, at, scopesOf(c.filters)).map((m) => ({ ...m, at: m.at.toISOString() })) };
 });
-writeFileSync("test/vectors/time-buckets.json", JSON.stringify({ description: "ADR 0033: lb and listing_marks of a record (scopesOf: all, then each non-empty filter in the order given)", cases: out }, null, 2) + "\n");
+writeFileSync(
+  "test/vectors/time-buckets.json",
+  JSON.stringify(
+    { description: "ADR 0033: lb and listing_marks of a record (scopesOf: all, then each non-empty filter in the order given)", cases: out },
+    null,
+    2,
+  ) + "\n",
+);

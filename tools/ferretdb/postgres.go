@@ -109,7 +109,7 @@ BEGIN
   IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = tbl AND attname = '_jsonb' AND NOT attisdropped)
      AND NOT EXISTS (SELECT 1 FROM pg_indexes i JOIN pg_class c ON c.relname = i.tablename
                      JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = i.schemaname
-                     WHERE c.oid = tbl AND i.indexdef LIKE '%USING gin%jsonb_path_ops%') THEN
+                     WHERE c.oid = tbl AND i.indexdef LIKE '%USING gin (((_jsonb -> ''\_id''::text)) jsonb_path_ops)%') THEN
     EXECUTE format('CREATE INDEX ON %s USING gin ((_jsonb -> %L) jsonb_path_ops) WITH (fastupdate = off)', tbl, '_id');
   END IF;
 END $f$;
@@ -130,6 +130,39 @@ END $f$;
 
 SELECT public.keycap_index_id(c.oid) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema');
+
+-- ADR 0033: a single-field index a service names eq_<...> is there for equality reads, which
+-- FerretDB pushes down as "_jsonb -> 'f' @> v"; its btree cannot answer them, so it gets a
+-- GIN twin on the same expression. FerretDB names the index <table (30 chars)>_<name>_<hash>_idx.
+CREATE OR REPLACE FUNCTION public.keycap_twin_eq_index(idx regclass) RETURNS void LANGUAGE plpgsql AS $f$
+DECLARE def text; tbl regclass; iname text; tname text; field text[];
+BEGIN
+  SELECT i.indrelid::regclass, pg_get_indexdef(i.indexrelid), c.relname, t.relname INTO tbl, def, iname, tname
+    FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid
+   WHERE i.indexrelid = idx;
+  IF def IS NULL OR NOT starts_with(iname, left(tname, 30) || '_eq_') THEN RETURN; END IF;
+  field := regexp_match(def, 'USING btree \(\(\(_jsonb -> ''([^'']+)''::text\)\)\)$');
+  IF field IS NULL THEN RETURN; END IF;
+  EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %s USING gin ((_jsonb -> %L) jsonb_path_ops) WITH (fastupdate = off)',
+                 left(iname, 59) || '_gin', tbl, field[1]);
+END $f$;
+
+CREATE OR REPLACE FUNCTION public.keycap_twin_eq_index_on_create() RETURNS event_trigger LANGUAGE plpgsql AS $f$
+DECLARE r record;
+BEGIN
+  FOR r IN SELECT objid FROM pg_event_trigger_ddl_commands() WHERE command_tag = 'CREATE INDEX' AND object_type = 'index' LOOP
+    PERFORM public.keycap_twin_eq_index(r.objid::regclass);
+  END LOOP;
+END $f$;
+
+DO $f$ BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = 'keycap_twin_eq_index') THEN
+    CREATE EVENT TRIGGER keycap_twin_eq_index ON ddl_command_end WHEN TAG IN ('CREATE INDEX') EXECUTE FUNCTION public.keycap_twin_eq_index_on_create();
+  END IF;
+END $f$;
+
+SELECT public.keycap_twin_eq_index(i.indexrelid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast');
 `
 
 // indexIDsForContainment runs idContainmentIndexSQL with the cluster's own psql.

@@ -17,7 +17,7 @@ import { ObjectId, type Collection, type Db, type Filter } from "mongodb";
 import { InsertBatcher } from "./insert-batcher";
 import { StatsCounters } from "./stats-counters";
 import { isDuplicateKey } from "./mongo";
-import { afterKeyset } from "./paging";
+import { createListingIndex, listingBucketOf, listNewestFirst, ListingMarks, scopesOf, type Scope } from "./bucketed-listing";
 import { cutoff, deleteBatch, type RetentionTask } from "./retention-sweeper";
 import type { Logger } from "./logger";
 import type { Metrics } from "./metrics";
@@ -87,6 +87,8 @@ export interface RejectionDoc {
   peer: string;
   message: string;
   rejected_at: Date;
+  /** The second of `rejected_at` its listings read it by (ADR 0033); absent on records from before. */
+  lb?: string;
   count: number;
   /** Which service refused: "ledger" or "kernel"; absent on records from before kernel refusals were stored (ledger). */
   service?: string | null;
@@ -159,6 +161,7 @@ export class RejectionAudit {
     private readonly coll: Collection<RejectionDoc>,
     private readonly opts: RejectionAuditOptions,
     db: Db,
+    private readonly marks: ListingMarks,
   ) {
     this.now = opts.now ?? Date.now;
     this.logger = opts.logger;
@@ -178,12 +181,12 @@ export class RejectionAudit {
   static async open(db: Db, opts: RejectionAuditOptions): Promise<RejectionAudit> {
     const coll = db.collection<RejectionDoc>("rejections");
     // One index per command (see EntryStore.open).
+    // Retention's oldest-first reads (ADR 0031).
     await coll.createIndex({ rejected_at: -1, _id: -1 }, { name: "newest_first" });
-    await coll.createIndex({ tool_id: 1, rejected_at: -1, _id: -1 }, { name: "tool_newest_first" });
-    await coll.createIndex({ reason: 1, rejected_at: -1, _id: -1 }, { name: "reason_newest_first" });
-    // A call's story: every refusal that names the call (ADR 0032).
-    await coll.createIndex({ call_id: 1, rejected_at: -1, _id: -1 }, { name: "call_newest_first" });
-    return new RejectionAudit(coll, opts, db);
+    // Listings by time bucket (ADR 0033), and a call's story: every refusal naming a call (ADR 0032).
+    await createListingIndex(coll);
+    await coll.createIndex({ call_id: 1 }, { name: "eq_call_id" });
+    return new RejectionAudit(coll, opts, db, await ListingMarks.open(db));
   }
 
   /**
@@ -223,7 +226,9 @@ export class RejectionAudit {
       rejected_at: new Date(this.now()),
       count: 1,
     };
+    doc.lb = listingBucketOf(doc.rejected_at);
     try {
+      await this.marks.ensure("rejections", doc.rejected_at, rejectionScopes(doc));
       await this.inserts.insert(doc);
       this.counters.addRefusals(doc.reason, doc.tool_id);
     } catch (err) {
@@ -248,21 +253,38 @@ export class RejectionAudit {
     await this.counters.close();
   }
 
-  /** Newest first; `maxTimeMS` is the database-side time limit of this operator read. */
-  async list(q: RejectionQuery, cursor: RejectionCursor | undefined, limit: number, maxTimeMS?: number): Promise<RejectionDoc[]> {
+  /**
+   * Newest first, read by time bucket (ADR 0033) in the most selective listing the filters name
+   * (tool, then reason, then service); a call's refusals by its `eq_call_id` index. `maxTimeMS`
+   * bounds the whole page.
+   */
+  async list(q: RejectionQuery, cursor: RejectionCursor | undefined, limit: number, maxTimeMS: number): Promise<RejectionDoc[]> {
     const filter: Filter<RejectionDoc> = {};
-    // Records from before kernel refusals were stored carry no service: they are the ledger's.
-    if (q.service) filter.service = q.service === "ledger" ? { $in: ["ledger", null] } : q.service;
+    if (q.service) filter.service = q.service;
     if (q.toolId !== "") filter.tool_id = q.toolId;
     if (q.reason !== "") filter.reason = q.reason;
-    if (q.callId) filter.call_id = q.callId;
-    if (q.since || q.until) {
-      filter.rejected_at = { ...(q.since ? { $gte: q.since } : {}), ...(q.until ? { $lt: q.until } : {}) };
-    }
-    if (cursor) {
-      filter.$or = afterKeyset<RejectionDoc>("rejected_at", cursor.rejectedAt, cursor.id, "newest-first");
-    }
-    return this.coll.find(filter, { maxTimeMS }).sort({ rejected_at: -1, _id: -1 }).limit(limit).toArray();
+    const after = cursor ? { at: cursor.rejectedAt, id: cursor.id } : undefined;
+    const page = { timeField: "rejected_at" as const, filter, after, since: q.since, until: q.until, limit, maxTimeMS };
+    if (q.callId) return this.listOneCall(q.callId, page);
+    const scope: Scope = q.toolId
+      ? { scope: "tool", value: q.toolId }
+      : q.reason
+        ? { scope: "reason", value: q.reason }
+        : q.service
+          ? { scope: "service", value: q.service }
+          : { scope: "all", value: "" };
+    return listNewestFirst(this.marks, this.coll, { name: "rejections", scope, ...page });
+  }
+
+  /** The refusals naming one call (a handful): one equality read, ordered here. */
+  private async listOneCall(callId: string, page: Omit<Parameters<typeof listNewestFirst<RejectionDoc>>[2], "name" | "scope">): Promise<RejectionDoc[]> {
+    const docs = await this.coll.find({ ...page.filter, call_id: callId }, { maxTimeMS: page.maxTimeMS }).toArray();
+    const t = (d: RejectionDoc) => d.rejected_at.getTime();
+    return docs
+      .filter((d) => (!page.since || t(d) >= page.since.getTime()) && (!page.until || t(d) < page.until.getTime()))
+      .filter((d) => !page.after || t(d) < page.after.at.getTime() || (t(d) === page.after.at.getTime() && d._id < page.after.id))
+      .sort((a, b) => t(b) - t(a) || (a._id < b._id ? 1 : -1))
+      .slice(0, page.limit);
   }
 
   /**
@@ -339,7 +361,9 @@ export class RejectionAudit {
         ? `calls from ${clip(p.ip, 64)} refused because keycap could not serve them (count = how many; reasons in the record); not the caller's fault`
         : `unauthenticated refusals from ${clip(p.ip, 64)} beyond ${limit} per minute, summarised (count = how many; reasons in the record)`,
       rejected_at: new Date(p.first),
+      lb: listingBucketOf(new Date(p.first)),
     };
+    await this.marks.ensure("rejections", onInsert.rejected_at, rejectionScopes(onInsert));
     const update = { $inc: inc, $setOnInsert: onInsert, $max: { last_rejected_at: new Date(p.last) } };
     try {
       await this.coll.updateOne({ _id: id }, update, { upsert: true });
@@ -403,4 +427,9 @@ export function ipOfPeer(peer: string): string {
 function clip(v: string | undefined, max = MAX_FIELD): string {
   if (v === undefined) return "";
   return v.length > max ? `${v.slice(0, max)}…` : v;
+}
+
+/** The listings a refusal appears in (ADR 0033): all, its tool, its reason, its service. */
+function rejectionScopes(d: Pick<RejectionDoc, "tool_id" | "reason" | "service">): Scope[] {
+  return scopesOf({ tool: d.tool_id, reason: d.reason, service: d.service ?? "" });
 }

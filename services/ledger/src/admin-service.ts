@@ -50,10 +50,7 @@ export class LedgerAdmin {
     const docs = await this.entries.list(req.toolId, cursor ? { recordedAt: new Date(cursor.t), id: cursor.id } : undefined, limit + 1, ms);
     const page = docs.slice(0, limit);
     const last = page[page.length - 1];
-    const counts = await this.entries.countsFor(
-      page.map((d) => d._id),
-      ms,
-    );
+    const counts = await this.entries.countsFor(page, ms);
     return {
       entries: page.map((d) => entryToProto(d, counts.get(d._id))),
       nextPageToken: docs.length > limit && last ? encodePageToken({ t: last.recorded_at.getTime(), id: last._id }) : "",
@@ -70,7 +67,7 @@ export class LedgerAdmin {
       const field = sel.$case === "entryId" ? "entry_id" : "key";
       throw refuse(Reasons.ENTRY_NOT_FOUND, `no entry with this ${field}`, { field });
     }
-    const [counts, mismatching] = await Promise.all([this.entries.countsFor([doc._id], ms), this.entries.mismatchingWrites(doc._id, ms)]);
+    const [counts, mismatching] = await Promise.all([this.entries.countsFor([doc], ms), this.entries.mismatchingWrites(doc._id, ms)]);
     return { entry: entryToProto(doc, counts.get(doc._id)), writes: entryWritesToProto(doc, mismatching) };
   }
 

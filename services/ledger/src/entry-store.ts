@@ -9,10 +9,10 @@
  * (error 11000), never on a read before the write.
  */
 import { randomUUID } from "node:crypto";
-import { Binary, type Collection, type Db, type Filter } from "mongodb";
+import { Binary, type Collection, type Db, type Document, type IndexSpecification } from "mongodb";
 import { InsertBatcher } from "../../common/src/insert-batcher";
 import { isDuplicateKey } from "../../common/src/mongo";
-import { afterKeyset } from "../../common/src/paging";
+import { createListingIndex, listingBucketOf, listNewestFirst, ListingMarks, scopesOf } from "../../common/src/bucketed-listing";
 import { deleteBatch } from "../../common/src/retention-sweeper";
 import type { EffectName } from "../../capability/src";
 import type { Logger } from "../../common/src/logger";
@@ -38,6 +38,8 @@ export interface EntryDoc {
   /** Lowercase hex SHA-256 of payload. */
   payload_sha256: string;
   recorded_at: Date;
+  /** The second of `recorded_at` its listings read it by (ADR 0033); set by `insert`, absent on entries from before. */
+  lb?: string;
   /** Set once a duplicate write carried another payload (an anomaly worth auditing). */
   payload_mismatch: boolean;
   /** The principal that began the call (the capability's `sub`); absent on entries written before principals existed. */
@@ -132,6 +134,7 @@ export class EntryStore {
     /** Queryable entries under the old `req:<tool>:<request>` ids exist (checked once at open). */
     readonly hasLegacyQueryable: boolean,
     counters: StatsCounters,
+    private readonly marks: ListingMarks,
   ) {
     this.counters = counters;
     const batched = (collection: string) => ({
@@ -151,14 +154,15 @@ export class EntryStore {
     // One index per command: FerretDB v1.24 drops the connection when a multi-index
     // createIndexes names indexes that already exist (every restart would fail).
     await entries.createIndex({ entry_id: 1 }, { name: "entry_id_unique", unique: true });
+    // Retention's oldest-first reads (ADR 0031); listings by time bucket (ADR 0033).
     await entries.createIndex({ recorded_at: -1, _id: -1 }, { name: "newest_first" });
-    await entries.createIndex({ tool_id: 1, recorded_at: -1, _id: -1 }, { name: "tool_newest_first" });
+    await createListingIndex(entries);
     await uses.createIndex({ expires_at: 1 }, { name: "expires_at" });
-    await duplicates.createIndex({ effect_id: 1 }, { name: "effect_id" });
+    await equalityIndex(duplicates, "effect_id", "effect_id");
     // New ids are `req:[`; a tool id never starts with "[", so this finds only old ones.
     const legacy = await entries.findOne({ effect: "queryable", _id: { $regex: /^req:[^[]/ } }, { projection: { _id: 1 } });
     const counters = StatsCounters.open(db, { kind: "entries", service: "ledger", logger: logger ?? silentLogger });
-    return new EntryStore(entries, uses, duplicates, legacy !== null, counters);
+    return new EntryStore(entries, uses, duplicates, legacy !== null, counters, await ListingMarks.open(db));
   }
 
   /**
@@ -166,7 +170,10 @@ export class EntryStore {
    * @returns false when an entry with that `_id` already exists (nothing was written).
    */
   async insert(doc: EntryDoc): Promise<boolean> {
+    doc.lb = listingBucketOf(doc.recorded_at);
     try {
+      // Its listings' marks first: a written entry is always listed (ADR 0033).
+      await this.marks.ensure("entries", doc.recorded_at, scopesOf({ tool: doc.tool_id }));
       await this.claims.insert(doc);
       this.counters.add("entries");
       this.remember(doc);
@@ -237,27 +244,22 @@ export class EntryStore {
     return { entry, payloadMismatch };
   }
 
-  /** Duplicate and mismatch counts of the given entries (for the admin API). */
-  async countsFor(effectIds: readonly string[], maxTimeMS?: number): Promise<Map<string, DuplicateCounts>> {
-    const out = new Map<string, DuplicateCounts>(effectIds.map((id) => [id, { duplicates: 0, payloadMismatches: 0 }]));
-    if (effectIds.length === 0) return out;
-    // One accumulator per pipeline: FerretDB v1.24 computes only the first accumulator of a $group correctly.
-    const [dups, mismatches] = await Promise.all([
-      this.duplicates
-        .aggregate<{ _id: string; n: number }>([{ $match: { effect_id: { $in: [...effectIds] } } }, { $group: { _id: "$effect_id", n: { $sum: 1 } } }], {
-          maxTimeMS,
-        })
-        .toArray(),
-      this.duplicates
-        .aggregate<{ _id: string; n: number }>(
-          [{ $match: { effect_id: { $in: [...effectIds] }, payload_mismatch: true } }, { $group: { _id: "$effect_id", n: { $sum: 1 } } }],
-          { maxTimeMS },
-        )
-        .toArray(),
-    ]);
-    for (const d of dups) out.get(d._id)!.duplicates = d.n;
-    for (const m of mismatches) out.get(m._id)!.payloadMismatches = m.n;
-    return out;
+  /**
+   * Duplicate and mismatch counts of the given entries (for the admin API): one equality count
+   * per entry on the `eq_effect_id` index (FerretDB pushes no `$in` down), mismatches only for
+   * entries flagged.
+   */
+  async countsFor(entries: readonly Pick<EntryDoc, "_id" | "payload_mismatch">[], maxTimeMS?: number): Promise<Map<string, DuplicateCounts>> {
+    const counted = await Promise.all(
+      entries.map(async (e): Promise<[string, DuplicateCounts]> => {
+        const [duplicates, payloadMismatches] = await Promise.all([
+          this.duplicates.countDocuments({ effect_id: e._id }, { maxTimeMS }),
+          e.payload_mismatch ? this.duplicates.countDocuments({ effect_id: e._id, payload_mismatch: true }, { maxTimeMS }) : 0,
+        ]);
+        return [e._id, { duplicates, payloadMismatches }];
+      }),
+    );
+    return new Map(counted);
   }
 
   /** Drops an entry from the known-entries cache (retention removed it). */
@@ -362,14 +364,17 @@ export class EntryStore {
     return this.entries.findOne({ entry_id: entryId }, { maxTimeMS });
   }
 
-  /** Newest first, `limit` documents after `cursor`. */
-  async list(toolId: string, cursor: EntryCursor | undefined, limit: number, maxTimeMS?: number): Promise<EntryDoc[]> {
-    const filter: Filter<EntryDoc> = {};
-    if (toolId !== "") filter.tool_id = toolId;
-    if (cursor) {
-      filter.$or = afterKeyset<EntryDoc>("recorded_at", cursor.recordedAt, cursor.id, "newest-first");
-    }
-    return this.entries.find(filter, { maxTimeMS }).sort({ recorded_at: -1, _id: -1 }).limit(limit).toArray();
+  /** Newest first, `limit` documents after `cursor`, read by time bucket (ADR 0033); `maxTimeMS` bounds the whole page. */
+  async list(toolId: string, cursor: EntryCursor | undefined, limit: number, maxTimeMS: number): Promise<EntryDoc[]> {
+    return listNewestFirst(this.marks, this.entries, {
+      name: "entries",
+      scope: toolId ? { scope: "tool", value: toolId } : { scope: "all", value: "" },
+      timeField: "recorded_at",
+      filter: toolId ? { tool_id: toolId } : {},
+      after: cursor ? { at: cursor.recordedAt, id: cursor.id } : undefined,
+      limit,
+      maxTimeMS,
+    });
   }
 
   /** Writes the pending counts and stops counting (the ledger's stop). */
@@ -400,3 +405,22 @@ export function payloadBuffer(p: Buffer | Binary): Buffer {
 }
 
 const silentLogger: Logger = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {}, child: () => silentLogger };
+
+/**
+ * A single-field index for equality reads, named `eq_<field>` so that on FerretDB/PostgreSQL it
+ * gets a GIN twin (ADR 0033). An index of the same key under its old name is replaced (MongoDB
+ * refuses one key under two names).
+ */
+async function equalityIndex<T extends Document>(coll: Collection<T>, field: string, oldName: string): Promise<void> {
+  const names = await coll
+    .listIndexes()
+    .toArray()
+    .then((ix) => ix.map((i) => String(i["name"])))
+    .catch((err: unknown) => {
+      // A collection not created yet has no indexes (NamespaceNotFound).
+      if ((err as { code?: unknown }).code === 26) return [] as string[];
+      throw err;
+    });
+  if (names.includes(oldName)) await coll.dropIndex(oldName);
+  await coll.createIndex({ [field]: 1 } as IndexSpecification, { name: `eq_${field}` });
+}

@@ -1,0 +1,173 @@
+/**
+ * Operator listings by time bucket (ADR 0033): writers mark the buckets a record falls in
+ * before writing it (`ListingMarks.ensure`), and a newest-first page walks the marks and
+ * reads one second's records at a time, every read an equality FerretDB pushes down to an
+ * index. Nothing here reads a collection in proportion to its size.
+ */
+import type { Collection, Db, Document, Filter } from "mongodb";
+import { bucketOfMarkId, LEVELS, markId, marksFor, rootId, secondBucket, type MarkDoc, type Scope } from "./domain/time-buckets";
+import { isDuplicateKey } from "./mongo";
+import { Reasons, refuse } from "./refuse";
+
+export { scopesOf, type Scope } from "./domain/time-buckets";
+
+/** Mark ids one process remembers having written; past this the memory starts over (a repeat insert is harmless). */
+const MEMO_MAX = 50_000;
+/** Seconds read at once while filling a page. */
+const SECONDS_IN_FLIGHT = 4;
+
+/** The `lb` field of a record listed at `at`. */
+export const listingBucketOf = secondBucket;
+
+/** The field and index every listed collection has (ADR 0033). */
+export async function createListingIndex<T extends Document>(coll: Collection<T>): Promise<void> {
+  await coll.createIndex({ lb: 1 }, { name: "eq_lb" });
+}
+
+/** The directory of non-empty buckets (`listing_marks`), shared by every listed collection. */
+export class ListingMarks {
+  private readonly written = new Map<string, Promise<void>>();
+
+  private constructor(private readonly marks: Collection<MarkDoc>) {}
+
+  static async open(db: Db): Promise<ListingMarks> {
+    const marks = db.collection<MarkDoc>("listing_marks");
+    await marks.createIndex({ up: 1 }, { name: "eq_up" });
+    return new ListingMarks(marks);
+  }
+
+  /**
+   * Writes the marks a record listed at `at` needs, before the record: a listed record always
+   * has them. Once per process and mark; concurrent writers of one bucket share one insert.
+   */
+  ensure(coll: string, at: Date, scopes: readonly Scope[]): Promise<void> {
+    const waits: Promise<void>[] = [];
+    const missing: MarkDoc[] = [];
+    for (const m of marksFor(coll, at, scopes)) {
+      const known = this.written.get(m._id);
+      if (known) waits.push(known);
+      else missing.push(m);
+    }
+    if (missing.length > 0) {
+      if (this.written.size + missing.length > MEMO_MAX) this.written.clear();
+      const insert = this.insert(missing);
+      for (const m of missing) this.written.set(m._id, insert);
+      // A failed insert is not remembered: the next record tries again.
+      insert.catch(() => {
+        for (const m of missing) if (this.written.get(m._id) === insert) this.written.delete(m._id);
+      });
+      waits.push(insert);
+    }
+    return waits.length === 1 ? waits[0]! : Promise.all(waits).then(() => undefined);
+  }
+
+  private async insert(docs: MarkDoc[]): Promise<void> {
+    try {
+      await this.marks.insertMany(docs, { ordered: false });
+    } catch (err) {
+      const writeErrors = (err as { writeErrors?: unknown }).writeErrors;
+      const all = Array.isArray(writeErrors) ? writeErrors : writeErrors ? [writeErrors] : [];
+      // Marks another process (or an earlier run) wrote already: exactly what is wanted.
+      if (isDuplicateKey(err) && all.every((e) => isDuplicateKey(e))) return;
+      throw err;
+    }
+  }
+
+  /** The buckets under a mark (at most 60, one equality read), newest first. */
+  async children(coll: string, scope: Scope, parent: string, maxTimeMS: number): Promise<string[]> {
+    const docs = await this.marks.find({ up: parent }, { projection: { _id: 1 }, maxTimeMS }).toArray();
+    return docs.map((d) => bucketOfMarkId(d._id, coll, scope)).sort((a, b) => (a < b ? 1 : a > b ? -1 : 0));
+  }
+
+  /**
+   * The seconds that have records in a listing, newest first, from `hi` down to `lo`
+   * (inclusive second buckets; either may be absent). Lazy: a page reads only as far as it needs.
+   */
+  async *secondsNewestFirst(coll: string, scope: Scope, hi: string | undefined, lo: string | undefined, maxTimeMS: number): AsyncGenerator<string> {
+    const walk = async function* (this: ListingMarks, parent: string, depth: number): AsyncGenerator<string> {
+      const { level, digits } = LEVELS[depth]!;
+      for (const bucket of await this.children(coll, scope, parent, maxTimeMS)) {
+        if (hi !== undefined && bucket > hi.slice(0, digits)) continue;
+        if (lo !== undefined && bucket < lo.slice(0, digits)) return;
+        if (depth === LEVELS.length - 1) yield bucket;
+        else yield* walk.call(this, markId(coll, scope, level, bucket), depth + 1);
+      }
+    };
+    yield* walk.call(this, rootId(coll, scope), 0);
+  }
+}
+
+/** What a newest-first page is of, and where it starts. */
+export interface NewestFirstQuery<T> {
+  /** The collection's name, as marks name it. */
+  name: string;
+  /** The listing to walk: `all`, or the most selective filter given. */
+  scope: Scope;
+  /** The time a record is listed by (its `lb` is that time's second). */
+  timeField: keyof T & string;
+  /** Further equality filters, read by the database within each second. */
+  filter: Filter<T>;
+  /** The last record of the previous page. */
+  after?: { at: Date; id: string };
+  /** Records at or after `since`, before `until`. */
+  since?: Date;
+  until?: Date;
+  limit: number;
+  /** The whole page's time limit: each read carries the rest of it to the database. */
+  maxTimeMS: number;
+}
+
+/** A page of records, newest first by (time, `_id`), read second by second. */
+export async function listNewestFirst<T extends { _id: string }>(marks: ListingMarks, coll: Collection<T>, q: NewestFirstQuery<T>): Promise<T[]> {
+  const deadline = Date.now() + q.maxTimeMS;
+  const left = (): number => {
+    const ms = deadline - Date.now();
+    if (ms <= 0) throw queryTimeLimitRefusal();
+    return ms;
+  };
+  const timeOf = (d: T): number => (d[q.timeField] as unknown as Date).getTime();
+  // (time, id) strictly before the cursor, inside [since, until).
+  const keep = (d: T): boolean => {
+    const t = timeOf(d);
+    if (q.since && t < q.since.getTime()) return false;
+    if (q.until && t >= q.until.getTime()) return false;
+    if (q.after) {
+      const c = q.after.at.getTime();
+      if (t > c || (t === c && d._id >= q.after.id)) return false;
+    }
+    return true;
+  };
+  const hiTime = [q.after?.at, q.until].filter((d): d is Date => d !== undefined).map((d) => d.getTime());
+  const hi = hiTime.length > 0 ? secondBucket(new Date(Math.min(...hiTime))) : undefined;
+  const lo = q.since ? secondBucket(q.since) : undefined;
+  const seconds = marks.secondsNewestFirst(q.name, q.scope, hi, lo, left());
+  const out: T[] = [];
+  for (;;) {
+    const batch: string[] = [];
+    while (batch.length < SECONDS_IN_FLIGHT) {
+      const next = await seconds.next();
+      if (next.done) break;
+      batch.push(next.value);
+    }
+    if (batch.length === 0) return out;
+    const pages = await Promise.all(batch.map((lb) => coll.find({ ...q.filter, lb } as Filter<T>, { maxTimeMS: left() }).toArray()));
+    for (const docs of pages) {
+      const sorted = (docs as T[]).filter(keep).sort((a, b) => timeOf(b) - timeOf(a) || (a._id < b._id ? 1 : a._id > b._id ? -1 : 0));
+      for (const d of sorted) {
+        out.push(d);
+        if (out.length >= q.limit) {
+          await seconds.return(undefined);
+          return out;
+        }
+      }
+    }
+  }
+}
+
+/** The refusal of an operator read that ran past KEYCAP_OPERATOR_QUERY_TIMEOUT_MS (the database's own limit says the same). */
+export function queryTimeLimitRefusal(): Error {
+  return refuse(
+    Reasons.OPERATOR_QUERY_TIMEOUT,
+    "the query ran past its time limit on the database (KEYCAP_OPERATOR_QUERY_TIMEOUT_MS) and was stopped; narrow it (a tool, a reason, a time range) or raise the limit",
+  );
+}
