@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 from typing import Any
 
 import grpc
@@ -38,6 +40,7 @@ from keycap_client.sink import (
     KernelJwksSource,
     MongoRefusalRecorder,
     MongoSpentStore,
+    RejectionInput,
     Sink,
     SinkInterceptor,
     SinkMiddleware,
@@ -45,6 +48,7 @@ from keycap_client.sink import (
     capability_from_scope,
     capability_of,
 )
+from keycap_client.sink.time_buckets import marks_for, scopes_of
 from sink_support import (
     alg_none,
     cli_rejections,
@@ -110,6 +114,27 @@ def post(base: str, token: str | None, idempotency_key: str | None = None) -> An
     if idempotency_key is not None:
         headers["idempotency-key"] = idempotency_key
     return http_request(base, "POST", "/effects", headers, b"{}")
+
+
+def expected_mark_ids(lb: str, scopes: list[tuple[str, str]]) -> list[str]:
+    """The listing_marks ids of a record in bucket ``lb`` (ADR 0033), spelled out: per scope,
+    its day, hour, minute and second."""
+    return [f"rejections/{scope}/{level}/{lb[:n]}/{value}" for scope, value in scopes for level, n in (("d", 8), ("h", 10), ("m", 12), ("s", 14))]
+
+
+def assert_listed(db: Database[Any], doc: dict[str, Any] | None, filters: dict[str, str]) -> None:
+    """``doc`` (a rejections record) carries the second of its rejected_at as lb, and the marks
+    of every listing it is in (all, then ``filters``) are stored, in the services' format."""
+    assert doc is not None
+    at: datetime = doc["rejected_at"].replace(tzinfo=timezone.utc)
+    assert doc["lb"] == at.strftime("%Y%m%d%H%M%S")
+    ids = expected_mark_ids(doc["lb"], [("all", ""), *filters.items()])
+    stored = {m["_id"]: m for m in db["listing_marks"].find({"_id": {"$in": ids}})}
+    assert sorted(stored) == sorted(ids)
+    want = marks_for("rejections", at, scopes_of(filters))
+    assert [m["_id"] for m in want] == ids
+    for m in want:
+        assert {**stored[m["_id"]], "at": stored[m["_id"]]["at"].replace(tzinfo=timezone.utc)} == m
 
 
 def ledger_reason(ledger: LedgerClient, token: str, key: str = "") -> str:
@@ -185,6 +210,11 @@ def test_http_sink_admits_a_genuine_capability_and_refuses_forgeries_as_the_ledg
     assert by_reason["ALGORITHM_NOT_ALLOWED"]["peer"].startswith("127.0.0.1:")
     raw = db["rejections"].find_one({"service": f"sink:{sink_name}", "reason": "KEY_MISMATCH"})
     assert raw is not None and len(raw["_id"]) == 24 and int(raw["_id"], 16) >= 0 and raw["count"] == 1
+    assert_listed(db, raw, {"tool": charge, "reason": "KEY_MISMATCH", "service": f"sink:{sink_name}"})
+    # No tool known: listed under all, reason and service only.
+    missing_cap = db["rejections"].find_one({"service": f"sink:{sink_name}", "reason": "CAPABILITY_MISSING"})
+    assert missing_cap is not None and missing_cap["tool_id"] == ""
+    assert_listed(db, missing_cap, {"reason": "CAPABILITY_MISSING", "service": f"sink:{sink_name}"})
 
 
 def _signing_keys_request() -> Any:
@@ -250,6 +280,7 @@ def test_unavailable_keys_and_store_refuse_retryably_and_are_summarised(
     assert (kind, service, ip, summary["count"]) == ("ua", f"sink:{sink_name}", "127.0.0.1", 2)
     assert summary["reasons"] == {"SIGNING_KEYS_UNAVAILABLE": 1, "DATABASE_UNAVAILABLE": 1}
     assert minute.endswith(":00.000Z")
+    assert_listed(db, summary, {"reason": "UNAVAILABLE_REFUSALS", "service": f"sink:{sink_name}"})
 
 
 def test_unverified_refusals_past_the_limit_become_one_summary_per_peer_and_minute(
@@ -268,6 +299,80 @@ def test_unverified_refusals_past_the_limit_become_one_summary_per_peer_and_minu
     assert int(summaries[0]["count"]) == 5
     doc = db["rejections"].find_one({"service": f"sink:{sink_name}", "reason": "RATE_LIMITED_REFUSALS"})
     assert doc is not None and json.loads(doc["_id"])[0] == "rl" and doc["reasons"] == {"CAPABILITY_MALFORMED": 5}
+    assert_listed(db, doc, {"reason": "RATE_LIMITED_REFUSALS", "service": f"sink:{sink_name}"})
+    for one in db["rejections"].find({"service": f"sink:{sink_name}", "reason": "CAPABILITY_MALFORMED"}):
+        assert_listed(db, one, {"reason": "CAPABILITY_MALFORMED", "service": f"sink:{sink_name}"})
+
+
+class _MarkInserts(pymongo.monitoring.CommandListener):
+    """Counts the insert commands sent to listing_marks."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def started(self, event: pymongo.monitoring.CommandStartedEvent) -> None:
+        if event.command_name == "insert" and event.command.get("insert") == "listing_marks":
+            self.count += 1
+
+    def succeeded(self, event: pymongo.monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: pymongo.monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+def test_recorded_refusals_carry_their_second_and_mark_their_buckets_once_before_the_record(
+    stack: Stack, db: Database[Any], sink_name: str
+) -> None:
+    """ADR 0033: the records the ledger's listings walk to. Another second of 2001 each run, so
+    its marks are this test's own."""
+    service = f"sink:{sink_name}"
+    tool = f"py.marks.{uuid.uuid4().hex[:10]}"
+    now = [datetime(2001, 1, 1, tzinfo=timezone.utc).timestamp() + random.randrange(365 * 86400) + 0.25]
+    inserts = _MarkInserts()
+    client: pymongo.MongoClient[Any] = pymongo.MongoClient(stack.mongodb_uri, serverSelectionTimeoutMS=5000, event_listeners=[inserts])
+    recorder = MongoRefusalRecorder(client[stack.mongodb_database], service=service, clock=lambda: now[0], flush_interval=3600)
+    mismatch = RejectionInput(
+        method=METHOD, reason="KEY_MISMATCH", code="PERMISSION_DENIED", peer="ipv4:127.0.0.1:5000",
+        message="key mismatch", tool_id_verified=True, tool_id=tool, principal="runtime:py",
+    )
+    try:
+        indexes = {ix["name"]: ix["key"] for ix in db["rejections"].list_indexes()}
+        assert dict(indexes["eq_lb"]) == {"lb": 1}
+        assert dict({ix["name"]: ix["key"] for ix in db["listing_marks"].list_indexes()}["eq_up"]) == {"up": 1}
+
+        recorder.record(mismatch)
+        first = db["rejections"].find_one({"service": service})
+        assert first is not None and first["lb"] == datetime.fromtimestamp(now[0], timezone.utc).strftime("%Y%m%d%H%M%S")
+        assert_listed(db, first, {"tool": tool, "reason": "KEY_MISMATCH", "service": service})
+        assert inserts.count == 1  # all 16 marks in one insert
+
+        # Another refusal in the same second: its marks are known, nothing more is inserted.
+        marks_before = db["listing_marks"].count_documents({})
+        now[0] += 0.5
+        recorder.record(mismatch)
+        assert db["rejections"].count_documents({"service": service, "lb": first["lb"]}) == 2
+        assert db["listing_marks"].count_documents({}) == marks_before
+        assert inserts.count == 1
+
+        # A process that has not seen them (another replica, a restart): duplicates are fine.
+        other = MongoRefusalRecorder(db, service=service, clock=lambda: now[0], flush_interval=3600)
+        other.record(mismatch)
+        other.close()
+        assert db["rejections"].count_documents({"service": service, "lb": first["lb"]}) == 3
+        assert db["listing_marks"].count_documents({}) == marks_before
+
+        # A summary (upserted): lb from its first refusal, marked by reason and service.
+        recorder.record(RejectionInput(method=METHOD, reason="DATABASE_UNAVAILABLE", code="UNAVAILABLE", peer="ipv4:127.0.0.1:5000", message="", tool_id_verified=False))
+        recorder.flush()
+        summary = db["rejections"].find_one({"service": service, "reason": "UNAVAILABLE_REFUSALS"})
+        assert summary is not None and summary["lb"] == first["lb"] and summary["count"] == 1
+        assert_listed(db, summary, {"reason": "UNAVAILABLE_REFUSALS", "service": service})
+        # Only the reason's 4 marks were new (all and service were known): one more insert.
+        assert db["listing_marks"].count_documents({}) == marks_before + 4 and inserts.count == 2
+    finally:
+        recorder.close()
+        client.close()
 
 
 def _grpc_refusal(call: Any, token: str | None, key: str | None = None) -> KeycapError:

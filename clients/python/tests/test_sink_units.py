@@ -306,3 +306,77 @@ def test_the_bench_prints_one_json_line_with_both_rates() -> None:
     assert 0 < line["protected_per_s"] < line["unprotected_per_s"] and line["verify_us_per_request"] > 0
     assert 0 < line["ratio"] < 1 and 0 < line["http_ratio"] <= 1.5
     assert line["how"] and line["http_how"]
+
+
+class _FakeMarks:
+    """A listing_marks collection that records insert_many calls and answers as told."""
+
+    def __init__(self) -> None:
+        self.inserted: list[list[str]] = []
+        self.fail_with: Exception | None = None
+
+    def insert_many(self, docs: list[dict[str, Any]], ordered: bool = True) -> Any:
+        assert ordered is False
+        self.inserted.append([d["_id"] for d in docs])
+        if self.fail_with is not None:
+            raise self.fail_with
+
+        class Acknowledged:
+            acknowledged = True
+
+        return Acknowledged()
+
+
+def test_listing_marks_are_inserted_once_per_process_duplicates_are_success_and_the_memo_is_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from datetime import datetime, timezone
+
+    from pymongo.errors import BulkWriteError
+
+    from keycap_client.sink import refusal_recorder
+    from keycap_client.sink.time_buckets import scopes_of
+
+    fake = _FakeMarks()
+    marks = refusal_recorder._ListingMarks(fake, "rejections")  # type: ignore[arg-type]
+    at = datetime(2026, 12, 6, 11, 59, 13, 250000, tzinfo=timezone.utc)
+    scopes = scopes_of({"tool": "t", "reason": "KEY_MISMATCH", "service": "sink:s"})
+    marks.ensure(at, scopes)
+    assert len(fake.inserted) == 1 and len(fake.inserted[0]) == 16
+    marks.ensure(at.replace(microsecond=900000), scopes)  # the same second: nothing to insert
+    assert len(fake.inserted) == 1
+    marks.ensure(at.replace(second=14), scopes)  # the next second: only its 4 second marks
+    assert fake.inserted[1] == [
+        "rejections/all/s/20261206115914/",
+        "rejections/tool/s/20261206115914/t",
+        "rejections/reason/s/20261206115914/KEY_MISMATCH",
+        "rejections/service/s/20261206115914/sink:s",
+    ]
+
+    # Written by another process already: every write error a duplicate key is success.
+    fake.fail_with = BulkWriteError({"writeErrors": [{"index": i, "code": 11000} for i in range(4)], "writeConcernErrors": []})
+    marks.ensure(at.replace(second=15), scopes)
+    marks.ensure(at.replace(second=15), scopes)
+    assert len(fake.inserted) == 3  # memoised after the duplicates
+
+    # Any other failure raises (the record is then not written) and nothing is memoised.
+    for details in (
+        {"writeErrors": [{"index": 0, "code": 11000}, {"index": 1, "code": 2}], "writeConcernErrors": []},
+        {"writeErrors": [], "writeConcernErrors": [{"code": 64}]},
+    ):
+        fake.fail_with = BulkWriteError(details)
+        with pytest.raises(BulkWriteError):
+            marks.ensure(at.replace(second=16), scopes)
+    fake.fail_with = RuntimeError("connection lost")
+    with pytest.raises(RuntimeError):
+        marks.ensure(at.replace(second=16), scopes)
+    fake.fail_with = None
+    marks.ensure(at.replace(second=16), scopes)
+    assert len(fake.inserted) == 7 and fake.inserted[-1] == fake.inserted[-2]
+
+    # Past the bound the memo starts over: what was known is inserted again (duplicates, harmless).
+    monkeypatch.setattr(refusal_recorder, "_MARK_MEMO_LIMIT", 30)
+    marks.ensure(at.replace(second=17), scopes)  # 28 known: 4 more pass 30, the memo keeps only these 4
+    assert len(fake.inserted[-1]) == 4
+    marks.ensure(at, scopes)
+    assert len(fake.inserted) == 9 and len(fake.inserted[-1]) == 16

@@ -10,6 +10,11 @@ Nothing here ever sees the raw capability.
 Recorded refusals are also counted, by reason and tool, in one ``stats_counters`` document
 this recorder alone writes (its running totals, about once a second), so GetStats sums
 counters instead of reading ``rejections`` (services/common/src/stats-counters.ts, ADR 0025).
+
+Every record carries ``lb``, the UTC second of its ``rejected_at``, and before it is written its
+time buckets are marked in ``listing_marks`` (once per process and bucket, duplicates ignored),
+so the ledger's admin listings, which walk those buckets, find it (ADR 0033; the format is
+keycap_client.sink.time_buckets).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import threading
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal, Protocol
@@ -29,7 +34,9 @@ from typing import Any, Literal, Protocol
 from bson import ObjectId
 from pymongo.collection import Collection
 from pymongo.database import Database
-from pymongo.errors import DuplicateKeyError, PyMongoError
+from pymongo.errors import BulkWriteError, DuplicateKeyError, PyMongoError
+
+from keycap_client.sink.time_buckets import Scope, marks_for, scopes_of, second_bucket
 
 __all__ = [
     "RejectionInput",
@@ -47,6 +54,11 @@ _AVAILABILITY_REASONS = frozenset({"SIGNING_KEYS_UNAVAILABLE", "LEDGER_UNAVAILAB
 # Longest string copied from a request into a record: a hostile caller controls these.
 _MAX_FIELD = 256
 _log = logging.getLogger("keycap_client.sink")
+_REJECTIONS = "rejections"
+_LISTING_MARKS = "listing_marks"
+# Mark ids this process knows are written; past this many the memo starts over.
+_MARK_MEMO_LIMIT = 50_000
+_DUPLICATE_KEY = 11000
 
 
 @dataclass(frozen=True)
@@ -112,7 +124,8 @@ class MongoRefusalRecorder:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.service = service
-        self._coll: Collection[Any] = db["rejections"]
+        self._coll: Collection[Any] = db[_REJECTIONS]
+        self._marks = _ListingMarks(db[_LISTING_MARKS], _REJECTIONS)
         self._counters = _StatsCounters(db["stats_counters"], service)
         self._clock = clock
         self._per_minute = unauthenticated_per_minute
@@ -121,6 +134,7 @@ class MongoRefusalRecorder:
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._stop = threading.Event()
+        self._indexed = self._create_indexes()
         self._flusher = threading.Thread(
             target=self._flush_loop, args=(flush_interval,), name="keycap-refusal-flush", daemon=True
         )
@@ -137,11 +151,13 @@ class MongoRefusalRecorder:
             if not authenticated and not self._limiter.take(ip):
                 self._accumulate("rl", ip, r.reason)
                 return
+            at = _utc(self._clock())
+            tool_id = _clip(r.tool_id)
             doc = {
                 "_id": str(ObjectId()),
                 "service": self.service,
                 "principal": _clip(r.principal),
-                "tool_id": _clip(r.tool_id),
+                "tool_id": tool_id,
                 "tool_id_verified": r.tool_id_verified,
                 "reason": r.reason,
                 "code": r.code,
@@ -156,18 +172,23 @@ class MongoRefusalRecorder:
                 "effect": _clip(r.effect),
                 "peer": _clip(r.peer),
                 "message": _clip(r.message, 1024),
-                "rejected_at": _utc(self._clock()),
+                "rejected_at": at,
+                "lb": second_bucket(at),
                 "count": 1,
             }
+            # Marked first: a record is never missing from a listing (ADR 0033).
+            self._marks.ensure(at, self._scopes(r.reason, tool_id))
             if not self._coll.insert_one(doc).acknowledged:
                 raise PyMongoError("rejections insert was not acknowledged")
-            self._counters.add(r.reason, _clip(r.tool_id), 1)
+            self._counters.add(r.reason, tool_id, 1)
         except Exception:
             _log.exception("could not record a refusal; refusing anyway (reason %s, peer %s)", r.reason, r.peer[:64])
 
     def flush(self) -> None:
         """Writes the pending summaries now (also runs on a timer)."""
         with self._flush_lock:
+            if not self._indexed:
+                self._indexed = self._create_indexes()
             self._limiter.prune()
             with self._lock:
                 batch, self._pending = list(self._pending.values()), {}
@@ -186,6 +207,23 @@ class MongoRefusalRecorder:
         self._flusher.join(timeout=5)
         self.flush()
 
+    def _create_indexes(self) -> bool:
+        """The equality indexes the listings read by (ADR 0033); False (logged) when the database
+        could not be reached, and the flusher tries again."""
+        try:
+            # One index per command: FerretDB v1.24 drops the connection when one
+            # createIndexes names several that already exist.
+            self._coll.create_index([("lb", 1)], name="eq_lb")
+            self._marks.coll.create_index([("up", 1)], name="eq_up")
+            return True
+        except Exception:
+            _log.warning("refusal listing indexes not created yet; will retry", exc_info=True)
+            return False
+
+    def _scopes(self, reason: str, tool_id: str) -> list[Scope]:
+        """The listings a record is in: all, by tool (when known), by reason, by service."""
+        return scopes_of({"tool": tool_id, "reason": reason, "service": self.service})
+
     def _accumulate(self, kind: Literal["rl", "ua"], ip: str, reason: str) -> None:
         t = self._clock()
         minute = int(t // 60)
@@ -202,15 +240,17 @@ class MongoRefusalRecorder:
         minute_iso = _utc(p.minute * 60).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         sid = json.dumps([p.kind, self.service, p.ip, minute_iso], separators=(",", ":"), ensure_ascii=False)
         unavailable = p.kind == "ua"
+        reason = UNAVAILABLE_REFUSALS if unavailable else RATE_LIMITED_REFUSALS
+        first = _utc(p.first)
         inc: dict[str, int] = {"count": p.count}
-        for reason, n in p.reasons.items():
-            inc[f"reasons.{reason}"] = n
+        for counted, n in p.reasons.items():
+            inc[f"reasons.{counted}"] = n
         on_insert = {
             "service": self.service,
             "principal": "",
             "tool_id": "",
             "tool_id_verified": False,
-            "reason": UNAVAILABLE_REFUSALS if unavailable else RATE_LIMITED_REFUSALS,
+            "reason": reason,
             "code": "UNAVAILABLE" if unavailable else "UNAUTHENTICATED",
             "method": "",
             "attempted_key": "",
@@ -229,9 +269,13 @@ class MongoRefusalRecorder:
                 else f"unauthenticated refusals from {_clip(p.ip, 64)} beyond {self._per_minute:g} per minute, "
                 "summarised (count = how many; reasons in the record)"
             ),
-            "rejected_at": _utc(p.first),
+            "rejected_at": first,
+            "lb": second_bucket(first),
         }
         update = {"$inc": inc, "$setOnInsert": on_insert, "$max": {"last_rejected_at": _utc(p.last)}}
+        # Marked before the upsert that may insert the summary. A later flush of the same minute
+        # marks its own first second, which the summary does not carry: an empty bucket, skipped.
+        self._marks.ensure(first, self._scopes(reason, ""))
         try:
             self._coll.update_one({"_id": sid}, update, upsert=True)
         except DuplicateKeyError:
@@ -241,6 +285,42 @@ class MongoRefusalRecorder:
     def _flush_loop(self, every: float) -> None:
         while not self._stop.wait(every):
             self.flush()
+
+
+class _ListingMarks:
+    """The directory marks of the listings a recorder writes to (ADR 0033): a record's marks are
+    inserted before the record, each once per process (duplicates from other writers ignored)."""
+
+    def __init__(self, coll: Collection[Any], listed: str) -> None:
+        self.coll = coll
+        self._listed = listed
+        self._lock = threading.Lock()
+        self._written: set[str] = set()
+
+    def ensure(self, at: datetime, scopes: list[Scope]) -> None:
+        """Inserts the marks of a record listed at ``at`` this process has not written yet.
+        Raises (PyMongoError) when they may not all be there; then the record must not be written."""
+        marks = marks_for(self._listed, at, scopes)
+        with self._lock:
+            missing = [m for m in marks if m["_id"] not in self._written]
+        if not missing:
+            return
+        try:
+            if not self.coll.insert_many(missing, ordered=False).acknowledged:
+                raise PyMongoError("listing_marks insert was not acknowledged")
+        except BulkWriteError as err:
+            if not _only_duplicates(err.details):
+                raise
+        with self._lock:
+            if len(self._written) + len(missing) > _MARK_MEMO_LIMIT:
+                self._written.clear()
+            self._written.update(m["_id"] for m in missing)
+
+
+def _only_duplicates(details: Mapping[str, Any]) -> bool:
+    """Whether a bulk insert failed only because some documents were there already."""
+    errors = details.get("writeErrors") or []
+    return bool(errors) and all(e.get("code") == _DUPLICATE_KEY for e in errors) and not details.get("writeConcernErrors")
 
 
 class _StatsCounters:
