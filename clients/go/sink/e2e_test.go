@@ -620,6 +620,174 @@ func TestUnverifiedRefusalsPastTheLimitAreSummarised(t *testing.T) {
 	}
 }
 
+// A refusal record and a summary are listed from their time buckets (ADR 0033):
+// each carries lb, and its listing marks (4 levels × its scopes) are written
+// before it, once per process and bucket.
+func TestRefusalRecordsCarryTheirListingBuckets(t *testing.T) {
+	ctx := context.Background()
+	name := "go-lb-" + suffix()
+	service := "sink:" + name
+	tool := "gosink.lb-" + suffix()
+	// A synthetic instant of its own (the day is random), so that no other test writes these buckets.
+	var day [1]byte
+	_, _ = rand.Read(day[:])
+	clock := time.Date(2031, 1, 1, 3, 4, 5, 250e6, time.UTC).AddDate(0, 0, int(day[0]))
+	open := func() *sink.MongoRecorder {
+		rec, err := sink.OpenMongoRecorder(ctx, db, name, sink.MongoRecorderOptions{UnverifiedPerMinute: 1, FlushInterval: time.Hour, Now: func() time.Time { return clock }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	rec := open()
+	defer rec.Close(ctx)
+	t.Logf("MongoDB-protocol server: %s", stack.MongoBackend)
+
+	// The indexes the listings read by.
+	for coll, name := range map[string]string{sink.RejectionsCollection: "eq_lb", sink.ListingMarksCollection: "eq_up"} {
+		specs, err := db.Collection(coll).Indexes().ListSpecifications(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, s := range specs {
+			found = found || s.Name == name
+		}
+		if !found {
+			t.Errorf("%s has no index %s", coll, name)
+		}
+	}
+
+	marks := db.Collection(sink.ListingMarksCollection)
+	rejections := db.Collection(sink.RejectionsCollection)
+	second := clock.Format("20060102150405")
+	idsOf := func(at string, scopes ...string) []string {
+		var ids []string
+		for i := 0; i < len(scopes); i += 2 {
+			for _, l := range []struct {
+				level  string
+				digits int
+			}{{"d", 8}, {"h", 10}, {"m", 12}, {"s", 14}} {
+				ids = append(ids, sink.RejectionsCollection+"/"+scopes[i]+"/"+l.level+"/"+at[:l.digits]+"/"+scopes[i+1])
+			}
+		}
+		return ids
+	}
+	type markDoc struct {
+		ID    string    `bson:"_id"`
+		Up    string    `bson:"up"`
+		Coll  string    `bson:"coll"`
+		Scope string    `bson:"scope"`
+		Level string    `bson:"level"`
+		At    time.Time `bson:"at"`
+	}
+	marksIn := func(ids []string) map[string]markDoc {
+		t.Helper()
+		cur, err := marks.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var docs []markDoc
+		if err := cur.All(ctx, &docs); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]markDoc{}
+		for _, d := range docs {
+			out[d.ID] = d
+		}
+		return out
+	}
+	// expectMarks: exactly the marks MarksFor states (held to the shared vectors), with these ids.
+	expectMarks := func(at time.Time, ids []string, scopes []sink.Scope) {
+		t.Helper()
+		got := marksIn(ids)
+		want := sink.MarksFor(sink.RejectionsCollection, at, scopes)
+		if len(got) != len(ids) || len(want) != len(ids) {
+			t.Fatalf("%d of the marks %v written (MarksFor states %d)", len(got), ids, len(want))
+		}
+		for _, w := range want {
+			g := got[w.ID]
+			if g.Up != w.Up || g.Coll != w.Coll || g.Scope != w.Scope || g.Level != w.Level || !g.At.Equal(w.At) {
+				t.Errorf("mark %s = %+v, want %+v", w.ID, g, w)
+			}
+		}
+	}
+	lbOf := func(filter bson.D) string {
+		t.Helper()
+		var doc struct {
+			LB         string    `bson:"lb"`
+			RejectedAt time.Time `bson:"rejected_at"`
+		}
+		if err := rejections.FindOne(ctx, filter).Decode(&doc); err != nil {
+			t.Fatalf("no record %v: %v", filter, err)
+		}
+		if doc.LB != doc.RejectedAt.UTC().Format("20060102150405") {
+			t.Errorf("lb %q of a record rejected at %s", doc.LB, doc.RejectedAt)
+		}
+		return doc.LB
+	}
+
+	// A refusal: lb, and 4 levels × 4 scopes (all, tool, reason, service).
+	rec.Record(ctx, sink.RefusalRecord{Method: "HTTP POST /x", Reason: sink.ReasonKeyMismatch, Code: "PERMISSION_DENIED", ToolID: tool, ToolIDVerified: true, Peer: "192.0.2.9:1", CallID: "first"})
+	if lb := lbOf(bson.D{{Key: "service", Value: service}, {Key: "call_id", Value: "first"}}); lb != second {
+		t.Fatalf("lb %q, want %q", lb, second)
+	}
+	recordIDs := idsOf(second, "all", "", "tool", tool, "reason", sink.ReasonKeyMismatch, "service", service)
+	recordScopes := sink.ScopesOf(sink.Scope{Scope: "tool", Value: tool}, sink.Scope{Scope: "reason", Value: sink.ReasonKeyMismatch}, sink.Scope{Scope: "service", Value: service})
+	if len(recordIDs) != 16 || recordIDs[7] != "rejections/tool/s/"+second+"/"+tool {
+		t.Fatalf("ids %v", recordIDs)
+	}
+	expectMarks(clock, recordIDs, recordScopes)
+
+	// A second record in the same second inserts no marks: the process knows them. (Were they
+	// inserted again, the ones removed here would be back.)
+	if _, err := marks.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: recordIDs}}}}); err != nil {
+		t.Fatal(err)
+	}
+	rec.Record(ctx, sink.RefusalRecord{Method: "HTTP POST /x", Reason: sink.ReasonKeyMismatch, Code: "PERMISSION_DENIED", ToolID: tool, ToolIDVerified: true, Peer: "192.0.2.9:1", CallID: "second"})
+	lbOf(bson.D{{Key: "service", Value: service}, {Key: "call_id", Value: "second"}})
+	if got := marksIn(recordIDs); len(got) != 0 {
+		t.Fatalf("a record in an already marked second inserted marks: %v", got)
+	}
+	// Another process (a new recorder) does not know them: it inserts them all, unordered; those
+	// that exist already are duplicates, which is success, not a lost record, and the missing
+	// ones after them are written too.
+	other := open()
+	defer other.Close(ctx)
+	if _, err := marks.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: []string{recordIDs[0], recordIDs[15]}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := marks.InsertOne(ctx, bson.D{{Key: "_id", Value: recordIDs[1]}, {Key: "up", Value: recordIDs[0]}, {Key: "coll", Value: "rejections"}, {Key: "scope", Value: "all"}, {Key: "level", Value: "h"}, {Key: "at", Value: clock.Truncate(time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	other.Record(ctx, sink.RefusalRecord{Method: "HTTP POST /x", Reason: sink.ReasonKeyMismatch, Code: "PERMISSION_DENIED", ToolID: tool, ToolIDVerified: true, Peer: "192.0.2.9:1", CallID: "third"})
+	lbOf(bson.D{{Key: "service", Value: service}, {Key: "call_id", Value: "third"}})
+	expectMarks(clock, recordIDs, recordScopes)
+
+	// The next second of the same minute: only its second marks are new.
+	clock = clock.Add(time.Second)
+	next := clock.Format("20060102150405")
+	rec.Record(ctx, sink.RefusalRecord{Method: "HTTP POST /x", Reason: sink.ReasonKeyMismatch, Code: "PERMISSION_DENIED", ToolID: tool, ToolIDVerified: true, Peer: "192.0.2.9:1", CallID: "fourth"})
+	if lb := lbOf(bson.D{{Key: "service", Value: service}, {Key: "call_id", Value: "fourth"}}); lb != next {
+		t.Fatalf("lb %q, want %q", lb, next)
+	}
+	expectMarks(clock, idsOf(next, "all", "", "tool", tool, "reason", sink.ReasonKeyMismatch, "service", service), recordScopes)
+
+	// A summary (rate limited: one unverified record per minute, the next summarised): lb from
+	// its rejected_at, and 4 levels × 3 scopes (all, reason, service; it has no tool).
+	clock = clock.Add(2 * time.Second)
+	summarySecond := clock.Format("20060102150405")
+	for _, call := range []string{"u1", "u2"} {
+		rec.Record(ctx, sink.RefusalRecord{Method: "HTTP POST /x", Reason: sink.ReasonCapabilityMalformed, Code: "UNAUTHENTICATED", Peer: "192.0.2.10:1", CallID: call})
+	}
+	rec.Flush(ctx)
+	if lb := lbOf(bson.D{{Key: "service", Value: service}, {Key: "reason", Value: sink.ReasonRateLimitedRefusals}}); lb != summarySecond {
+		t.Fatalf("summary lb %q, want %q", lb, summarySecond)
+	}
+	summaryIDs := idsOf(summarySecond, "all", "", "reason", sink.ReasonRateLimitedRefusals, "service", service)
+	expectMarks(clock, summaryIDs, sink.ScopesOf(sink.Scope{Scope: "reason", Value: sink.ReasonRateLimitedRefusals}, sink.Scope{Scope: "service", Value: service}))
+}
+
 // lastRefusal waits for the hook to report reason.
 func lastRefusal(t *testing.T, ch chan sink.RefusalEvent, reason string) sink.RefusalEvent {
 	t.Helper()

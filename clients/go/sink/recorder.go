@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -82,6 +83,8 @@ type MongoRecorderOptions struct {
 // the rest counted into one upserted summary per peer and minute.
 type MongoRecorder struct {
 	coll     *mongo.Collection
+	marks    *mongo.Collection
+	memo     markMemo
 	service  string
 	opts     MongoRecorderOptions
 	limiter  *peerLimiter
@@ -132,13 +135,19 @@ func OpenMongoRecorder(ctx context.Context, db *mongo.Database, sinkName string,
 		{"newest_first", bson.D{{Key: "rejected_at", Value: -1}, {Key: "_id", Value: -1}}},
 		{"tool_newest_first", bson.D{{Key: "tool_id", Value: 1}, {Key: "rejected_at", Value: -1}, {Key: "_id", Value: -1}}},
 		{"reason_newest_first", bson.D{{Key: "reason", Value: 1}, {Key: "rejected_at", Value: -1}, {Key: "_id", Value: -1}}},
+		// The listings read a second's records by equality on lb (ADR 0033).
+		{"eq_lb", bson.D{{Key: "lb", Value: 1}}},
 	} {
 		if _, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: ix.keys, Options: options.Index().SetName(ix.name)}); err != nil {
 			return nil, fmt.Errorf("sink: creating the rejections index %s: %w", ix.name, err)
 		}
 	}
+	marks := db.Collection(ListingMarksCollection)
+	if _, err := marks.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "up", Value: 1}}, Options: options.Index().SetName("eq_up")}); err != nil {
+		return nil, fmt.Errorf("sink: creating the listing_marks index eq_up: %w", err)
+	}
 	r := &MongoRecorder{
-		coll: coll, service: service, opts: opts, counters: newStatsCounters(db, service),
+		coll: coll, marks: marks, service: service, opts: opts, counters: newStatsCounters(db, service),
 		limiter: &peerLimiter{perMinute: float64(opts.UnverifiedPerMinute), buckets: map[string]bucket{}},
 		pending: map[string]*pendingSummary{}, stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
@@ -158,11 +167,12 @@ func (r *MongoRecorder) Record(ctx context.Context, in RefusalRecord) {
 		r.accumulate(false, ip, in.Reason, now)
 		return
 	}
+	toolID := clip(in.ToolID, maxRecordField)
 	doc := bson.D{
 		{Key: "_id", Value: bson.NewObjectID().Hex()},
 		{Key: "service", Value: r.service},
 		{Key: "principal", Value: clip(in.Principal, maxRecordField)},
-		{Key: "tool_id", Value: clip(in.ToolID, maxRecordField)},
+		{Key: "tool_id", Value: toolID},
 		{Key: "tool_id_verified", Value: in.ToolIDVerified},
 		{Key: "reason", Value: in.Reason},
 		{Key: "code", Value: in.Code},
@@ -178,16 +188,96 @@ func (r *MongoRecorder) Record(ctx context.Context, in RefusalRecord) {
 		{Key: "peer", Value: clip(in.Peer, maxRecordField)},
 		{Key: "message", Value: clip(in.Message, 1024)},
 		{Key: "rejected_at", Value: now.UTC()},
+		{Key: "lb", Value: SecondBucket(now)},
 		{Key: "count", Value: int32(1)},
 	}
 	// The request's own deadline must not cancel its refusal record.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := r.coll.InsertOne(wctx, doc); err != nil {
+	// The marks first: a record is never written where the listings cannot find it.
+	err := r.insertMarks(wctx, now, r.scopesOf(toolID, in.Reason))
+	if err == nil {
+		_, err = r.coll.InsertOne(wctx, doc)
+	}
+	if err != nil {
 		r.opts.Logger.Error("could not record a refusal; refusing anyway", "err", err, "reason", in.Reason, "service", r.service, "peer", in.Peer)
 		return
 	}
-	r.counters.add(in.Reason, clip(in.ToolID, maxRecordField), 1)
+	r.counters.add(in.Reason, toolID, 1)
+}
+
+// scopesOf is the listings a refusal record of this recorder belongs to: all,
+// and by tool, reason and service (ADR 0033; empty values are none).
+func (r *MongoRecorder) scopesOf(toolID, reason string) []Scope {
+	return ScopesOf(Scope{"tool", toolID}, Scope{"reason", reason}, Scope{"service", r.service})
+}
+
+// insertMarks writes the listing marks of a record listed at `at` that this
+// recorder has not written yet. Marks another writer inserted first are
+// duplicates, which is success.
+func (r *MongoRecorder) insertMarks(ctx context.Context, at time.Time, scopes []Scope) error {
+	missing := r.memo.missing(MarksFor(RejectionsCollection, at, scopes))
+	if len(missing) == 0 {
+		return nil
+	}
+	docs := make([]any, len(missing))
+	for i := range missing {
+		docs[i] = missing[i]
+	}
+	if _, err := r.marks.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false)); err != nil && !onlyDuplicateKeys(err) {
+		return fmt.Errorf("writing listing marks: %w", err)
+	}
+	r.memo.add(missing)
+	return nil
+}
+
+// onlyDuplicateKeys: err is a bulk write whose every error is a duplicate key
+// (11000), and without a write concern error.
+func onlyDuplicateKeys(err error) bool {
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0 {
+		return false
+	}
+	for _, we := range bwe.WriteErrors {
+		if we.Code != 11000 {
+			return false
+		}
+	}
+	return true
+}
+
+// maxMemoMarks bounds markMemo: past it, the memo starts over (the marks are
+// then inserted once more, as duplicates).
+const maxMemoMarks = 50_000
+
+// markMemo is the mark ids a recorder has inserted (or found inserted), so
+// that the common case, a bucket already marked, adds no insert.
+type markMemo struct {
+	mu  sync.Mutex
+	ids map[string]struct{}
+}
+
+func (m *markMemo) missing(marks []ListingMark) []ListingMark {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []ListingMark
+	for _, mk := range marks {
+		if _, ok := m.ids[mk.ID]; !ok {
+			out = append(out, mk)
+		}
+	}
+	return out
+}
+
+func (m *markMemo) add(marks []ListingMark) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ids == nil || len(m.ids)+len(marks) > maxMemoMarks {
+		m.ids = make(map[string]struct{}, len(marks))
+	}
+	for _, mk := range marks {
+		m.ids[mk.ID] = struct{}{}
+	}
 }
 
 func (r *MongoRecorder) accumulate(unavailable bool, ip, reason string, t time.Time) {
@@ -281,7 +371,11 @@ func (r *MongoRecorder) upsertSummary(ctx context.Context, p *pendingSummary) er
 		{Key: "attempted_request_id", Value: ""}, {Key: "capability_request_id", Value: ""}, {Key: "call_id", Value: ""},
 		{Key: "capability_id", Value: ""}, {Key: "key_id", Value: ""}, {Key: "effect", Value: ""},
 		{Key: "peer", Value: clip(p.ip, maxRecordField)}, {Key: "message", Value: message},
-		{Key: "rejected_at", Value: p.first.UTC()},
+		{Key: "rejected_at", Value: p.first.UTC()}, {Key: "lb", Value: SecondBucket(p.first)},
+	}
+	// The marks first, as for a record (ADR 0033).
+	if err := r.insertMarks(ctx, p.first, r.scopesOf("", reason)); err != nil {
+		return err
 	}
 	update := bson.D{{Key: "$inc", Value: inc}, {Key: "$setOnInsert", Value: onInsert}, {Key: "$max", Value: bson.D{{Key: "last_rejected_at", Value: p.last.UTC()}}}}
 	filter := bson.D{{Key: "_id", Value: string(idJSON)}}
