@@ -15,7 +15,7 @@
  * Usage: node dist/bench/volume.js [--records N] [--reps R] (default 1,000,000 and 3).
  * The result goes to stdout and bench/results/volume-<time>.json.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFile, spawn, type ChildProcess } from "node:child_process";
 import * as crypto from "node:crypto";
 import * as fs from "node:fs";
 import * as os from "node:os";
@@ -26,6 +26,8 @@ import { AdminClient, KernelClient, KeycapClientError, LedgerClient } from "../c
 import { startMongoServer } from "../services/common/src/embedded-mongo";
 import { createLogger } from "../services/common/src/logger";
 import { projectRoot } from "../services/common/src/repo-paths";
+import { isDuplicateKey } from "../services/common/src/mongo";
+import { marksFor, secondBucket, type Scope } from "../services/common/src/domain/time-buckets";
 
 const ADMIN_TOKEN = `bench-volume-admin-${crypto.randomBytes(12).toString("hex")}`;
 const RUNTIME_TOKEN = `keycap_rt_bench_${crypto.randomBytes(18).toString("base64url")}`;
@@ -92,17 +94,60 @@ async function wholeCalls(kernel: KernelClient, concurrency: number, seconds: nu
   return done / seconds;
 }
 
-/** `count` copies of `template` with fresh `_id`s (and whatever `vary` changes), inserted in batches. */
-async function clone(db: Db, collection: string, template: Document, count: number, vary: (d: Document, i: number) => void): Promise<void> {
+/** How a cloned record is listed (ADR 0033): its time field and the listings it is in. */
+interface Listed {
+  timeField: string;
+  scopes: (d: Document) => Scope[];
+}
+
+/**
+ * `count` copies of `template` with fresh `_id`s (and whatever `vary` changes), inserted in
+ * batches; a listed collection's copies get `lb` and their marks first, as the services write them.
+ */
+async function clone(db: Db, collection: string, template: Document, count: number, vary: (d: Document, i: number) => void, listed?: Listed): Promise<void> {
   const coll = db.collection(collection);
+  const marked = new Set<string>();
   for (let i = 0; i < count; i += BATCH) {
+    const marks: Document[] = [];
     const docs = Array.from({ length: Math.min(BATCH, count - i) }, (_, j) => {
       const d: Document = structuredClone(template);
       vary(d, i + j);
+      if (listed) {
+        const at = d[listed.timeField] as Date;
+        d["lb"] = secondBucket(at);
+        for (const m of marksFor(collection, at, listed.scopes(d))) {
+          if (!marked.has(m._id)) marks.push(m);
+          marked.add(m._id);
+        }
+      }
       return d;
     });
+    if (marks.length > 0) await db.collection("listing_marks").insertMany(marks, { ordered: false }).catch(ignoreDuplicates);
     await coll.insertMany(docs, { ordered: false });
   }
+}
+
+function ignoreDuplicates(err: unknown): void {
+  const writeErrors = (err as { writeErrors?: unknown[] }).writeErrors ?? [];
+  if (!isDuplicateKey(err) || !writeErrors.every((e) => isDuplicateKey(e))) throw err;
+}
+
+const all: Scope = { scope: "all", value: "" };
+const scoped = (scope: string, v: unknown): Scope[] => (typeof v === "string" && v !== "" ? [{ scope, value: v }] : []);
+
+/** Runs the keycap CLI (as an operator would) and resolves when it exits 0. */
+function cli(args: string[], env: Record<string, string>): Promise<void> {
+  return new Promise((resolve, reject) => {
+    execFile(
+      process.execPath,
+      [path.join(projectRoot(), "dist", "services", "cli", "src", "main.js"), ...args],
+      { env: { ...process.env, ...env }, maxBuffer: 64 * 1024 * 1024 },
+      (err, _out, stderr) => {
+        if (err) reject(new KeycapClientError(2, "CLI_FAILED", `${args.join(" ")}: ${stderr.split("\n")[0] ?? ""}`, {}));
+        else resolve();
+      },
+    );
+  });
 }
 
 interface Timing {
@@ -188,26 +233,49 @@ async function main(): Promise<void> {
     if (!entry || !call || !completion || !rejection) throw new Error("no template documents: did the warm-up write?");
     const started = Date.now();
     const past = Date.now() - 86_400_000;
-    await clone(db, "entries", entry, args.records, (d, i) => {
-      d["_id"] = `idem:volume-${i}`;
-      d["entry_id"] = `volume-entry-${i}`;
-      d["key"] = `volume-${i}`;
-      d["call_id"] = `volume-call-${i}`;
-      d["recorded_at"] = new Date(past + i);
-    });
-    await clone(db, "calls", call, args.records, (d, i) => {
-      d["_id"] = `volume-call-${i}`;
-      d["key"] = `volume-${i}`;
-      d["created_at"] = new Date(past + i);
-      d["updated_at"] = new Date(past + i);
-    });
+    // 1,000 records a second over the preload's span (a busy deployment's rate).
+    await clone(
+      db,
+      "entries",
+      entry,
+      args.records,
+      (d, i) => {
+        d["_id"] = `idem:volume-${i}`;
+        d["entry_id"] = `volume-entry-${i}`;
+        d["key"] = `volume-${i}`;
+        d["call_id"] = `volume-call-${i}`;
+        d["recorded_at"] = new Date(past + i);
+      },
+      { timeField: "recorded_at", scopes: (d) => [all, ...scoped("tool", d["tool_id"])] },
+    );
+    await clone(
+      db,
+      "calls",
+      call,
+      args.records,
+      (d, i) => {
+        d["_id"] = `volume-call-${i}`;
+        d["key"] = `volume-${i}`;
+        d["created_at"] = new Date(past + i);
+        d["updated_at"] = new Date(past + i);
+      },
+      { timeField: "created_at", scopes: (d) => scoped("principal", d["principal"]) },
+    );
     await clone(db, "call_completions", completion, args.records, (d, i) => {
       d["_id"] = `volume-call-${i}`;
     });
-    await clone(db, "rejections", rejection, args.records, (d, i) => {
-      d["_id"] = crypto.randomBytes(12).toString("hex");
-      d["rejected_at"] = new Date(past + i);
-    });
+    await clone(
+      db,
+      "rejections",
+      rejection,
+      args.records,
+      (d, i) => {
+        d["_id"] = crypto.randomBytes(12).toString("hex");
+        d["rejected_at"] = new Date(past + i);
+        d["call_id"] = `volume-call-${i}`;
+      },
+      { timeField: "rejected_at", scopes: (d) => [all, ...scoped("tool", d["tool_id"]), ...scoped("reason", d["reason"]), ...scoped("service", d["service"])] },
+    );
     report["preloadSeconds"] = Math.round((Date.now() - started) / 1000);
     process.stdout.write(`preloaded ${args.records} each of entries, calls, completions, refusals in ${report["preloadSeconds"]} s\n`);
 
@@ -228,21 +296,57 @@ async function main(): Promise<void> {
     const operator = new KernelClient(endpoints["kernel"]!, { token: ADMIN_TOKEN });
     const s = { timeoutMs: 30_000, retry: false };
     const reads: Timing[] = [];
+    const mid = Math.floor(args.records / 2);
+    const principal = String(call["principal"] ?? "");
+    const cliEnv = { KEYCAP_ADMIN_TOKEN: ADMIN_TOKEN, KEYCAP_ADMIN_ADDRESS: endpoints["admin"]!, KEYCAP_KERNEL_ADDRESS: endpoints["kernel"]! };
+    const secondPage = async <T extends { nextPageToken: string }>(first: () => Promise<T>, next: (token: string) => Promise<T>): Promise<T> =>
+      next((await first()).nextPageToken);
     for (const [read, fn] of [
       ["GetStats", () => admin.stats(s)],
-      ["GetEntry by key", () => admin.getEntryByKey(`volume-${Math.floor(args.records / 2)}`, s)],
+      ["GetEntry by key", () => admin.getEntryByKey(`volume-${mid}`, s)],
       ["ListEntries, first page", () => admin.listEntriesPage("", "", 100, s)],
+      [
+        "ListEntries, first two pages",
+        () =>
+          secondPage(
+            () => admin.listEntriesPage("", "", 100, s),
+            (t) => admin.listEntriesPage("", t, 100, s),
+          ),
+      ],
       ["ListEntries of one tool", () => admin.listEntriesPage(TOOL, "", 100, s)],
       ["ListRejections, first page", () => admin.listRejectionsPage({}, "", 100, s)],
+      [
+        "ListRejections, first two pages",
+        () =>
+          secondPage(
+            () => admin.listRejectionsPage({}, "", 100, s),
+            (t) => admin.listRejectionsPage({}, t, 100, s),
+          ),
+      ],
       ["ListRejections of one tool", () => admin.listRejectionsPage({ toolId: TOOL }, "", 100, s)],
+      ["ListRejections of one reason", () => admin.listRejectionsPage({ reason: String(rejection["reason"]) }, "", 100, s)],
+      ["ListRejections of one call", () => admin.listRejectionsPage({ callId: `volume-call-${mid}` }, "", 100, s)],
       ["ListPendingCalls (operator)", () => operator.listPendingCalls("", s)],
+      ["ListIndeterminateCalls", () => operator.listIndeterminateCalls("", s)],
+      ["GetCall", () => operator.getCall(`volume-call-${mid}`, s)],
+      ["SearchCalls by key", () => operator.searchCallsPage({ key: `volume-${mid}` }, "", 100, s)],
+      ...(principal ? [["SearchCalls by principal", () => operator.searchCallsPage({ principal }, "", 100, s)] as [string, () => Promise<unknown>]] : []),
+      ["keycap stats (CLI process)", () => cli(["stats"], cliEnv)],
+      ["keycap rejections (CLI process)", () => cli(["rejections"], cliEnv)],
+      ["keycap entries (CLI process)", () => cli(["entries"], cliEnv)],
       ["console overview", () => page("/")],
       ["console refusals", () => page("/rejections")],
+      ["console entries", () => page("/entries")],
+      ["console calls", () => page("/calls")],
+      ["console call", () => page(`/call?id=volume-call-${mid}`)],
+      ...(principal
+        ? [["console call search (principal)", () => page(`/calls/search?principal=${encodeURIComponent(principal)}`)] as [string, () => Promise<unknown>]]
+        : []),
     ] as [string, () => Promise<unknown>][]) {
       const t = await timeRead(read, args.reps, fn);
       reads.push(t);
       process.stdout.write(
-        `${read.padEnd(30)} p50 ${String(t.p50Ms).padStart(8)} ms  max ${String(t.maxMs).padStart(8)} ms  ${t.answered}/${t.of}${t.error ? `  ${t.error}` : ""}\n`,
+        `${read.padEnd(34)} p50 ${String(t.p50Ms).padStart(8)} ms  max ${String(t.maxMs).padStart(8)} ms  ${t.answered}/${t.of}${t.error ? `  ${t.error}` : ""}\n`,
       );
     }
     operator.close();

@@ -13,8 +13,8 @@ export { scopesOf, type Scope } from "./domain/time-buckets";
 
 /** Mark ids one process remembers having written; past this the memory starts over (a repeat insert is harmless). */
 const MEMO_MAX = 50_000;
-/** Seconds read at once while filling a page. */
-const SECONDS_IN_FLIGHT = 4;
+/** Most seconds read at once while filling a page: one first (a busy second fills a page alone), then twice as many each round. */
+const SECONDS_IN_FLIGHT = 8;
 
 /** The `lb` field of a record listed at `at`. */
 export const listingBucketOf = secondBucket;
@@ -142,9 +142,9 @@ export async function listNewestFirst<T extends { _id: string }>(marks: ListingM
   const lo = q.since ? secondBucket(q.since) : undefined;
   const seconds = marks.secondsNewestFirst(q.name, q.scope, hi, lo, left());
   const out: T[] = [];
-  for (;;) {
+  for (let width = 1; ; width = Math.min(width * 2, SECONDS_IN_FLIGHT)) {
     const batch: string[] = [];
-    while (batch.length < SECONDS_IN_FLIGHT) {
+    while (batch.length < width) {
       const next = await seconds.next();
       if (next.done) break;
       batch.push(next.value);

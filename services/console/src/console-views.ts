@@ -3,7 +3,7 @@
  * API and the kernel (console-backend.ts) and handed to the page templates (pages.ts).
  */
 import { runCallView } from "../../common/src/run-view";
-import { OVERVIEW_ENTRY_LIMIT, type ConsoleBackend } from "./console-backend";
+import { CHART_REFUSAL_LIMIT, OVERVIEW_ENTRY_LIMIT, type ConsoleBackend } from "./console-backend";
 import { runPage } from "./run-page";
 import type { SafeHtml } from "./html";
 import { KeycapClientError } from "../../../clients/ts/src";
@@ -56,7 +56,7 @@ export async function overviewView(b: ConsoleBackend, toolParam: string, windowN
         payloadMismatches: Number(stats.payloadMismatches),
         rejections: Number(stats.rejections),
       };
-  const caption = `${toolParam ? `Refusals of ${toolParam}` : "All refusals"}, last ${w.name}${points.truncated ? " (newest 5000 records)" : ""}`;
+  const caption = `${toolParam ? `Refusals of ${toolParam}` : "All refusals"}, last ${w.name}${points.truncated ? ` (newest ${CHART_REFUSAL_LIMIT} records)` : ""}`;
   return overviewPage({
     totals,
     byReason: Object.entries(stats.rejectionsByReason)
