@@ -15,6 +15,7 @@ import { MongoClient, type Db } from "mongodb";
 import { defineTool, KernelClient } from "../clients/ts/src";
 import { loadConfig, type KeycapConfig } from "../services/common/src/config";
 import { createLogger } from "../services/common/src/logger";
+import { listingBucketOf } from "../services/common/src/bucketed-listing";
 import { RejectionAudit, type RejectionInput } from "../services/common/src/rejection-audit";
 import { cutoff, RetentionSweeper, type RetentionTask } from "../services/common/src/retention-sweeper";
 import { readTotals } from "../services/common/src/stats-counters";
@@ -171,9 +172,11 @@ describe("retention (issue 32 item 3)", function () {
   });
 
   it("removes refusal records after KEYCAP_RETENTION_REFUSALS_SECONDS, at most 10 batches per sweep, and leaves the refusal counters as they were", async function () {
-    const audit = await RejectionAudit.open(db, { service: "ledger", unauthenticatedPerMinute: 60, logger });
-    for (let i = 0; i < 25; i++) await audit.record(refusal("KEY_MISMATCH"));
-    await sleep(1_200);
+    // One refusal a second, the last 25 seconds ago (the sweep removes whole seconds, ADR 0033).
+    let clock = Date.now() - 26_000;
+    const audit = await RejectionAudit.open(db, { service: "ledger", unauthenticatedPerMinute: 60, logger, now: () => clock });
+    for (let i = 0; i < 25; i++, clock += 1000) await audit.record(refusal("KEY_MISMATCH"));
+    clock = Date.now();
     await audit.record(refusal("EXPIRED"));
     const sweeper = await sweeperOf(db, [audit.retentionTask(1)], { batch: 2 });
 
@@ -181,6 +184,11 @@ describe("retention (issue 32 item 3)", function () {
     expect((await sweeper.sweepOnce())["rejections"]).to.equal(5);
     const left = await audit.list({ toolId: "", reason: "", since: undefined, until: undefined }, undefined, 100, 5_000);
     expect(left.map((r) => r.reason)).to.deep.equal(["EXPIRED"]);
+    // The swept seconds' marks went with them, in every listing (and emptied minutes, hours, days).
+    const marks = await db.collection<{ _id: string; level: string; at: Date }>("listing_marks").find({ coll: "rejections" }).toArray();
+    const kept = listingBucketOf(left[0]!.rejected_at);
+    expect(marks.filter((m) => m.level === "s").map((m) => m._id.split("/")[3])).to.satisfy((b: string[]) => b.length > 0 && b.every((x) => x === kept));
+    expect(marks.every((m) => kept.startsWith(m._id.split("/")[3]!))).to.equal(true);
     await audit.close();
     // Counters count what was refused, not what is still stored (ADR 0025).
     expect((await readTotals(db, 5_000)).counts.rejections).to.equal(26);

@@ -80,6 +80,60 @@ export class ListingMarks {
   }
 
   /**
+   * See {@link sweepBucketsBefore}. `seen` collects, per level below the root, the listings
+   * (other than `all`) whose marks the swept records had, so their emptied parents go too.
+   */
+  async sweep<T extends { _id: string }>(coll: Collection<T>, s: BucketSweep<T>): Promise<number> {
+    const all: Scope = { scope: "all", value: "" };
+    const last = secondBucket(s.before);
+    let removed = 0;
+    const projection = Object.fromEntries(s.fields.map((f) => [f, 1]));
+    // Returns true when the node has no children left (so it may go).
+    const walk = async (parent: string, depth: number, seen: Map<string, Scope>): Promise<boolean> => {
+      const { level, digits } = LEVELS[depth]!;
+      const children = (await this.children(s.name, all, parent, 0)).reverse(); // oldest first
+      let left = children.length;
+      for (const bucket of children) {
+        // Past the cutoff's bucket: stop; at it, go in (its older part may go) but it stays.
+        if (removed >= s.limit || bucket > last.slice(0, digits) || (depth === LEVELS.length - 1 && bucket === last)) return false;
+        const inner = new Map<string, Scope>();
+        let cleared = true;
+        if (depth === LEVELS.length - 1) removed += await this.sweepSecond(coll, s, bucket, projection, inner);
+        else cleared = await walk(markId(s.name, all, level, bucket), depth + 1, inner);
+        for (const [k, v] of inner) seen.set(k, v);
+        if (!cleared) return false;
+        // The node in every listing its records were in, once nothing is under it.
+        await Promise.all(
+          [all, ...inner.values()].map(async (scope) => {
+            const id = markId(s.name, scope, level, bucket);
+            if (depth === LEVELS.length - 1 || (await this.marks.findOne({ up: id }, { projection: { _id: 1 } })) === null)
+              await this.marks.deleteOne({ _id: id });
+          }),
+        );
+        left -= 1;
+      }
+      return left === 0;
+    };
+    await walk(rootId(s.name, all), 0, new Map());
+    return removed;
+  }
+
+  /** Removes one second's records; notes the listings they were in. @returns how many went. */
+  private async sweepSecond<T extends { _id: string }>(
+    coll: Collection<T>,
+    s: BucketSweep<T>,
+    second: string,
+    projection: Document,
+    seen: Map<string, Scope>,
+  ): Promise<number> {
+    const docs = (await coll.find({ lb: second } as unknown as Filter<T>, { projection }).toArray()) as T[];
+    if (docs.length === 0) return 0;
+    for (const d of docs) for (const scope of s.scopes(d)) if (scope.scope !== "all") seen.set(`${scope.scope}/${scope.value}`, scope);
+    const res = await coll.deleteMany({ lb: second } as unknown as Filter<T>, { writeConcern: { w: "majority" } });
+    return res.deletedCount;
+  }
+
+  /**
    * The seconds that have records in a listing, newest first, from `hi` down to `lo`
    * (inclusive second buckets; either may be absent). Lazy: a page reads only as far as it needs.
    */
@@ -170,4 +224,29 @@ export function queryTimeLimitRefusal(): Error {
     Reasons.OPERATOR_QUERY_TIMEOUT,
     "the query ran past its time limit on the database (KEYCAP_OPERATOR_QUERY_TIMEOUT_MS) and was stopped; narrow it (a tool, a reason, a time range) or raise the limit",
   );
+}
+
+/** What a sweep by bucket removes: a listed collection's records of whole seconds before a cutoff. */
+export interface BucketSweep<T> {
+  /** The collection's name, as marks name it. */
+  name: string;
+  /** Records listed in a second before this time (whole seconds only) go. */
+  before: Date;
+  /** About how many records one sweep removes (it finishes the second it is in). */
+  limit: number;
+  /** The listings a record is in (its marks), read from the fields `fields` names. */
+  scopes: (doc: T) => Scope[];
+  fields: readonly (keyof T & string)[];
+}
+
+/**
+ * Retention by bucket (ADR 0033): walks the `all` listing oldest first and removes each
+ * second before the cutoff by equality on `lb` (FerretDB pushes no range down, so a range
+ * delete would read the whole collection every sweep), then that second's marks in every
+ * listing its records were in, and each minute, hour and day mark left without children.
+ * Only buckets wholly before the cutoff are touched: no writer marks them any more.
+ * @returns how many records were removed.
+ */
+export async function sweepBucketsBefore<T extends { _id: string }>(marks: ListingMarks, coll: Collection<T>, s: BucketSweep<T>): Promise<number> {
+  return marks.sweep(coll, s);
 }

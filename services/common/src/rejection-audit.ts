@@ -17,7 +17,7 @@ import { ObjectId, type Collection, type Db, type Filter } from "mongodb";
 import { InsertBatcher } from "./insert-batcher";
 import { StatsCounters } from "./stats-counters";
 import { isDuplicateKey } from "./mongo";
-import { createListingIndex, listingBucketOf, listNewestFirst, ListingMarks, scopesOf, type Scope } from "./bucketed-listing";
+import { createListingIndex, listingBucketOf, listNewestFirst, ListingMarks, scopesOf, sweepBucketsBefore, type Scope } from "./bucketed-listing";
 import { cutoff, deleteBatch, type RetentionTask } from "./retention-sweeper";
 import type { Logger } from "./logger";
 import type { Metrics } from "./metrics";
@@ -156,6 +156,8 @@ export class RejectionAudit {
   private readonly inserts: InsertBatcher<RejectionDoc>;
   /** Refusals counted as they are recorded, by reason and tool (GetStats reads these, never the collection). */
   readonly counters: StatsCounters;
+  /** No record without `lb` is past its retention any more (see expire). */
+  private unbucketedGone = false;
 
   private constructor(
     private readonly coll: Collection<RejectionDoc>,
@@ -288,11 +290,24 @@ export class RejectionAudit {
   }
 
   /**
-   * Retention (ADR 0031): removes up to `limit` records refused before `before` (by the
-   * `newest_first` index). The refusal counters are not touched: they count what was refused.
+   * Retention (ADR 0031): removes about `limit` records refused before `before`, second by
+   * second through the listing marks (ADR 0033: equality reads, never a scan); records from
+   * before `lb` existed by their time, until none is left (that read scans on FerretDB, so
+   * it runs only while such records remain, once per process when there are none). The refusal
+   * counters are not touched: they count what was refused.
    */
-  expire(before: Date, limit: number): Promise<number> {
-    return deleteBatch(this.coll, { rejected_at: { $lt: before } }, limit);
+  async expire(before: Date, limit: number): Promise<number> {
+    const removed = await sweepBucketsBefore(this.marks, this.coll, {
+      name: "rejections",
+      before,
+      limit,
+      scopes: rejectionScopes,
+      fields: ["tool_id", "reason", "service"],
+    });
+    if (removed >= limit || this.unbucketedGone) return removed;
+    const legacy = await deleteBatch(this.coll, { lb: { $exists: false }, rejected_at: { $lt: before } }, limit - removed);
+    if (legacy === 0) this.unbucketedGone = true;
+    return removed + legacy;
   }
 
   /** The retention task of refusal records: every service that records refusals may run it, under one lease. */
