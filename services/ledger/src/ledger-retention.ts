@@ -1,8 +1,8 @@
 /**
  * The ledger's share of the retention policy (docs/retention.md, ADR 0031): spent single-use
  * capability ids once their capability has expired, refusal records (shared with the kernel:
- * whichever holds the `rejections` lease sweeps them) and, only when an operator sets a
- * retention for them, entries.
+ * whichever holds the `rejections` lease sweeps them), shadow runs' would-be effects as long
+ * as completed calls and, only when an operator sets a retention for them, entries.
  */
 import type { Db } from "mongodb";
 import type { KeycapConfig } from "../../common/src/config";
@@ -11,15 +11,20 @@ import type { Metrics } from "../../common/src/metrics";
 import type { RejectionAudit } from "../../common/src/rejection-audit";
 import { cutoff, RetentionSweeper, type RetentionTask } from "../../common/src/retention-sweeper";
 import type { EntryStore } from "./entry-store";
+import type { ShadowStore } from "./shadow-store";
 
 /** The ledger's retention tasks; a kind kept forever (0) has none. */
-export function ledgerRetentionTasks(db: Db, config: KeycapConfig, store: EntryStore, audit: RejectionAudit): RetentionTask[] {
+export function ledgerRetentionTasks(db: Db, config: KeycapConfig, store: EntryStore, audit: RejectionAudit, shadow?: ShadowStore): RetentionTask[] {
   const { retention, clockToleranceSeconds } = config;
   const tasks: RetentionTask[] = [
     // A record expires at exp + tolerance; one more tolerance covers a sweeping replica whose clock runs ahead.
     { name: "spent_capabilities", sweep: (limit) => store.expireSpentCapabilities(new Date(Date.now() - clockToleranceSeconds * 1000), limit) },
   ];
   if (retention.refusalsSeconds > 0) tasks.push(audit.retentionTask(retention.refusalsSeconds));
+  // A shadow run's would-be effects are sandbox records, kept as long as the run's calls (ADR 0028).
+  if (shadow && retention.callsSeconds > 0) {
+    tasks.push({ name: "shadow_entries", sweep: (limit) => shadow.expire(cutoff(retention.callsSeconds) as Date, limit) });
+  }
   if (retention.entriesSeconds > 0) {
     store.setEntryRetention(retention.entriesSeconds);
     const before = (): Date => cutoff(retention.entriesSeconds) as Date;
@@ -32,12 +37,11 @@ export function ledgerRetentionTasks(db: Db, config: KeycapConfig, store: EntryS
 export async function startLedgerRetention(
   db: Db,
   config: KeycapConfig,
-  store: EntryStore,
-  audit: RejectionAudit,
+  stores: { store: EntryStore; audit: RejectionAudit; shadow: ShadowStore },
   logger: Logger,
   metrics?: Metrics,
 ): Promise<RetentionSweeper> {
-  const tasks = ledgerRetentionTasks(db, config, store, audit);
+  const tasks = ledgerRetentionTasks(db, config, stores.store, stores.audit, stores.shadow);
   const { sweepIntervalMs, batch } = config.retention;
   return (await RetentionSweeper.open(db, tasks, { intervalMs: sweepIntervalMs, batch, service: "ledger", logger, metrics })).start();
 }

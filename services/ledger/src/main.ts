@@ -39,7 +39,8 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
       await RejectionAudit.open(mongo.db, { service: "ledger", unauthenticatedPerMinute: config.unauthenticatedAuditPerMinute, logger, metrics: deps.metrics }),
       (a) => a.close(),
     );
-    scope.own(await startLedgerRetention(mongo.db, config, store, audit, logger, deps.metrics), (s) => s.stop());
+    const shadow = await ShadowStore.open(mongo.db);
+    scope.own(await startLedgerRetention(mongo.db, config, { store, audit, shadow }, logger, deps.metrics), (s) => s.stop());
     const verifier = new CapabilityVerifier(keys.source, {
       issuer: config.issuer,
       audience: config.audience,
@@ -51,7 +52,7 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
     const ledger = new Ledger({
       verifier,
       entries: store,
-      shadow: await ShadowStore.open(mongo.db),
+      shadow,
       audit,
       maxPayloadBytes: config.maxPayloadBytes,
       clockToleranceSeconds: config.clockToleranceSeconds,

@@ -6,6 +6,7 @@
  */
 import type { Collection, Db } from "mongodb";
 import { isDuplicateKey } from "../../common/src/mongo";
+import { deleteBatch } from "../../common/src/retention-sweeper";
 import type { EntryDoc } from "./entry-store";
 
 /** A shadow effect: an entry and the shadow run it came from. */
@@ -20,6 +21,7 @@ export class ShadowStore {
   static async open(db: Db): Promise<ShadowStore> {
     const entries = db.collection<ShadowEntryDoc>("shadow_entries");
     await entries.createIndex({ tool_id: 1, recorded_at: -1, _id: -1 }, { name: "tool_newest_first" });
+    await entries.createIndex({ recorded_at: 1 }, { name: "recorded_at" });
     return new ShadowStore(entries);
   }
 
@@ -34,6 +36,15 @@ export class ShadowStore {
     const existing = await this.entries.findOne({ _id: doc._id });
     if (!existing) throw new Error(`shadow entry ${doc._id} vanished after a duplicate insert`);
     return { entry: existing, duplicate: true };
+  }
+
+  /**
+   * Retention (ADR 0031): removes up to `limit` shadow effects recorded before `before`. A
+   * shadow run's retry after that is a new would-be effect, as a live key is after its entry's
+   * retention; nothing live depends on these records.
+   */
+  expire(before: Date, limit: number): Promise<number> {
+    return deleteBatch(this.entries, { recorded_at: { $lt: before } }, limit);
   }
 
   async findByEffectId(effectId: string): Promise<EntryDoc | null> {
