@@ -6,8 +6,7 @@
 import type { Command } from "commander";
 import { KernelClient, type TlsOptions } from "../../../clients/ts/src";
 import { loadConfig } from "../../common/src/config";
-import { readKernelPidFile, type KernelPidFile } from "../../kernel/src";
-import { rotateSigningKeys } from "../../kernel/src";
+import type { KernelPidFile } from "../../kernel/src";
 import { OperatorError, tlsOptions, withTlsOptions, type OperatorOptions } from "./operator-context";
 
 const RELOAD_WAIT_MS = 10_000;
@@ -27,6 +26,8 @@ export function addKeyCommands(program: Command): void {
       "then SIGHUP the kernel running with this data directory (its pid is in $KEYCAP_DATA_DIR/kernel.pid) and wait until it signs with the new key",
     )
     .action(async (o: OperatorOptions & { reload?: boolean }) => {
+      // The kernel's module loads its database driver and more: only for this command (main.ts).
+      const { readKernelPidFile, rotateSigningKeys } = await import("../../kernel/src/index.js");
       const config = loadConfig();
       // With --reload, find the kernel first: a rotation it cannot be told about is not what was asked for.
       const target = o.reload ? await runningKernel(config.dataDir, tlsOptions(o)) : undefined;
@@ -56,7 +57,7 @@ interface RunningKernel extends KernelPidFile {
 
 /** The kernel named by the data directory's pid file, checked to be alive and answering. */
 async function runningKernel(dataDir: string, tls: TlsOptions | undefined): Promise<RunningKernel> {
-  const running = readKernelPidFile(dataDir);
+  const running = (await import("../../kernel/src/index.js")).readKernelPidFile(dataDir);
   if (!running)
     throw new OperatorError(
       `--reload: no kernel.pid in ${dataDir}: no kernel runs with this data directory (nothing rotated); start one, or rotate without --reload`,

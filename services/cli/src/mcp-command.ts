@@ -9,7 +9,6 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import type { Command } from "commander";
-import { createStderrLogger, initPolicy, PolicyError, PolicyMismatchError, RegistrationError, runMcpGateway } from "../../mcp/src";
 import { stopTracing } from "../../common/src/tracing";
 import { EXIT } from "./exit-status";
 
@@ -22,6 +21,8 @@ export function addMcpCommand(program: Command): void {
     .option("--http <host:port>", "serve MCP's Streamable HTTP at http://<host:port>/mcp (loopback only; env KEYCAP_MCP_LISTEN) instead of stdio")
     .action(async (o: { policy?: string; http?: string }) => {
       if (o.policy === undefined) return mcp.error("--policy <file> is required (or `keycap mcp init` to write one)");
+      // The gateway's module (MCP SDK, database driver) loads only for this command (main.ts).
+      const { PolicyError, PolicyMismatchError, RegistrationError, runMcpGateway } = await import("../../mcp/src/index.js");
       try {
         await runMcpGateway(o.policy, o.http !== undefined ? { http: o.http } : {});
       } catch (err) {
@@ -44,6 +45,7 @@ export function addMcpCommand(program: Command): void {
       if (cmd === undefined) return mcp.error("the upstream's command is required");
       const name = o.name ?? defaultName(command);
       if (!/^[A-Za-z0-9_.-]{1,64}$/.test(name)) return mcp.error(`--name must be 1-64 of [A-Za-z0-9_.-], got ${JSON.stringify(name)}`);
+      const { createStderrLogger, initPolicy } = await import("../../mcp/src/index.js");
       const text = await initPolicy(name, cmd, args, createStderrLogger("mcp", "warn"));
       if (o.out === undefined) process.stdout.write(text);
       else fs.writeFileSync(o.out, text, { flag: "wx" });
