@@ -14,17 +14,23 @@
  * repeat of a completed key returns the stored response (Redis) without running the
  * insert; a repeat while the first is in flight is refused (ABORTED). Nothing at the sink
  * checks anything: any process holding the database credentials writes whatever it likes.
+ *
+ * The in-process peer (scenario `peer-inproc`, openInProcessPeer) is the same writer
+ * (openPeerWriter) inside the load-driving process, called without an RPC.
  */
 import { status, type ServerUnaryCall } from "@grpc/grpc-js";
 import { IdempotencyAlreadyInProgressError, IdempotencyConfig, makeIdempotent } from "@aws-lambda-powertools/idempotency";
 import { CachePersistenceLayer } from "@aws-lambda-powertools/idempotency/cache";
 import { createClient } from "@redis/client";
 import { BaselineServiceService, WriteResponse, type BaselineServiceServer, type WriteRequest } from "../gen/ts/keycap/bench/v1/baseline";
+import type { KeycapConfig } from "../services/common/src/config";
 import { KeycapError } from "../services/common/src/errors";
 import type { ServiceBinding } from "../services/common/src/grpc-server";
 import { unaryHandler } from "../services/common/src/grpc-status";
 import type { Logger } from "../services/common/src/logger";
+import { connectMongo } from "../services/common/src/mongo";
 import { runServices, type RunningService, type ServiceDeps } from "../services/common/src/service-runner";
+import { EntryStore } from "../services/ledger/src/entry-store";
 import { BaselineWriter, startBenchWriter } from "./baseline-server";
 
 /** The peer's Redis, from bench/stack.ts. */
@@ -90,15 +96,57 @@ export function benchPeerBinding(writer: PeerWriter, logger: Logger): ServiceBin
   return { name: "keycap.bench.v1.BaselineService", definition: BaselineServiceService, implementation };
 }
 
+/**
+ * The peer's writer: Powertools on a Redis client of its own around the baseline's insert
+ * into `entries`. What the gRPC peer and the in-process peer share, so the two run the very
+ * same code; `release` closes the Redis client.
+ */
+export async function openPeerWriter(entries: EntryStore, maxPayloadBytes: number, redisUrl: string): Promise<{ writer: PeerWriter; release: () => void }> {
+  const redis = await createClient({ url: redisUrl }).connect();
+  const writer = new PeerWriter(new BaselineWriter(entries, maxPayloadBytes), new CachePersistenceLayer({ client: redis }));
+  return { writer, release: () => redis.destroy() };
+}
+
 /** Starts the peer on KEYCAP_LEDGER_LISTEN with the ledger's MongoDB settings and KEYCAP_BENCH_REDIS_URL (see startBenchWriter). */
 export async function startPeer(deps: ServiceDeps): Promise<RunningService> {
   const url = process.env[PEER_REDIS_URL_ENV];
   if (!url) throw new Error(`${PEER_REDIS_URL_ENV} is not set`);
   return startBenchWriter("peer", deps, async (entries, logger) => {
-    const redis = await createClient({ url }).connect();
-    const writer = new PeerWriter(new BaselineWriter(entries, deps.config.maxPayloadBytes), new CachePersistenceLayer({ client: redis }));
-    return { service: benchPeerBinding(writer, logger), release: () => redis.destroy() };
+    const { writer, release } = await openPeerWriter(entries, deps.config.maxPayloadBytes, url);
+    return { service: benchPeerBinding(writer, logger), release };
   });
+}
+
+/** The peer inside the calling process (scenario `peer-inproc`). */
+export interface InProcessPeer {
+  writer: PeerWriter;
+  /** Closes the Redis client, the entry store and the MongoDB connection. */
+  close(): Promise<void>;
+}
+
+/**
+ * The peer as a team embedding Powertools in the tool's own process runs it (scenario
+ * `peer-inproc`): the same writer as the gRPC peer (openPeerWriter), called directly, no
+ * RPC. Its MongoDB connection is opened as startBenchWriter opens the gRPC peer's (the
+ * `config` the peer process would load: database, timeout, payload limit).
+ */
+export async function openInProcessPeer(config: KeycapConfig, mongoUri: string, redisUrl: string): Promise<InProcessPeer> {
+  const mongo = await connectMongo(mongoUri, config.mongodbDatabase, config.mongodbTimeoutMs);
+  try {
+    const entries = await EntryStore.open(mongo.db);
+    const { writer, release } = await openPeerWriter(entries, config.maxPayloadBytes, redisUrl);
+    return {
+      writer,
+      close: async () => {
+        release();
+        await entries.close();
+        await mongo.close();
+      },
+    };
+  } catch (err) {
+    await mongo.close();
+    throw err;
+  }
 }
 
 if (require.main === module) void runServices("peer", [startPeer]);

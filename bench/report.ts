@@ -10,6 +10,7 @@ import { clientCallsMarkdown, type ClientCallsResult } from "./client-calls";
 import type { ProcUsage } from "./proc-sampler";
 import type { LatencySummary } from "./stats";
 import { formatSpread, type SpreadRatio } from "./repetitions";
+import { CALL, CALL_2X2, CALL_UNARY, PEER, PEER_INPROC } from "./scenarios";
 
 /** A ratio between two scenarios; on a pooled row, the median of the repetitions' ratios with their range. */
 export interface Ratio {
@@ -40,14 +41,17 @@ export interface RunResult {
   latencyMs: LatencySummary;
   /** Ratios to ledger-write-baseline at the same concurrency, in the same run. */
   vsBaseline?: Ratio;
-  /** `call` and `call-2x2`: ratios to `peer-powertools` at the same concurrency, in the same run. */
+  /** `call` and `call-2x2`: ratios to `peer-powertools` (the gRPC peer) at the same concurrency, in the same run. */
   vsPeer?: Ratio;
+  /** `call` and `call-2x2`: ratios to `peer-inproc` (the peer inside the load driver) at the same concurrency, in the same run. */
+  vsInproc?: Ratio;
   /** `call-2x2`: ratios to the single-process `call` at the same concurrency, in the same run. */
   vsCall?: Ratio;
   /**
    * Resource use of each process during the run: "ledger" (or the baseline / peer serving
-   * the scenario), "kernel", "db"; "kernel2", "ledger2" for replicas, "redis" for the peer,
-   * "driver" (this process) for the Node driver.
+   * the scenario), "kernel", "db"; "kernel2", "ledger2" for replicas, "redis" for the peers,
+   * "driver" (this process) for the Node driver. `peer-inproc` has no "ledger": the peer
+   * runs in the driver, so "driver" is the load driver and the peer together.
    */
   services: Record<string, ProcUsage & { cpuMicrosPerRequest: number }>;
   /** ghz invocations (chunks) the run took. */
@@ -80,7 +84,7 @@ export interface BenchRecord {
     mongoBackend: string;
     mongoBackendReason: string;
     ferretdb?: string;
-    /** The peer scenario's Redis (`redis-server --version`) and libraries. */
+    /** The peer scenarios' Redis (`redis-server --version`) and libraries. */
     redis?: string;
     powertoolsIdempotency?: string;
     redisClient?: string;
@@ -208,10 +212,10 @@ export function busyCores(r: RunResult): number {
   return Object.values(r.services).reduce((n, u) => n + u.cpuSeconds, 0) / r.seconds;
 }
 
-/** `call` against the peer and against itself on two kernels and two ledgers, per concurrency; "" when neither ran. */
+/** `call` against the two peers and against itself on two kernels and two ledgers, per concurrency; "" when none of those ran. */
 export function wholeEffectMarkdown(rec: BenchRecord): string {
   const at = (name: string, c: number): RunResult | undefined => rec.runs.find((r) => r.scenario === name && r.concurrency === c);
-  const cs = [...new Set(rec.runs.filter((r) => r.scenario === "peer-powertools" || r.scenario === "call-2x2").map((r) => r.concurrency))].sort(
+  const cs = [...new Set(rec.runs.filter((r) => r.scenario === PEER || r.scenario === PEER_INPROC || r.scenario === CALL_2X2).map((r) => r.concurrency))].sort(
     (a, b) => a - b,
   );
   if (cs.length === 0) return "";
@@ -226,25 +230,29 @@ export function wholeEffectMarkdown(rec: BenchRecord): string {
           .join(", ")
       : "–";
   const lines: string[] = [];
-  lines.push("Whole effect: keycap's `call` against the peer (Powertools idempotency on Redis, same insert) and on two kernels + two ledgers:");
+  lines.push(
+    "Whole effect: keycap's `call` against the peer (Powertools idempotency on Redis, same insert) as a gRPC service (`peer`) and inside the load driver (`in-proc`), and on two kernels + two ledgers:",
+  );
   lines.push("");
   lines.push(
-    "| c | call req/s | call p99 ms | peer req/s | peer p99 ms | call ÷ peer req/s | call ÷ peer p99 | call-2x2 req/s | call-2x2 p99 ms | 2x2 ÷ call req/s | cores busy: ours (machine) call / peer / 2x2 |",
+    "| c | call req/s | call p99 ms | peer req/s | peer p99 ms | call ÷ peer req/s | call ÷ peer p99 | in-proc req/s | in-proc p99 ms | call ÷ in-proc req/s | call ÷ in-proc p99 | call-2x2 req/s | call-2x2 p99 ms | 2x2 ÷ call req/s | cores busy: ours (machine) call / peer / in-proc / 2x2 |",
   );
-  lines.push("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+  lines.push("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
   for (const c of cs) {
-    const call = at("call", c);
-    const peer = at("peer-powertools", c);
-    const x2 = at("call-2x2", c);
-    const cores = [call, peer, x2]
+    const call = at(CALL, c);
+    const peer = at(PEER, c);
+    const inproc = at(PEER_INPROC, c);
+    const x2 = at(CALL_2X2, c);
+    const cores = [call, peer, inproc, x2]
       .map((r) => (r ? `${fmt(busyCores(r), 2)} (${r.machineBusyCores !== undefined ? fmt(r.machineBusyCores, 2) : "–"})` : "–"))
       .join(" / ");
     lines.push(
       `| ${c} | ${rate(call)} | ${p99(call)} | ${rate(peer)} | ${p99(peer)} | ${fmtRatio(call?.vsPeer, "throughput")} | ${fmtRatio(call?.vsPeer, "p99")} | ` +
+        `${rate(inproc)} | ${p99(inproc)} | ${fmtRatio(call?.vsInproc, "throughput")} | ${fmtRatio(call?.vsInproc, "p99")} | ` +
         `${rate(x2)} | ${p99(x2)} | ${fmtRatio(x2?.vsCall, "throughput")} | ${cores} |`,
     );
   }
-  if (cs.some((c) => at("call-unary", c))) {
+  if (cs.some((c) => at(CALL_UNARY, c))) {
     lines.push("");
     lines.push(
       "Batched begins and completes (`call`, ADR 0022) against one RPC per BeginCall and per CompleteCall (`call-unary`, same client with coalescing off):",
@@ -253,19 +261,22 @@ export function wholeEffectMarkdown(rec: BenchRecord): string {
     lines.push("| c | call req/s | call-unary req/s | unary ÷ call req/s | unary ÷ call p99 | CPU µs per call: call-unary |");
     lines.push("| ---: | ---: | ---: | ---: | ---: | --- |");
     for (const c of cs) {
-      const u = at("call-unary", c);
+      const u = at(CALL_UNARY, c);
       if (!u) continue;
       lines.push(
-        `| ${c} | ${rate(at("call", c))} | ${rate(u)} | ${fmtRatio(u.vsCall, "throughput")} | ${fmtRatio(u.vsCall, "p99")} | ${cpu(u, "kernel", "ledger", "db", "driver")} |`,
+        `| ${c} | ${rate(at(CALL, c))} | ${rate(u)} | ${fmtRatio(u.vsCall, "throughput")} | ${fmtRatio(u.vsCall, "p99")} | ${cpu(u, "kernel", "ledger", "db", "driver")} |`,
       );
     }
   }
   lines.push("");
-  lines.push("| c | CPU µs per call: call | peer-powertools | call-2x2 (kernel and ledger summed over both) |");
-  lines.push("| ---: | --- | --- | --- |");
+  lines.push(
+    "| c | CPU µs per call: call | peer-powertools | peer-inproc (peer and load driver are one process: `peer+driver`) | call-2x2 (kernel and ledger summed over both) |",
+  );
+  lines.push("| ---: | --- | --- | --- | --- |");
   for (const c of cs) {
     lines.push(
-      `| ${c} | ${cpu(at("call", c), "kernel", "ledger", "db", "driver")} | ${cpu(at("peer-powertools", c), "ledger", "redis", "db", "driver").replace(/^ledger/, "peer")} | ${cpu(at("call-2x2", c), "kernel", "ledger", "db", "driver")} |`,
+      `| ${c} | ${cpu(at(CALL, c), "kernel", "ledger", "db", "driver")} | ${cpu(at(PEER, c), "ledger", "redis", "db", "driver").replace(/^ledger/, "peer")} | ` +
+        `${cpu(at(PEER_INPROC, c), "driver", "redis", "db").replace(/^driver/, "peer+driver")} | ${cpu(at(CALL_2X2, c), "kernel", "ledger", "db", "driver")} |`,
     );
   }
   return lines.join("\n");
@@ -305,9 +316,16 @@ export function checkTargets(runs: RunResult[], micro: MicroResult[], soak: Benc
   }
   if (call?.vsPeer) {
     out.push({
-      target: `whole call ≥ 0.7× the peer at c=${maxC} (issue 11)`,
+      target: `whole call ≥ 0.7× the gRPC peer at c=${maxC} (issues 11, 34)`,
       measured: `${fmtRatio(call.vsPeer, "throughput")}×`,
       met: call.vsPeer.throughput >= 0.7,
+    });
+  }
+  if (call?.vsInproc) {
+    out.push({
+      target: `whole call ≥ 0.3× the in-process peer at c=${maxC} (issue 34)`,
+      measured: `${fmtRatio(call.vsInproc, "throughput")}×`,
+      met: call.vsInproc.throughput >= 0.3,
     });
   }
   const call16 = at("call", 16);

@@ -14,6 +14,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { parseArgs, promisify } from "node:util";
 import { defineTool, KernelClient, LedgerClient } from "../clients/ts/src/index";
+import { loadConfig } from "../services/common/src/config";
 import { FERRETDB_VERSION } from "../services/common/src/embedded-mongo";
 import { descriptorSetPath, projectRoot } from "../services/common/src/repo-paths";
 import { BENCH_WRITE_TOOL_ID } from "./bench-ids";
@@ -27,12 +28,15 @@ import { measureClientCalls, type ClientCallsResult } from "./client-calls";
 import { runClosedLoop } from "./node-driver";
 import { machineCpuSeconds, memoryOf, ProcSampler, type ProcUsage } from "./proc-sampler";
 import { profileMarkdown } from "./profile";
+import { openInProcessPeer, type InProcessPeer } from "./peer-server";
+import { attachRatios, attachSpreads } from "./ratios";
 import { checkTargets, markdown, svgChart, type BenchRecord, type RunResult } from "./report";
+import { BASELINE, BASELINE_AFTER, CALL, CALL_2X2, CALL_UNARY, PEER, PEER_INPROC } from "./scenarios";
 import { measureRoundTrips, roundTripMarkdown } from "./round-trips";
 import { startStack, type Stack } from "./stack";
 import { crossPairs, RoundRobin } from "./round-robin";
 import { LatencyRecorder, summarise } from "./stats";
-import { interleavedPlan, spreadOf } from "./repetitions";
+import { interleavedPlan } from "./repetitions";
 
 /**
  * How many of ledger-write's latest keys ledger-duplicate replays: well inside the ledger's
@@ -46,22 +50,14 @@ const PROBE_REQUESTS = 600;
 /** The smallest later chunk (ghz's start-up is ~0.1 s; fewer requests would mostly measure it). */
 const MIN_CHUNK = 200;
 
-/** The baseline measured again after the enforced scenarios at the same level. */
-const BASELINE_AFTER = "ledger-write-baseline (after)";
 const WRITE_TOOL = BENCH_WRITE_TOOL_ID;
 const CALL_TOOL = "bench.call";
 const BASELINE_CALL = "keycap.bench.v1.BaselineService.Write";
 const LEDGER_CALL = "keycap.ledger.v1.LedgerService.Write";
-/** The peer: Powertools idempotency on Redis around the baseline's insert (bench/peer-server.ts). */
-const PEER = "peer-powertools";
-/** The whole call on two kernels and two ledgers (round robin), same databases. */
-const CALL_2X2 = "call-2x2";
-/** The whole call with one RPC per BeginCall and CompleteCall (a client with coalescing off, ADR 0022). */
-const CALL_UNARY = "call-unary";
 /** Concurrency levels call-2x2 runs at (where more processes could help). */
 const CALL_2X2_LEVELS = [16, 64];
 /** The node-driven scenarios, run after the ledger-only ones at each level, in this order. */
-const WHOLE_EFFECT = ["call", CALL_UNARY, PEER, CALL_2X2];
+const WHOLE_EFFECT = [CALL, CALL_UNARY, PEER, PEER_INPROC, CALL_2X2];
 /** The payload of every write: 256 bytes, like a small JSON effect description. */
 const PAYLOAD = Buffer.from(JSON.stringify({ kind: "charge", amount_cents: 129900, currency: "EUR", note: "x".repeat(180) }).padEnd(256, " "));
 
@@ -85,6 +81,8 @@ interface Options {
   microSeconds: number;
   concurrency: number[];
   scenarios: string[] | undefined;
+  /** Where the JSON and SVG go (default bench/results). */
+  resultsDir: string;
 }
 
 const log = (m: string): void => void process.stderr.write(`bench: ${m}\n`);
@@ -104,6 +102,7 @@ function options(): Options {
       reps: { type: "string" },
       concurrency: { type: "string" },
       scenarios: { type: "string" },
+      "results-dir": { type: "string" },
     },
   });
   const quick = values.quick === true;
@@ -122,6 +121,7 @@ function options(): Options {
     microSeconds: quick ? 0.3 : 2,
     concurrency: (values.concurrency ?? "1,16,64").split(",").map(Number),
     scenarios: values.scenarios?.split(","),
+    resultsDir: path.resolve(values["results-dir"] ?? path.join(projectRoot(), "bench", "results")),
   };
 }
 
@@ -136,9 +136,11 @@ interface Scenario {
   /**
    * Which processes serve it: ghz sends to the bench-only baseline process for
    * "baseline" (default the ledger); the "ledger" report column is the baseline or the
-   * peer for those, the kernel and ledger columns sum the replicas for "replicas".
+   * peer for those, the kernel and ledger columns sum the replicas for "replicas";
+   * "inproc" is served inside this process (the in-process peer): no service process,
+   * its CPU is the driver's.
    */
-  target?: "ledger" | "baseline" | "peer" | "replicas";
+  target?: "ledger" | "baseline" | "peer" | "inproc" | "replicas";
   /** Only at these concurrency levels (default all). */
   levels?: number[];
   /** ghz: n requests (keys and capabilities), made just before they are sent. */
@@ -249,17 +251,18 @@ class Bench {
    */
   private sampled(sc: Scenario): Record<string, number> {
     const pids = this.stack.pids;
-    // The peer has no kernel in its path: its rows leave the kernel columns empty.
-    const out: Record<string, number> = sc.target === "peer" ? {} : { kernel: pids["kernel"]! };
-    out["ledger"] = pids["ledger"]!;
+    // The peers have no kernel in their path: their rows leave the kernel columns empty.
+    const peer = sc.target === "peer" || sc.target === "inproc";
+    const out: Record<string, number> = peer ? {} : { kernel: pids["kernel"]! };
+    // The in-process peer has no process of its own: no ledger column either.
+    if (sc.target !== "inproc") out["ledger"] = pids["ledger"]!;
     if (pids["db"] !== undefined) out["db"] = pids["db"];
     if (sc.target === "baseline") out["ledger"] = pids["baseline"]!;
-    if (sc.target === "peer") {
-      out["ledger"] = pids["peer"]!;
-      out["redis"] = pids["redis"]!;
-    }
+    if (sc.target === "peer") out["ledger"] = pids["peer"]!;
+    if (peer) out["redis"] = pids["redis"]!;
     if (sc.target === "replicas") for (const [k, v] of Object.entries(pids)) if (/^(kernel|ledger)\d+$/.test(k)) out[k] = v;
-    // The Node driver runs in this process: its CPU is the client's.
+    // The Node driver runs in this process: its CPU is the client's (for the in-process
+    // peer, the client's and the peer's together: one process, one count).
     if (sc.driver === "node") out["driver"] = process.pid;
     return out;
   }
@@ -355,7 +358,7 @@ async function main(): Promise<void> {
   log(`micro benchmarks (${opts.microSeconds} s each)`);
   const micro = opts.profile ? { results: [], pinned: false } : await runMicroPinned(opts.microSeconds);
 
-  const resultsDir = path.join(projectRoot(), "bench", "results");
+  const resultsDir = opts.resultsDir;
   fs.mkdirSync(resultsDir, { recursive: true });
   const profileDir = path.join(resultsDir, `profile-${timestamp.replace(/:/g, "")}`);
 
@@ -366,6 +369,7 @@ async function main(): Promise<void> {
     ...(opts.profile ? (opts.profileService === "kernel" ? { kernelNodeFlags: profFlags } : { ledgerNodeFlags: profFlags }) : {}),
     ...(wanted(CALL_2X2) ? { replicas: 1 } : {}),
     ...(wanted(PEER) ? { peer: true } : {}),
+    ...(wanted(PEER_INPROC) ? { redis: true } : {}),
     log,
   });
   let stopping = false;
@@ -397,7 +401,11 @@ async function main(): Promise<void> {
   let soak: BenchRecord["soak"];
   let clientCalls: ClientCallsResult[] | undefined;
   const notes: string[] = [];
+  let inproc: InProcessPeer | undefined;
   try {
+    // The in-process peer: the gRPC peer's writer (bench/peer-server.ts) in this process, on
+    // the ledger's database with the configuration the peer process loads, and the same Redis.
+    if (wanted(PEER_INPROC) && stack.redis) inproc = await openInProcessPeer(loadConfig(stack.ledgerEnv), stack.mongo.uri, stack.redis.url);
     const factory = await CapabilityFactory.open(stack.signingKeyFile);
     await kernel.registerTool(
       defineTool({ id: CALL_TOOL, effect: { kind: "idempotent", key: { fields: TEN_FIELD_DERIVATION.fields as [string, ...string[]] } } }),
@@ -512,6 +520,21 @@ async function main(): Promise<void> {
         },
       },
       {
+        // The same peer inside this process, as a team embedding Powertools in the tool's
+        // own process runs it: the same writer and keys as peer-powertools, no RPC.
+        name: PEER_INPROC,
+        driver: "node",
+        expected: "OK",
+        target: "inproc",
+        newOp: () => {
+          const space = newKeySpace("inproc");
+          return (i: number): Promise<WriteResponse> => {
+            if (!inproc) return Promise.reject(new Error("no in-process peer opened"));
+            return inproc.writer.write({ key: benchKey(space, i), payload: PAYLOAD });
+          };
+        },
+      },
+      {
         name: CALL_2X2,
         driver: "node",
         expected: "OK",
@@ -542,10 +565,11 @@ async function main(): Promise<void> {
       // fills (FerretDB's SQLite checkpoints, table growth), so a baseline measured only
       // before the enforced scenarios would flatter or penalise them by position alone.
       // Ratios are taken against the mean of the two, within each repetition.
-      const baseline = scenarios.find((s) => s.name === "ledger-write-baseline");
+      const baseline = scenarios.find((s) => s.name === BASELINE);
       const orderAt = (c: number): Scenario[] => {
-        // The whole effect (`call`, the peer, `call-2x2`: the kernel's journal plus a
-        // write, or the peer's Redis plus the insert) goes last, after the second baseline.
+        // The whole effect (`call`, the peers, `call-2x2`: the kernel's journal plus a
+        // write, or the peer's Redis plus the insert) goes last, after the second baseline,
+        // in WHOLE_EFFECT's order: the in-process peer right after the gRPC one.
         const atLevel = scenarios.filter((s) => !s.levels || s.levels.includes(c));
         const ledgerOnly = atLevel.filter((s) => !WHOLE_EFFECT.includes(s.name));
         const whole = WHOLE_EFFECT.flatMap((n) => atLevel.filter((s) => s.name === n));
@@ -581,6 +605,7 @@ async function main(): Promise<void> {
     ledger.close();
     for (const c of pairClients) c.close();
     peer?.close();
+    await inproc?.close().catch((err: unknown) => log(`closing the in-process peer: ${err instanceof Error ? err.message : String(err)}`));
     bench.cleanup();
     log("stopping services");
     await stack.stop();
@@ -612,9 +637,9 @@ async function main(): Promise<void> {
       mongoBackendReason: stack.mongo.reason,
       ...(stack.mongo.backend === "ferretdb-sqlite" ? { ferretdb: `${FERRETDB_VERSION} (SQLite)` } : {}),
       ...(stack.mongo.backend === "ferretdb-pg" ? { ferretdb: `${FERRETDB_VERSION} (PostgreSQL)` } : {}),
-      ...(stack.peer
+      ...(stack.redis
         ? {
-            redis: stack.peer.redis.version,
+            redis: stack.redis.version,
             powertoolsIdempotency: packageVersion("@aws-lambda-powertools/idempotency"),
             redisClient: packageVersion("@redis/client"),
           }
@@ -659,45 +684,6 @@ async function main(): Promise<void> {
   if (!opts.quick && !opts.scenarios) fs.writeFileSync(path.join(resultsDir, "latest.svg"), svg);
   process.stdout.write(markdown(rec));
   log(`wrote ${base}.json and ${base}.svg in ${((Date.now() - started) / 1000).toFixed(0)} s`);
-}
-
-/** Ratios within one set of runs measured together: to the baseline (mean of before and after), the peer, one `call`. */
-function attachRatios(runs: RunResult[]): void {
-  for (const r of runs) {
-    const bases = runs.filter((b) => (b.scenario === "ledger-write-baseline" || b.scenario === BASELINE_AFTER) && b.concurrency === r.concurrency);
-    if (bases.length === 0) continue;
-    const throughput = bases.reduce((n, b) => n + b.throughput, 0) / bases.length;
-    const p99 = bases.reduce((n, b) => n + b.latencyMs.p99, 0) / bases.length;
-    r.vsBaseline = { throughput: r.throughput / throughput, p99: r.latencyMs.p99 / p99 };
-  }
-  for (const r of runs) {
-    const at = (name: string): RunResult | undefined => runs.find((x) => x.scenario === name && x.concurrency === r.concurrency);
-    const p = at(PEER);
-    if (p && (r.scenario === "call" || r.scenario === CALL_2X2)) r.vsPeer = { throughput: r.throughput / p.throughput, p99: r.latencyMs.p99 / p.latencyMs.p99 };
-    const single = at("call");
-    if (single && (r.scenario === CALL_2X2 || r.scenario === CALL_UNARY))
-      r.vsCall = { throughput: r.throughput / single.throughput, p99: r.latencyMs.p99 / single.latencyMs.p99 };
-  }
-}
-
-/** A pooled row's ratios: the median of its repetitions' ratios, with their range. */
-function attachSpreads(runs: RunResult[], repetitions: RunResult[]): void {
-  type Ratio = NonNullable<RunResult["vsBaseline"]>;
-  const across = (ratios: (Ratio | undefined)[]): Ratio | undefined => {
-    const present = ratios.filter((x): x is Ratio => x !== undefined);
-    const throughput = spreadOf(present.map((x) => x.throughput));
-    const p99 = spreadOf(present.map((x) => x.p99));
-    return throughput && p99 ? { throughput: throughput.median, p99: p99.median, spread: { throughput, p99 } } : undefined;
-  };
-  for (const r of runs) {
-    const mine = repetitions.filter((x) => x.scenario === r.scenario && x.concurrency === r.concurrency);
-    const vsBaseline = across(mine.map((x) => x.vsBaseline));
-    const vsPeer = across(mine.map((x) => x.vsPeer));
-    const vsCall = across(mine.map((x) => x.vsCall));
-    if (vsBaseline) r.vsBaseline = vsBaseline;
-    if (vsPeer) r.vsPeer = vsPeer;
-    if (vsCall) r.vsCall = vsCall;
-  }
 }
 
 /** One scenario's measurements at one level, pooled: answers, statuses and CPU summed over their time. */

@@ -7,7 +7,8 @@
  * On request also: the peer (bench/peer-server.ts, Powertools idempotency on a Redis of
  * its own, bench/redis.ts) on the ledger's database, and extra kernel + ledger replicas
  * sharing the first kernel's data dir (signing keys, runtime secret) and the same two
- * databases.
+ * databases. The in-process peer (scenario `peer-inproc`) is no process of the stack: the
+ * bench opens it itself from `ledgerEnv` and `redis`, which the stack starts for it.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import * as crypto from "node:crypto";
@@ -70,9 +71,16 @@ export interface Stack {
   replicas: Replica[];
   /** The peer, when asked for. */
   peer?: PeerProc;
+  /** Redis, with the peer or when asked for (StackOptions.redis); the peer's, when both. */
+  redis?: RedisHandle;
+  /**
+   * The environment the ledger, the baseline and the peer start with (before the wire tap
+   * rewrites MONGODB_URI): the in-process peer loads its configuration from it.
+   */
+  ledgerEnv: Record<string, string>;
   /**
    * PIDs to sample: ledger, kernel, baseline and, when found, the MongoDB-protocol server;
-   * with replicas kernel2, ledger2, ...; with the peer `peer` and `redis`.
+   * with replicas kernel2, ledger2, ...; with the peer `peer` and `redis`; with Redis alone `redis`.
    */
   pids: Record<string, number>;
   /** With `tap`: one wire tap per service, between it and the database. */
@@ -93,6 +101,8 @@ export interface StackOptions {
   replicas?: number;
   /** Start Redis and the peer (bench/peer-server.ts). */
   peer?: boolean;
+  /** Start Redis even without the peer (for the in-process peer). */
+  redis?: boolean;
   /** Progress messages (e.g. installing redis-server). */
   log?: (m: string) => void;
 }
@@ -186,15 +196,17 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     }
     let peer: PeerProc | undefined;
     let peerTap: WireTap | undefined;
-    if (opts.peer) {
+    if (opts.peer || opts.redis) {
       redis = await startRedis(opts.log ? { log: opts.log } : {});
+      pids["redis"] = redis.pid;
+    }
+    if (opts.peer && redis) {
       const peerDb = await tapFor();
       peerTap = peerDb.tap;
       const proc = await startService("peer", { ...ledgerEnv, MONGODB_URI: peerDb.uri, KEYCAP_BENCH_REDIS_URL: redis.url }, opts.readyTimeoutMs);
       started.push(proc);
       peer = { proc, address: need(proc.endpoints, "peer"), redis };
       pids["peer"] = proc.pid;
-      pids["redis"] = redis.pid;
     }
     const db = mongo.pid ?? findChildPids(process.pid, "mongod")[0];
     if (db !== undefined) pids["db"] = db;
@@ -211,6 +223,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       signingKeyFile: path.join(dataDir, "signing-keys.json"),
       replicas,
       ...(peer ? { peer } : {}),
+      ...(redis ? { redis } : {}),
+      ledgerEnv,
       pids,
       ...(kernelDb.tap && ledgerDb.tap && baselineDb.tap
         ? { taps: { kernel: kernelDb.tap, ledger: ledgerDb.tap, baseline: baselineDb.tap, ...(peerTap ? { peer: peerTap } : {}) } }
