@@ -97,9 +97,12 @@ export class ListingMarks {
         // Past the cutoff's bucket: stop; at it, go in (its older part may go) but it stays.
         if (removed >= s.limit || bucket > last.slice(0, digits) || (depth === LEVELS.length - 1 && bucket === last)) return false;
         const inner = new Map<string, Scope>();
-        let cleared = true;
-        if (depth === LEVELS.length - 1) removed += await this.sweepSecond(coll, s, bucket, projection, inner);
-        else cleared = await walk(markId(s.name, all, level, bucket), depth + 1, inner);
+        let cleared: boolean;
+        if (depth === LEVELS.length - 1) {
+          const r = await this.sweepSecond(coll, s, bucket, projection, inner);
+          removed += r.removed;
+          cleared = r.cleared;
+        } else cleared = await walk(markId(s.name, all, level, bucket), depth + 1, inner);
         for (const [k, v] of inner) seen.set(k, v);
         if (!cleared) return false;
         // The node in every listing its records were in, once nothing is under it.
@@ -118,19 +121,20 @@ export class ListingMarks {
     return removed;
   }
 
-  /** Removes one second's records; notes the listings they were in. @returns how many went. */
+  /** Removes one second's records; notes the listings they were in. */
   private async sweepSecond<T extends { _id: string }>(
     coll: Collection<T>,
     s: BucketSweep<T>,
     second: string,
     projection: Document,
     seen: Map<string, Scope>,
-  ): Promise<number> {
+  ): Promise<{ removed: number; cleared: boolean }> {
     const docs = (await coll.find({ lb: second } as unknown as Filter<T>, { projection }).toArray()) as T[];
-    if (docs.length === 0) return 0;
+    if (docs.length === 0) return { removed: 0, cleared: true };
     for (const d of docs) for (const scope of s.scopes(d)) if (scope.scope !== "all") seen.set(`${scope.scope}/${scope.value}`, scope);
+    if (s.remove) return s.remove(second, docs);
     const res = await coll.deleteMany({ lb: second } as unknown as Filter<T>, { writeConcern: { w: "majority" } });
-    return res.deletedCount;
+    return { removed: res.deletedCount, cleared: true };
   }
 
   /**
@@ -237,6 +241,11 @@ export interface BucketSweep<T> {
   /** The listings a record is in (its marks), read from the fields `fields` names. */
   scopes: (doc: T) => Scope[];
   fields: readonly (keyof T & string)[];
+  /**
+   * Removes one second's records (default: all of them by `lb`) and says whether the second is
+   * empty now; a second not cleared stops the sweep there (its marks stay) until a later one.
+   */
+  remove?: (second: string, docs: readonly T[]) => Promise<{ removed: number; cleared: boolean }>;
 }
 
 /**
