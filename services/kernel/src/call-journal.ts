@@ -85,6 +85,9 @@ export type CallCriterion = { field: "_id" | "run_id" | "key" | "principal"; val
 
 const MAJORITY = { writeConcern: { w: "majority" as const } };
 
+/** Reads by `_id` in flight at once for one answer: a page's completions never take the whole connection pool. */
+const READS_IN_FLIGHT = 32;
+
 export interface JournalOptions {
   /** Removal of finished calls' pending copies: ids per delete (64) and longest wait in ms (100). */
   sweep?: { batch?: number; maxDelayMs?: number };
@@ -172,13 +175,20 @@ export class CallJournal {
     const calls = db.collection<CallRecord>("calls");
     const completions = db.collection<CompletionDoc>("call_completions");
     const pending = db.collection<CallRecord>("pending_calls");
-    // Awaited at start: a failure stops the start (no fire-and-forget indexes).
+    // Awaited at start: a failure stops the start (no fire-and-forget indexes). One index per
+    // command (see EntryStore.open).
     // `call_completions` is only read by `_id`; `calls` by `_id`, and by run for a run's
     // listing and a replay's matching (ADR 0028: an equality filter, then the run's order).
     await calls.createIndex({ run_id: 1, created_at: 1, _id: 1 });
     // An operator's search by key or principal (SearchCalls, ADR 0032), newest first.
     await calls.createIndex({ key: 1, created_at: -1, _id: -1 });
     await calls.createIndex({ principal: 1, created_at: -1, _id: -1 });
+    // The same reads on FerretDB/PostgreSQL, which pushes down only top-level equality and
+    // serves it from an `eq_` index's GIN twin (ADR 0033): a run's or a key's calls, the
+    // indeterminate calls.
+    await calls.createIndex({ run_id: 1 }, { name: "eq_run_id" });
+    await calls.createIndex({ key: 1 }, { name: "eq_key" });
+    await calls.createIndex({ state: 1 }, { name: "eq_state" });
     await pending.createIndex({ created_at: 1, _id: 1 });
     await pending.createIndex({ tool_id: 1, created_at: 1, _id: 1 });
     // Retention (ADR 0031) finds completed calls by the time of their completion.
@@ -357,6 +367,8 @@ export class CallJournal {
   /**
    * Calls whose one indexed field equals the criterion, newest first, after the cursor;
    * `tools` (when given) keeps only those tools' calls. Stopped at the operator time limit.
+   * A call id, run or key reads its matches by equality (`_id`, `eq_run_id`, `eq_key`;
+   * sorted by the database, on FerretDB in memory); the page's completions by `_id`.
    */
   async search(criterion: CallCriterion, tools: readonly string[] | undefined, after: JournalCursor | undefined, limit: number): Promise<PendingPage> {
     const filter: Filter<CallRecord> = { [criterion.field]: criterion.value };
@@ -370,7 +382,7 @@ export class CallJournal {
       .toArray();
     const page = found.slice(0, limit);
     const ids = page.map((c) => c._id);
-    const done = new Map(ids.length ? (await this.completions.find({ _id: { $in: ids } }, limited).toArray()).map((c) => [c._id, c]) : []);
+    const done = await this.completionsOf(ids, limited);
     const last = page[page.length - 1];
     return {
       calls: page.map((c) => (done.has(c._id) ? withCompletion(c, done.get(c._id)!) : c)),
@@ -389,7 +401,7 @@ export class CallJournal {
   async listPending(toolId: string | readonly string[], after: JournalCursor | undefined, limit: number): Promise<PendingPage> {
     const { page, completed, next } = await this.pageOf(this.pending, {}, toolId, after, limit);
     const ids = page.filter((c) => !completed.has(c._id)).map((c) => c._id);
-    const journaled = new Map(ids.length ? (await this.calls.find({ _id: { $in: ids } }).toArray()).map((c) => [c._id, c]) : []);
+    const journaled = await byId(ids, (id) => this.calls.findOne({ _id: id }));
     const calls: CallRecord[] = [];
     for (const copy of page) {
       if (completed.has(copy._id)) {
@@ -406,7 +418,8 @@ export class CallJournal {
 
   /**
    * Calls recovery marked indeterminate and nobody has completed since, oldest first.
-   * An operator's query: it reads the journal (a scan on FerretDB), never on the hot path.
+   * An operator's query, never on the hot path: an equality on `eq_state`, so it reads the
+   * indeterminate calls (sorted in memory on FerretDB), not the journal.
    */
   async listIndeterminate(toolId: string | readonly string[], after: JournalCursor | undefined, limit: number): Promise<PendingPage> {
     const { page, completed, next } = await this.pageOf(this.calls, { state: "indeterminate" }, toolId, after, limit);
@@ -422,8 +435,7 @@ export class CallJournal {
     // An operator's listing is stopped at the operator time limit; a replay's match is not an operator read.
     const limited = opts.operator === true ? this.operatorRead() : {};
     const calls = await this.calls.find({ run_id: runId }, limited).sort({ created_at: 1, _id: 1 }).skip(skip).limit(limit).toArray();
-    const ids = calls.map((c) => c._id);
-    const done = new Map(ids.length ? (await this.completions.find({ _id: { $in: ids } }).toArray()).map((c) => [c._id, c]) : []);
+    const done = await this.completionsOf(calls.map((c) => c._id));
     return calls.map((c) => {
       const completion = done.get(c._id);
       return completion ? withCompletion(c, completion) : c;
@@ -433,8 +445,10 @@ export class CallJournal {
   /**
    * How many calls are pending and indeterminate, for the metrics gauges (read at scrape
    * time). Pending counts the pending copies, which may include a finished call whose copy
-   * the sweeper has not removed yet (a moment's overcount). Indeterminate scans the journal
-   * like {@link listIndeterminate}, and leaves out those an operator has completed since.
+   * the sweeper has not removed yet (a moment's overcount). Indeterminate reads the
+   * indeterminate calls by `eq_state` like {@link listIndeterminate}, and leaves out those an
+   * operator has completed since (one read by `_id` each): both in proportion to the
+   * unfinished calls, never to the journal.
    */
   async counts(): Promise<{ pending: number; indeterminate: number }> {
     const [pending, marked] = await Promise.all([
@@ -442,8 +456,8 @@ export class CallJournal {
       this.calls.find({ state: "indeterminate" }, { projection: { _id: 1 } }).toArray(),
     ]);
     const ids = marked.map((c) => c._id);
-    const completed = ids.length ? await this.completions.countDocuments({ _id: { $in: ids } }) : 0;
-    return { pending, indeterminate: ids.length - completed };
+    const completed = await this.completionsOf(ids, { projection: { _id: 1 } });
+    return { pending, indeterminate: marked.length - completed.size };
   }
 
   /**
@@ -505,9 +519,17 @@ export class CallJournal {
       .toArray();
     const page = found.slice(0, limit);
     const ids = page.map((c) => c._id);
-    const completed = new Set(ids.length ? (await this.completions.find({ _id: { $in: ids } }, { projection: { _id: 1 } }).toArray()).map((c) => c._id) : []);
+    const completed = new Set((await this.completionsOf(ids, { projection: { _id: 1 } })).keys());
     const last = page[page.length - 1];
     return { page, completed, next: found.length > limit && last ? { next: { createdAt: last.created_at.getTime(), id: last._id } } : {} };
+  }
+
+  /**
+   * The completions of these calls, one read by `_id` each (FerretDB pushes no `$in` down: it
+   * would read the whole collection), a bounded number in flight.
+   */
+  private completionsOf(ids: readonly string[], opts: { maxTimeMS?: number; projection?: { _id: 1 } } = {}): Promise<Map<string, CompletionDoc>> {
+    return byId(ids, (id) => this.completions.findOne({ _id: id }, opts));
   }
 
   /** Inserts the call's pending copy. @returns false when one was already there. */
@@ -552,6 +574,21 @@ export class CallJournal {
       this.logger.warn({ call_id: callId, err }, "could not remove the pending copy of a finished call; listing will skip and remove it");
     }
   }
+}
+
+/** Reads each id by equality, at most READS_IN_FLIGHT at once: the documents found, by id. */
+async function byId<T>(ids: readonly string[], read: (id: string) => Promise<T | null>): Promise<Map<string, T>> {
+  const out = new Map<string, T>();
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < ids.length) {
+      const id = ids[next++]!;
+      const doc = await read(id);
+      if (doc) out.set(id, doc);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(READS_IN_FLIGHT, ids.length) }, worker));
+  return out;
 }
 
 function withCompletion(call: CallRecord, c: CompletionDoc): CallRecord {
