@@ -1,5 +1,6 @@
 import type { Collection, Db, Filter } from "mongodb";
 import type { CapabilityClaims, EffectName } from "../../capability/src";
+import { createListingIndex, listingBucketOf, listNewestFirst, ListingMarks, type Scope } from "../../common/src/bucketed-listing";
 import { KeycapError } from "../../common/src/errors";
 import { isDuplicateKey } from "../../common/src/mongo";
 import { afterKeyset } from "../../common/src/paging";
@@ -39,6 +40,11 @@ export interface CallRecord {
   updated_at: Date;
   /** The principal that began the call (the capability's `sub`); absent on calls begun before principals existed. */
   principal?: string;
+  /**
+   * The second of `created_at` (`YYYYMMDDHHmmss`, ADR 0033): the bucket a search by principal
+   * reads the call in. Absent on calls journaled before it was kept (not found by principal).
+   */
+  lb?: string;
   /** The run mode when not live (ADR 0028); absent: live. */
   mode?: "shadow" | "replay";
   /** Replay calls: the recorded run, the recorded call matched and this call's position in its replay run. */
@@ -85,8 +91,12 @@ export type CallCriterion = { field: "_id" | "run_id" | "key" | "principal"; val
 
 const MAJORITY = { writeConcern: { w: "majority" as const } };
 
+/** The collection's name in the listing marks (ADR 0033). */
+const LISTED_AS = "calls";
 /** Reads by `_id` in flight at once for one answer: a page's completions never take the whole connection pool. */
 const READS_IN_FLIGHT = 32;
+/** A page's time limit when the journal was opened without one (tests; the services always set it). */
+const UNLIMITED_PAGE_MS = 600_000;
 
 export interface JournalOptions {
   /** Removal of finished calls' pending copies: ids per delete (64) and longest wait in ms (100). */
@@ -142,6 +152,7 @@ export class CallJournal {
     private readonly completions: Collection<CompletionDoc>,
     private readonly pending: Collection<CallRecord>,
     private readonly logger: Logger,
+    private readonly marks: ListingMarks,
     sweep: JournalOptions["sweep"] = {},
     private readonly listTimeMs: number | undefined = undefined,
   ) {
@@ -185,27 +196,32 @@ export class CallJournal {
     await calls.createIndex({ principal: 1, created_at: -1, _id: -1 });
     // The same reads on FerretDB/PostgreSQL, which pushes down only top-level equality and
     // serves it from an `eq_` index's GIN twin (ADR 0033): a run's or a key's calls, the
-    // indeterminate calls.
+    // indeterminate calls, and a principal's calls one second (`lb`) at a time.
     await calls.createIndex({ run_id: 1 }, { name: "eq_run_id" });
     await calls.createIndex({ key: 1 }, { name: "eq_key" });
     await calls.createIndex({ state: 1 }, { name: "eq_state" });
+    await createListingIndex(calls);
     await pending.createIndex({ created_at: 1, _id: 1 });
     await pending.createIndex({ tool_id: 1, created_at: 1, _id: 1 });
     // Retention (ADR 0031) finds completed calls by the time of their completion.
     await completions.createIndex({ completed_at: 1 }, { name: "completed_at" });
-    return new CallJournal(calls, completions, pending, logger, opts.sweep, opts.listTimeMs);
+    return new CallJournal(calls, completions, pending, logger, await ListingMarks.open(db), opts.sweep, opts.listTimeMs);
   }
 
   /**
    * Journals a new call, both writes (write concern majority) before the caller may
    * answer: first its pending copy, then the journal document. That order makes a crash
    * between the two leave a listed copy, which listPending and require() heal into the
-   * journal; the reverse order left a journaled call no listing could find.
+   * journal; the reverse order left a journaled call no listing could find. The listing
+   * marks of its principal's second (ADR 0033) are written alongside the copy, so before
+   * the journal document: a journaled call is always found by principal.
    * When the call id exists: the same tool, run and arguments return the existing call
    * (existing = true); anything else is refused, never overwritten.
    */
   async begin(record: CallRecord): Promise<{ call: CallRecord; existing: boolean }> {
-    const copyInserted = await this.insertPendingCopy(record);
+    record.lb = listingBucketOf(record.created_at);
+    // The marks are one insert the first time this process sees the principal's second, else none.
+    const [copyInserted] = await Promise.all([this.insertPendingCopy(record), this.markListings(record)]);
     faultPoint("journal.begin.after-pending-copy");
     try {
       await this.journalInserts.insert(record);
@@ -367,19 +383,37 @@ export class CallJournal {
   /**
    * Calls whose one indexed field equals the criterion, newest first, after the cursor;
    * `tools` (when given) keeps only those tools' calls. Stopped at the operator time limit.
-   * A call id, run or key reads its matches by equality (`_id`, `eq_run_id`, `eq_key`;
-   * sorted by the database, on FerretDB in memory); the page's completions by `_id`.
+   * Every read is an equality on an index, whatever the size of the journal: a call id, run
+   * or key reads its matches (`_id`, `eq_run_id`, `eq_key`; sorted by the database, on
+   * FerretDB in memory); a principal, who may have begun millions of calls, is read one
+   * second at a time from its listing marks (ADR 0033); the page's completions by `_id`.
    */
   async search(criterion: CallCriterion, tools: readonly string[] | undefined, after: JournalCursor | undefined, limit: number): Promise<PendingPage> {
+    // No tool visible: nothing to find (and no walk over a principal's seconds to find it).
+    if (tools && tools.length === 0) return { calls: [] };
     const filter: Filter<CallRecord> = { [criterion.field]: criterion.value };
+    // Not pushed down by FerretDB: applied to the equality read's matches.
     if (tools) filter.tool_id = { $in: [...tools] };
-    if (after) filter.$or = afterKeyset<CallRecord>("created_at", new Date(after.createdAt), after.id, "newest-first");
     const limited = this.operatorRead();
-    const found = await this.calls
-      .find(filter, limited)
-      .sort({ created_at: -1, _id: -1 })
-      .limit(limit + 1)
-      .toArray();
+    let found: CallRecord[];
+    if (criterion.field === "principal") {
+      found = await listNewestFirst(this.marks, this.calls, {
+        name: LISTED_AS,
+        scope: { scope: "principal", value: criterion.value },
+        timeField: "created_at",
+        filter,
+        after: after ? { at: new Date(after.createdAt), id: after.id } : undefined,
+        limit: limit + 1,
+        maxTimeMS: this.listTimeMs ?? UNLIMITED_PAGE_MS,
+      });
+    } else {
+      if (after) filter.$or = afterKeyset<CallRecord>("created_at", new Date(after.createdAt), after.id, "newest-first");
+      found = await this.calls
+        .find(filter, limited)
+        .sort({ created_at: -1, _id: -1 })
+        .limit(limit + 1)
+        .toArray();
+    }
     const page = found.slice(0, limit);
     const ids = page.map((c) => c._id);
     const done = await this.completionsOf(ids, limited);
@@ -532,6 +566,12 @@ export class CallJournal {
     return byId(ids, (id) => this.completions.findOne({ _id: id }, opts));
   }
 
+  /** The listing marks a journaled call needs before its journal document (ADR 0033): its principal's, if it has one. */
+  private markListings(call: CallRecord): Promise<void> {
+    const scopes: Scope[] = call.principal ? [{ scope: "principal", value: call.principal }] : [];
+    return scopes.length > 0 ? this.marks.ensure(LISTED_AS, call.created_at, scopes) : Promise.resolve();
+  }
+
   /** Inserts the call's pending copy. @returns false when one was already there. */
   private async insertPendingCopy(call: CallRecord): Promise<boolean> {
     try {
@@ -553,7 +593,10 @@ export class CallJournal {
     // Gone since it was listed: the call finished and retention removed it (never heal it back).
     if (!(await this.pending.findOne({ _id: copy._id }, { projection: { _id: 1 } }))) return undefined;
     try {
-      await this.calls.insertOne({ ...copy }, MAJORITY);
+      // A copy written before `lb` was kept gets it here; its marks go first, as in begin.
+      const call = { ...copy, lb: listingBucketOf(copy.created_at) };
+      await this.markListings(call);
+      await this.calls.insertOne(call, MAJORITY);
       this.logger.warn({ call_id: copy._id, tool_id: copy.tool_id }, "journaled a call whose BeginCall crashed between its two writes");
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;
