@@ -12,8 +12,7 @@ import { createLogger } from "../services/common/src/logger";
 import { CallJournal, type CallRecord } from "../services/kernel/src/call-journal";
 import { freshDatabaseName, testMongoUri } from "./support/mongo";
 
-function record(id: string): CallRecord {
-  const now = new Date();
+function record(id: string, now = new Date()): CallRecord {
   return {
     _id: id,
     tool_id: "rt.tool",
@@ -64,8 +63,16 @@ describe("call journal round trips", () => {
   const counts = (): Record<string, number> => Object.fromEntries(tap.snapshot().commands.map((c) => [`${c.command} ${c.collection}`, c.count] as const));
 
   it("a call begun and completed here: two inserts to begin, one to complete, nothing read", async () => {
+    // The first call of a principal in a second also writes that second's listing marks (ADR 0033),
+    // once per process: the next call of the same second does not.
+    const at = new Date();
+    // (Another second's first call opens the pool's second connection: its marks and the copy go in parallel.)
+    await journal.begin(record("c-warm", new Date(at.getTime() - 5000)));
     tap.reset();
-    await journal.begin(record("c-1"));
+    await journal.begin(record("c-0", at));
+    expect(counts()).to.deep.equal({ "insert pending_calls": 1, "insert listing_marks": 1, "insert calls": 1 });
+    tap.reset();
+    await journal.begin(record("c-1", at));
     expect(counts()).to.deep.equal({ "insert pending_calls": 1, "insert calls": 1 });
     tap.reset();
     const { call, alreadyCompleted } = await journal.complete("c-1", "succeeded", "");

@@ -80,7 +80,8 @@ describe("operator reads at volume (issue 32)", function () {
           n: i + j,
         })),
       );
-      // Calls recovery gave up on: an operator's listing reads and sorts them all.
+      // Calls recovery gave up on: the indeterminate listing reads them all (by `eq_state`: in
+      // proportion to the indeterminate calls, not the journal) and FerretDB sorts them in memory.
       await db.collection("calls").insertMany(
         Array.from({ length: n }, (_, j) => ({
           _id: `preloaded-call-${i + j}` as unknown as ObjectId,
@@ -189,6 +190,7 @@ describe("operator reads at volume (issue 32)", function () {
   });
 
   it("stops the kernel's listing of calls at the same limit, and the CLI says so", async function () {
+    // 20,000 indeterminate calls, none settled: the listing must read and sort every one of them.
     const r = await runCli(["calls", "--state", "indeterminate", "--kernel", svc.endpoints.kernel!], cliEnv());
     expect(r.code, r.stderr).to.equal(1);
     expect(r.stderr).to.include("stopped the query");

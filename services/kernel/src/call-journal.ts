@@ -1,5 +1,6 @@
 import type { Collection, Db, Filter } from "mongodb";
 import type { CapabilityClaims, EffectName } from "../../capability/src";
+import { createListingIndex, listingBucketOf, listNewestFirst, ListingMarks, type Scope } from "../../common/src/bucketed-listing";
 import { KeycapError } from "../../common/src/errors";
 import { isDuplicateKey } from "../../common/src/mongo";
 import { afterKeyset } from "../../common/src/paging";
@@ -39,6 +40,11 @@ export interface CallRecord {
   updated_at: Date;
   /** The principal that began the call (the capability's `sub`); absent on calls begun before principals existed. */
   principal?: string;
+  /**
+   * The second of `created_at` (`YYYYMMDDHHmmss`, ADR 0033): the bucket a search by principal
+   * reads the call in. Absent on calls journaled before it was kept (not found by principal).
+   */
+  lb?: string;
   /** The run mode when not live (ADR 0028); absent: live. */
   mode?: "shadow" | "replay";
   /** Replay calls: the recorded run, the recorded call matched and this call's position in its replay run. */
@@ -84,6 +90,13 @@ interface CompletionDoc {
 export type CallCriterion = { field: "_id" | "run_id" | "key" | "principal"; value: string };
 
 const MAJORITY = { writeConcern: { w: "majority" as const } };
+
+/** The collection's name in the listing marks (ADR 0033). */
+const LISTED_AS = "calls";
+/** Reads by `_id` in flight at once for one answer: a page's completions never take the whole connection pool. */
+const READS_IN_FLIGHT = 32;
+/** A page's time limit when the journal was opened without one (tests; the services always set it). */
+const UNLIMITED_PAGE_MS = 600_000;
 
 export interface JournalOptions {
   /** Removal of finished calls' pending copies: ids per delete (64) and longest wait in ms (100). */
@@ -139,6 +152,7 @@ export class CallJournal {
     private readonly completions: Collection<CompletionDoc>,
     private readonly pending: Collection<CallRecord>,
     private readonly logger: Logger,
+    private readonly marks: ListingMarks,
     sweep: JournalOptions["sweep"] = {},
     private readonly listTimeMs: number | undefined = undefined,
   ) {
@@ -172,30 +186,42 @@ export class CallJournal {
     const calls = db.collection<CallRecord>("calls");
     const completions = db.collection<CompletionDoc>("call_completions");
     const pending = db.collection<CallRecord>("pending_calls");
-    // Awaited at start: a failure stops the start (no fire-and-forget indexes).
+    // Awaited at start: a failure stops the start (no fire-and-forget indexes). One index per
+    // command (see EntryStore.open).
     // `call_completions` is only read by `_id`; `calls` by `_id`, and by run for a run's
     // listing and a replay's matching (ADR 0028: an equality filter, then the run's order).
     await calls.createIndex({ run_id: 1, created_at: 1, _id: 1 });
     // An operator's search by key or principal (SearchCalls, ADR 0032), newest first.
     await calls.createIndex({ key: 1, created_at: -1, _id: -1 });
     await calls.createIndex({ principal: 1, created_at: -1, _id: -1 });
+    // The same reads on FerretDB/PostgreSQL, which pushes down only top-level equality and
+    // serves it from an `eq_` index's GIN twin (ADR 0033): a run's or a key's calls, the
+    // indeterminate calls, and a principal's calls one second (`lb`) at a time.
+    await calls.createIndex({ run_id: 1 }, { name: "eq_run_id" });
+    await calls.createIndex({ key: 1 }, { name: "eq_key" });
+    await calls.createIndex({ state: 1 }, { name: "eq_state" });
+    await createListingIndex(calls);
     await pending.createIndex({ created_at: 1, _id: 1 });
     await pending.createIndex({ tool_id: 1, created_at: 1, _id: 1 });
     // Retention (ADR 0031) finds completed calls by the time of their completion.
     await completions.createIndex({ completed_at: 1 }, { name: "completed_at" });
-    return new CallJournal(calls, completions, pending, logger, opts.sweep, opts.listTimeMs);
+    return new CallJournal(calls, completions, pending, logger, await ListingMarks.open(db), opts.sweep, opts.listTimeMs);
   }
 
   /**
    * Journals a new call, both writes (write concern majority) before the caller may
    * answer: first its pending copy, then the journal document. That order makes a crash
    * between the two leave a listed copy, which listPending and require() heal into the
-   * journal; the reverse order left a journaled call no listing could find.
+   * journal; the reverse order left a journaled call no listing could find. The listing
+   * marks of its principal's second (ADR 0033) are written alongside the copy, so before
+   * the journal document: a journaled call is always found by principal.
    * When the call id exists: the same tool, run and arguments return the existing call
    * (existing = true); anything else is refused, never overwritten.
    */
   async begin(record: CallRecord): Promise<{ call: CallRecord; existing: boolean }> {
-    const copyInserted = await this.insertPendingCopy(record);
+    record.lb = listingBucketOf(record.created_at);
+    // The marks are one insert the first time this process sees the principal's second, else none.
+    const [copyInserted] = await Promise.all([this.insertPendingCopy(record), this.markListings(record)]);
     faultPoint("journal.begin.after-pending-copy");
     try {
       await this.journalInserts.insert(record);
@@ -357,20 +383,40 @@ export class CallJournal {
   /**
    * Calls whose one indexed field equals the criterion, newest first, after the cursor;
    * `tools` (when given) keeps only those tools' calls. Stopped at the operator time limit.
+   * Every read is an equality on an index, whatever the size of the journal: a call id, run
+   * or key reads its matches (`_id`, `eq_run_id`, `eq_key`; sorted by the database, on
+   * FerretDB in memory); a principal, who may have begun millions of calls, is read one
+   * second at a time from its listing marks (ADR 0033); the page's completions by `_id`.
    */
   async search(criterion: CallCriterion, tools: readonly string[] | undefined, after: JournalCursor | undefined, limit: number): Promise<PendingPage> {
+    // No tool visible: nothing to find (and no walk over a principal's seconds to find it).
+    if (tools && tools.length === 0) return { calls: [] };
     const filter: Filter<CallRecord> = { [criterion.field]: criterion.value };
+    // Not pushed down by FerretDB: applied to the equality read's matches.
     if (tools) filter.tool_id = { $in: [...tools] };
-    if (after) filter.$or = afterKeyset<CallRecord>("created_at", new Date(after.createdAt), after.id, "newest-first");
     const limited = this.operatorRead();
-    const found = await this.calls
-      .find(filter, limited)
-      .sort({ created_at: -1, _id: -1 })
-      .limit(limit + 1)
-      .toArray();
+    let found: CallRecord[];
+    if (criterion.field === "principal") {
+      found = await listNewestFirst(this.marks, this.calls, {
+        name: LISTED_AS,
+        scope: { scope: "principal", value: criterion.value },
+        timeField: "created_at",
+        filter,
+        after: after ? { at: new Date(after.createdAt), id: after.id } : undefined,
+        limit: limit + 1,
+        maxTimeMS: this.listTimeMs ?? UNLIMITED_PAGE_MS,
+      });
+    } else {
+      if (after) filter.$or = afterKeyset<CallRecord>("created_at", new Date(after.createdAt), after.id, "newest-first");
+      found = await this.calls
+        .find(filter, limited)
+        .sort({ created_at: -1, _id: -1 })
+        .limit(limit + 1)
+        .toArray();
+    }
     const page = found.slice(0, limit);
     const ids = page.map((c) => c._id);
-    const done = new Map(ids.length ? (await this.completions.find({ _id: { $in: ids } }, limited).toArray()).map((c) => [c._id, c]) : []);
+    const done = await this.completionsOf(ids, limited);
     const last = page[page.length - 1];
     return {
       calls: page.map((c) => (done.has(c._id) ? withCompletion(c, done.get(c._id)!) : c)),
@@ -389,7 +435,7 @@ export class CallJournal {
   async listPending(toolId: string | readonly string[], after: JournalCursor | undefined, limit: number): Promise<PendingPage> {
     const { page, completed, next } = await this.pageOf(this.pending, {}, toolId, after, limit);
     const ids = page.filter((c) => !completed.has(c._id)).map((c) => c._id);
-    const journaled = new Map(ids.length ? (await this.calls.find({ _id: { $in: ids } }).toArray()).map((c) => [c._id, c]) : []);
+    const journaled = await byId(ids, (id) => this.calls.findOne({ _id: id }));
     const calls: CallRecord[] = [];
     for (const copy of page) {
       if (completed.has(copy._id)) {
@@ -406,7 +452,8 @@ export class CallJournal {
 
   /**
    * Calls recovery marked indeterminate and nobody has completed since, oldest first.
-   * An operator's query: it reads the journal (a scan on FerretDB), never on the hot path.
+   * An operator's query, never on the hot path: an equality on `eq_state`, so it reads the
+   * indeterminate calls (sorted in memory on FerretDB), not the journal.
    */
   async listIndeterminate(toolId: string | readonly string[], after: JournalCursor | undefined, limit: number): Promise<PendingPage> {
     const { page, completed, next } = await this.pageOf(this.calls, { state: "indeterminate" }, toolId, after, limit);
@@ -422,8 +469,7 @@ export class CallJournal {
     // An operator's listing is stopped at the operator time limit; a replay's match is not an operator read.
     const limited = opts.operator === true ? this.operatorRead() : {};
     const calls = await this.calls.find({ run_id: runId }, limited).sort({ created_at: 1, _id: 1 }).skip(skip).limit(limit).toArray();
-    const ids = calls.map((c) => c._id);
-    const done = new Map(ids.length ? (await this.completions.find({ _id: { $in: ids } }).toArray()).map((c) => [c._id, c]) : []);
+    const done = await this.completionsOf(calls.map((c) => c._id));
     return calls.map((c) => {
       const completion = done.get(c._id);
       return completion ? withCompletion(c, completion) : c;
@@ -433,8 +479,10 @@ export class CallJournal {
   /**
    * How many calls are pending and indeterminate, for the metrics gauges (read at scrape
    * time). Pending counts the pending copies, which may include a finished call whose copy
-   * the sweeper has not removed yet (a moment's overcount). Indeterminate scans the journal
-   * like {@link listIndeterminate}, and leaves out those an operator has completed since.
+   * the sweeper has not removed yet (a moment's overcount). Indeterminate reads the
+   * indeterminate calls by `eq_state` like {@link listIndeterminate}, and leaves out those an
+   * operator has completed since (one read by `_id` each): both in proportion to the
+   * unfinished calls, never to the journal.
    */
   async counts(): Promise<{ pending: number; indeterminate: number }> {
     const [pending, marked] = await Promise.all([
@@ -442,8 +490,8 @@ export class CallJournal {
       this.calls.find({ state: "indeterminate" }, { projection: { _id: 1 } }).toArray(),
     ]);
     const ids = marked.map((c) => c._id);
-    const completed = ids.length ? await this.completions.countDocuments({ _id: { $in: ids } }) : 0;
-    return { pending, indeterminate: ids.length - completed };
+    const completed = await this.completionsOf(ids, { projection: { _id: 1 } });
+    return { pending, indeterminate: marked.length - completed.size };
   }
 
   /**
@@ -505,9 +553,23 @@ export class CallJournal {
       .toArray();
     const page = found.slice(0, limit);
     const ids = page.map((c) => c._id);
-    const completed = new Set(ids.length ? (await this.completions.find({ _id: { $in: ids } }, { projection: { _id: 1 } }).toArray()).map((c) => c._id) : []);
+    const completed = new Set((await this.completionsOf(ids, { projection: { _id: 1 } })).keys());
     const last = page[page.length - 1];
     return { page, completed, next: found.length > limit && last ? { next: { createdAt: last.created_at.getTime(), id: last._id } } : {} };
+  }
+
+  /**
+   * The completions of these calls, one read by `_id` each (FerretDB pushes no `$in` down: it
+   * would read the whole collection), a bounded number in flight.
+   */
+  private completionsOf(ids: readonly string[], opts: { maxTimeMS?: number; projection?: { _id: 1 } } = {}): Promise<Map<string, CompletionDoc>> {
+    return byId(ids, (id) => this.completions.findOne({ _id: id }, opts));
+  }
+
+  /** The listing marks a journaled call needs before its journal document (ADR 0033): its principal's, if it has one. */
+  private markListings(call: CallRecord): Promise<void> {
+    const scopes: Scope[] = call.principal ? [{ scope: "principal", value: call.principal }] : [];
+    return scopes.length > 0 ? this.marks.ensure(LISTED_AS, call.created_at, scopes) : Promise.resolve();
   }
 
   /** Inserts the call's pending copy. @returns false when one was already there. */
@@ -531,7 +593,10 @@ export class CallJournal {
     // Gone since it was listed: the call finished and retention removed it (never heal it back).
     if (!(await this.pending.findOne({ _id: copy._id }, { projection: { _id: 1 } }))) return undefined;
     try {
-      await this.calls.insertOne({ ...copy }, MAJORITY);
+      // A copy written before `lb` was kept gets it here; its marks go first, as in begin.
+      const call = { ...copy, lb: listingBucketOf(copy.created_at) };
+      await this.markListings(call);
+      await this.calls.insertOne(call, MAJORITY);
       this.logger.warn({ call_id: copy._id, tool_id: copy.tool_id }, "journaled a call whose BeginCall crashed between its two writes");
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;
@@ -552,6 +617,21 @@ export class CallJournal {
       this.logger.warn({ call_id: callId, err }, "could not remove the pending copy of a finished call; listing will skip and remove it");
     }
   }
+}
+
+/** Reads each id by equality, at most READS_IN_FLIGHT at once: the documents found, by id. */
+async function byId<T>(ids: readonly string[], read: (id: string) => Promise<T | null>): Promise<Map<string, T>> {
+  const out = new Map<string, T>();
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < ids.length) {
+      const id = ids[next++]!;
+      const doc = await read(id);
+      if (doc) out.set(id, doc);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(READS_IN_FLIGHT, ids.length) }, worker));
+  return out;
 }
 
 function withCompletion(call: CallRecord, c: CompletionDoc): CallRecord {
