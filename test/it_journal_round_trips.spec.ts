@@ -62,7 +62,7 @@ describe("call journal round trips", () => {
 
   const counts = (): Record<string, number> => Object.fromEntries(tap.snapshot().commands.map((c) => [`${c.command} ${c.collection}`, c.count] as const));
 
-  it("a call begun and completed here: two inserts to begin, one to complete, nothing read", async () => {
+  it("a call begun and completed here: two inserts to begin, one to complete (and a second's first marks), nothing read", async () => {
     // The first call of a principal in a second also writes that second's listing marks (ADR 0033),
     // once per process: the next call of the same second does not.
     const at = new Date();
@@ -78,7 +78,15 @@ describe("call journal round trips", () => {
     const { call, alreadyCompleted } = await journal.complete("c-1", "succeeded", "");
     expect(alreadyCompleted).to.equal(false);
     expect(call).to.include({ _id: "c-1", state: "completed", outcome: "succeeded", tool_id: "rt.tool" });
-    expect(counts()).to.deep.equal({ "insert call_completions": 1 });
+    // The first completion this process writes in a second also marks that second, for retention.
+    expect(counts()).to.deep.equal({ "insert listing_marks": 1, "insert call_completions": 1 });
+    tap.reset();
+    const second = Math.floor(Date.now() / 1000);
+    await journal.complete("c-0", "succeeded", "");
+    const c = counts();
+    expect(c["insert call_completions"]).to.equal(1);
+    // In the same second: its mark is known, nothing more (a second boundary between may add one).
+    if (Math.floor(Date.now() / 1000) === second) expect(c).to.deep.equal({ "insert call_completions": 1 });
   });
 
   it("removes the pending copies of 100 completed calls in two deletes (a batch of 64, then the rest), and none is listed as pending", async () => {

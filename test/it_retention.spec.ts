@@ -135,7 +135,7 @@ describe("retention (issue 32 item 3)", function () {
     await journal.begin(call("unsafe-old", "unsafe"));
     await journal.complete("done-old", "succeeded", "");
     await journal.markIndeterminate("unsafe-old", "UNSAFE_NOT_RETRIED", "needs a person", "rt");
-    await sleep(1_200);
+    await sleep(2_100); // past the whole second of the completion (retention goes by second, ADR 0033)
     await journal.begin(call("done-new"));
     await journal.complete("done-new", "succeeded", "");
     await journal.close();
@@ -159,7 +159,7 @@ describe("retention (issue 32 item 3)", function () {
     await journal.close();
     // The copy a crash between the completion and its removal leaves behind.
     await db.collection<CallRecord>("pending_calls").insertOne(call("crashed"));
-    await sleep(1_100);
+    await sleep(2_100); // past the whole second of the completion (retention goes by second, ADR 0033)
 
     expect(await journal.expireCompleted(cutoff(1) as Date, 10, 300)).to.equal(0);
     expect(await ids(db, "pending_calls")).to.deep.equal([]);

@@ -1,6 +1,6 @@
 import type { Collection, Db, Filter } from "mongodb";
 import type { CapabilityClaims, EffectName } from "../../capability/src";
-import { createListingIndex, listingBucketOf, listNewestFirst, ListingMarks, type Scope } from "../../common/src/bucketed-listing";
+import { createListingIndex, listingBucketOf, listNewestFirst, ListingMarks, sweepBucketsBefore, type Scope } from "../../common/src/bucketed-listing";
 import { KeycapError } from "../../common/src/errors";
 import { isDuplicateKey } from "../../common/src/mongo";
 import { afterKeyset } from "../../common/src/paging";
@@ -84,7 +84,13 @@ interface CompletionDoc {
   completed_at: Date;
   /** The principal that completed the call (CompleteCall, or the ResumeCall that found its effect); absent on older completions. */
   completed_by?: string;
+  /** The second of `completed_at`, by which retention finds it (ADR 0033); absent on older completions. */
+  lb?: string;
 }
+
+/** Completions in the listing marks: swept by bucket, never listed (ADR 0033). */
+const COMPLETIONS = "call_completions";
+const ALL: Scope[] = [{ scope: "all", value: "" }];
 
 /** What SearchCalls finds calls by: one indexed field (ADR 0032). */
 export type CallCriterion = { field: "_id" | "run_id" | "key" | "principal"; value: string };
@@ -146,6 +152,8 @@ export class CallJournal {
   private readonly completionInserts: InsertBatcher<CompletionDoc>;
   /** Completed calls whose leftover pending copy retention just removed: their removal waits until then (ms). */
   private readonly settling = new Map<string, number>();
+  /** No completion without `lb` is past its retention any more (see expireCompleted). */
+  private unbucketedGone = false;
 
   private constructor(
     private readonly calls: Collection<CallRecord>,
@@ -308,7 +316,10 @@ export class CallJournal {
       completed_at: new Date(),
       ...(opts.by !== undefined ? { completed_by: opts.by } : {}),
     };
+    completion.lb = listingBucketOf(completion.completed_at);
     try {
+      // Its second's mark first (one insert per second and process), so retention finds it by bucket.
+      await this.marks.ensure(COMPLETIONS, completion.completed_at, ALL);
       await this.completionInserts.insert(completion);
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;
@@ -507,22 +518,54 @@ export class CallJournal {
   async expireCompleted(before: Date, limit: number, settleMs = 60_000): Promise<number> {
     const now = Date.now();
     for (const [id, until] of this.settling) if (until <= now) this.settling.delete(id);
+    // By bucket (ADR 0033): whole seconds of completions before the cutoff, each read by equality.
+    const removed = await sweepBucketsBefore(this.marks, this.completions, {
+      name: COMPLETIONS,
+      before,
+      limit,
+      scopes: () => ALL,
+      fields: ["_id"],
+      remove: async (_second, docs) => {
+        const found = docs.map((d) => d._id).filter((id) => !this.settling.has(id));
+        const n = await this.removeCompleted(found, now + settleMs);
+        return { removed: n, cleared: n === docs.length };
+      },
+    });
+    if (removed >= limit || this.unbucketedGone) return removed;
+    // Completions from before `lb` by their time (FerretDB reads the whole collection for this), while any remain.
+    const legacy = await this.expireCompletedByTime(before, limit - removed, now + settleMs);
+    if (legacy === 0) this.unbucketedGone = true;
+    return removed + legacy;
+  }
+
+  private async expireCompletedByTime(before: Date, limit: number, settleUntil: number): Promise<number> {
     const done = await this.completions
-      .find({ completed_at: { $lt: before }, _id: { $nin: [...this.settling.keys()] } }, { projection: { _id: 1 } })
+      .find({ lb: { $exists: false }, completed_at: { $lt: before }, _id: { $nin: [...this.settling.keys()] } }, { projection: { _id: 1 } })
       .limit(limit)
       .toArray();
-    const found = done.map((c) => c._id);
+    return this.removeCompleted(
+      done.map((c) => c._id),
+      settleUntil,
+    );
+  }
+
+  /**
+   * Removes these completed calls: a call with a leftover pending copy loses the copy now and
+   * the rest after `settleUntil`; the others their journal document, then their completion, each
+   * by `_id` (FerretDB pushes no `$in` down). @returns how many completed calls went.
+   */
+  private async removeCompleted(found: readonly string[], settleUntil: number): Promise<number> {
     if (found.length === 0) return 0;
     const copies = await this.pendingAmong(found);
     if (copies.size > 0) {
       await this.pending.deleteMany({ _id: { $in: [...copies] } }, MAJORITY);
-      for (const id of copies) if (this.settling.size < 10_000) this.settling.set(id, now + settleMs);
+      for (const id of copies) if (this.settling.size < 10_000) this.settling.set(id, settleUntil);
     }
     const ids = found.filter((id) => !copies.has(id));
     if (ids.length === 0) return 0;
-    await this.calls.deleteMany({ _id: { $in: ids } }, MAJORITY);
-    const res = await this.completions.deleteMany({ _id: { $in: ids }, completed_at: { $lt: before } }, MAJORITY);
-    return res.deletedCount;
+    await byId(ids, async (id) => (await this.calls.deleteOne({ _id: id }, MAJORITY)).deletedCount || null);
+    const gone = await byId(ids, async (id) => (await this.completions.deleteOne({ _id: id }, MAJORITY)).deletedCount || null);
+    return gone.size;
   }
 
   /** Which of these calls still have a pending copy (begun and not finished). */
