@@ -261,9 +261,17 @@ async function main(): Promise<void> {
       },
       { timeField: "created_at", scopes: (d) => scoped("principal", d["principal"]) },
     );
-    await clone(db, "call_completions", completion, args.records, (d, i) => {
-      d["_id"] = `volume-call-${i}`;
-    });
+    await clone(
+      db,
+      "call_completions",
+      completion,
+      args.records,
+      (d, i) => {
+        d["_id"] = `volume-call-${i}`;
+        d["completed_at"] = new Date(past + i + 5);
+      },
+      { timeField: "completed_at", scopes: () => [all] },
+    );
     await clone(
       db,
       "rejections",
