@@ -69,34 +69,15 @@ describe("the kernel's operator reads at volume: SearchCalls by principal walks 
     const t0 = Math.floor((Date.now() - 2 * 3_600_000) / 3_600_000) * 3_600_000 - 1_000_000;
     const regular = (testMongoBackend() === "ferretdb-sqlite" ? 400 : 20_000) - BURST;
     const calls: CallRecord[] = [];
-    const call = (id: string, principal: string, at: number, extra: Partial<CallRecord> = {}): CallRecord => ({
-      _id: id,
-      tool_id: "volume.preloaded",
-      run_id: `run-${calls.length % 100}`,
-      arguments_json: `{"n":${calls.length}}`,
-      effect: "idempotent",
-      key: `key-${id}`,
-      attempt: 1,
-      state: "pending",
-      capability: {
-        iss: "keycap-kernel",
-        aud: "keycap-ledger",
-        sub: principal,
-        tool_id: "volume.preloaded",
-        effect: "idempotent",
-        call_id: id,
-        attempt: 1,
-        jti: `jti-${id}`,
-        iat: 1,
-        exp: 2,
-      },
-      created_at: new Date(at),
-      updated_at: new Date(at),
-      principal,
-      // Written as the journal writes it: the call's second, through the same helper.
-      lb: listingBucketOf(new Date(at)),
-      ...extra,
-    });
+    const call = (id: string, principal: string, at: number, extra: Partial<CallRecord> = {}): CallRecord =>
+      journaled(id, new Date(at), principal, {
+        run_id: `run-${calls.length % 100}`,
+        arguments_json: `{"n":${calls.length}}`,
+        principal,
+        // Written as the journal writes it: the call's second, through the same helper.
+        lb: listingBucketOf(new Date(at)),
+        ...extra,
+      });
     for (let i = 0; i < regular; i++) calls.push(call(`vc-${String(i).padStart(5, "0")}`, PRINCIPAL, t0 + Math.floor(i / 10) * 1000 + (i % 10) * 37));
     // One second holding more calls than a page, at one instant: the page boundary falls inside it (ties by _id).
     for (let i = regular; i < regular + BURST; i++) calls.push(call(`vc-${String(i).padStart(5, "0")}`, PRINCIPAL, t0 + (regular / 10 + 10) * 1000 + 500));
@@ -200,30 +181,7 @@ describe("the kernel's operator reads at volume: SearchCalls by principal walks 
     const journal = await CallJournal.open(db, createLogger("test", "silent"));
     try {
       const now = new Date();
-      const base = (id: string): CallRecord => ({
-        _id: id,
-        tool_id: "volume.preloaded",
-        run_id: "",
-        arguments_json: "{}",
-        effect: "idempotent",
-        key: `key-${id}`,
-        attempt: 1,
-        state: "pending",
-        capability: {
-          iss: "keycap-kernel",
-          aud: "keycap-ledger",
-          sub: "healer",
-          tool_id: "volume.preloaded",
-          effect: "idempotent",
-          call_id: id,
-          attempt: 1,
-          jti: id,
-          iat: 1,
-          exp: 2,
-        },
-        created_at: now,
-        updated_at: now,
-      });
+      const base = (id: string): CallRecord => journaled(id, now, "healer");
       // The copy a BeginCall that crashed before its journal write left (written before lb was kept).
       await db.collection<CallRecord>("pending_calls").insertOne({ ...base("healed-1"), principal: "healer" });
       expect((await journal.require("healed-1")).lb).to.equal(listingBucketOf(now));
@@ -301,3 +259,32 @@ describe("the kernel's operator reads at volume: SearchCalls by principal walks 
     await watched.close();
   });
 });
+
+/** A call as the journal stores it, its capability's claims filled in (unsigned). */
+function journaled(id: string, at: Date, sub: string, extra: Partial<CallRecord> = {}): CallRecord {
+  return {
+    _id: id,
+    tool_id: "volume.preloaded",
+    run_id: "",
+    arguments_json: "{}",
+    effect: "idempotent",
+    key: `key-${id}`,
+    attempt: 1,
+    state: "pending",
+    capability: {
+      iss: "keycap-kernel",
+      aud: "keycap-ledger",
+      sub,
+      tool_id: "volume.preloaded",
+      effect: "idempotent",
+      call_id: id,
+      attempt: 1,
+      jti: `jti-${id}`,
+      iat: 1,
+      exp: 2,
+    },
+    created_at: at,
+    updated_at: at,
+    ...extra,
+  };
+}

@@ -673,14 +673,7 @@ func TestRefusalRecordsCarryTheirListingBuckets(t *testing.T) {
 		}
 		return ids
 	}
-	type markDoc struct {
-		ID    string    `bson:"_id"`
-		Up    string    `bson:"up"`
-		Coll  string    `bson:"coll"`
-		Scope string    `bson:"scope"`
-		Level string    `bson:"level"`
-		At    time.Time `bson:"at"`
-	}
+	type markDoc = sink.ListingMark
 	marksIn := func(ids []string) map[string]markDoc {
 		t.Helper()
 		cur, err := marks.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
