@@ -94,6 +94,32 @@ async function wholeCalls(kernel: KernelClient, concurrency: number, seconds: nu
   return done / seconds;
 }
 
+/**
+ * The whole call on two stacks side by side, round after round (A then B, `rounds` times,
+ * `seconds` each): the per-round ratios A ÷ B, so both see the same machine state (the
+ * database's background work after a preload, other load on the box).
+ */
+async function sideBySide(
+  a: KernelClient,
+  b: KernelClient,
+  rounds: number,
+  seconds: number,
+  tag: string,
+): Promise<{ a: number[]; b: number[]; ratios: number[] }> {
+  const out = { a: [] as number[], b: [] as number[], ratios: [] as number[] };
+  for (let r = 0; r < rounds; r++) {
+    out.a.push(await wholeCalls(a, 16, seconds, `${tag}-a${r}`));
+    out.b.push(await wholeCalls(b, 16, seconds, `${tag}-b${r}`));
+    out.ratios.push(Math.round((out.a[r]! / out.b[r]!) * 100) / 100);
+  }
+  return out;
+}
+
+function median(xs: readonly number[]): number {
+  const s = [...xs].sort((x, y) => x - y);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+}
+
 /** How a cloned record is listed (ADR 0033): its time field and the listings it is in. */
 interface Listed {
   timeField: string;
@@ -199,11 +225,10 @@ async function main(): Promise<void> {
   const logger = createLogger("bench-volume", "warn");
   const mongo = await startMongoServer({ logger, embedded: (process.env["KEYCAP_EMBEDDED_MONGO"] as "ferretdb-pg" | undefined) ?? "ferretdb-pg" });
   const database = `volume_${Date.now()}`;
-  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "keycap-bench-volume-"));
-  const { child, endpoints } = await serveAll({
+  const stackEnv = (db: string): Record<string, string> => ({
     MONGODB_URI: mongo.uri,
-    KEYCAP_MONGODB_DATABASE: database,
-    KEYCAP_DATA_DIR: dataDir,
+    KEYCAP_MONGODB_DATABASE: db,
+    KEYCAP_DATA_DIR: fs.mkdtempSync(path.join(os.tmpdir(), "keycap-bench-volume-")),
     KEYCAP_KERNEL_LISTEN: "127.0.0.1:0",
     KEYCAP_LEDGER_LISTEN: "127.0.0.1:0",
     KEYCAP_ADMIN_LISTEN: "127.0.0.1:0",
@@ -213,6 +238,10 @@ async function main(): Promise<void> {
     // info: the "ready" line is what this waits for.
     KEYCAP_LOG_LEVEL: "info",
   });
+  const { child, endpoints } = await serveAll(stackEnv(database));
+  // The baseline: the same services on an empty database of the same server, measured in turn with the loaded one.
+  const empty = await serveAll(stackEnv(`${database}_empty`));
+  const emptyKernel = new KernelClient(empty.endpoints["kernel"]!, { ledgerAddress: empty.endpoints["ledger"]!, token: RUNTIME_TOKEN });
   const client = await MongoClient.connect(mongo.uri);
   const db = client.db(database);
   const kernel = new KernelClient(endpoints["kernel"]!, { ledgerAddress: endpoints["ledger"]!, token: RUNTIME_TOKEN });
@@ -220,9 +249,12 @@ async function main(): Promise<void> {
   const ledger = new LedgerClient(endpoints["ledger"]!);
   const report: Record<string, unknown> = { backend: mongo.backend, records: args.records, reps: args.reps, at: new Date().toISOString() };
   try {
-    await kernel.registerTool({ id: TOOL, effect: { kind: "idempotent", key: { fields: ["/order"] } } });
-    const emptyRate = await wholeCalls(kernel, 16, 20, "empty");
-    process.stdout.write(`whole call, empty database: ${emptyRate.toFixed(0)}/s at c=16\n`);
+    for (const k of [kernel, emptyKernel]) await k.registerTool({ id: TOOL, effect: { kind: "idempotent", key: { fields: ["/order"] } } });
+    // Both empty: how alike the two stacks are before one is loaded.
+    const calibration = await sideBySide(kernel, emptyKernel, 2, 10, "calibration");
+    process.stdout.write(
+      `whole call, both databases empty: ${calibration.a.map(Math.round).join(", ")} vs ${calibration.b.map(Math.round).join(", ")}/s at c=16 (${median(calibration.ratios)}x)\n`,
+    );
 
     // Templates: what the services themselves wrote.
     const begun = await kernel.beginCall(TOOL, JSON.stringify({ order: "template-refusal" }));
@@ -287,13 +319,17 @@ async function main(): Promise<void> {
     report["preloadSeconds"] = Math.round((Date.now() - started) / 1000);
     process.stdout.write(`preloaded ${args.records} each of entries, calls, completions, refusals in ${report["preloadSeconds"]} s\n`);
 
-    const loadedRate = await wholeCalls(kernel, 16, 20, "loaded");
+    const loaded = await sideBySide(kernel, emptyKernel, 4, 10, "loaded");
     report["wholeCall"] = {
-      emptyPerSecond: Math.round(emptyRate),
-      loadedPerSecond: Math.round(loadedRate),
-      ratio: Math.round((loadedRate / emptyRate) * 100) / 100,
+      calibration,
+      loadedPerSecond: loaded.a.map(Math.round),
+      emptyPerSecond: loaded.b.map(Math.round),
+      ratios: loaded.ratios,
+      ratio: median(loaded.ratios),
     };
-    process.stdout.write(`whole call, loaded database: ${loadedRate.toFixed(0)}/s at c=16 (${(loadedRate / emptyRate).toFixed(2)}x empty)\n`);
+    process.stdout.write(
+      `whole call, loaded vs empty database in turn: ${loaded.a.map(Math.round).join(", ")} vs ${loaded.b.map(Math.round).join(", ")}/s at c=16: ${median(loaded.ratios)}x (rounds ${loaded.ratios.join(", ")})\n`,
+    );
 
     // Signing in probes the admin API with a listing: at volume that alone can fail.
     const signIn = await consoleSession(endpoints["console"]!).catch((err: unknown) => err as Error);
@@ -348,7 +384,7 @@ async function main(): Promise<void> {
       ["console calls", () => page("/calls")],
       ["console call", () => page(`/call?id=volume-call-${mid}`)],
       ...(principal
-        ? [["console call search (principal)", () => page(`/calls/search?principal=${encodeURIComponent(principal)}`)] as [string, () => Promise<unknown>]]
+        ? [["console call search (principal)", () => page(`/calls/search?by=principal&q=${encodeURIComponent(principal)}`)] as [string, () => Promise<unknown>]]
         : []),
     ] as [string, () => Promise<unknown>][]) {
       const t = await timeRead(read, args.reps, fn);
@@ -364,6 +400,9 @@ async function main(): Promise<void> {
     fs.writeFileSync(out, JSON.stringify(report, null, 2) + "\n");
     process.stdout.write(`written to ${path.relative(projectRoot(), out)}\n`);
   } finally {
+    emptyKernel.close();
+    empty.child.kill("SIGTERM");
+    await new Promise((r) => empty.child.once("exit", r));
     kernel.close();
     admin.close();
     ledger.close();

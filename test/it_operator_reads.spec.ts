@@ -39,6 +39,7 @@ describe("operator reads at volume (issue 32)", function () {
     const env = serviceEnv({
       KEYCAP_ADMIN_TOKEN: ADMIN,
       KEYCAP_METRICS_LISTEN: "127.0.0.1:0",
+      KEYCAP_CONSOLE_LISTEN: "127.0.0.1:0",
       // The smallest limit: a read of every preloaded document cannot finish within it.
       KEYCAP_OPERATOR_QUERY_TIMEOUT_MS: "100",
     });
@@ -187,6 +188,29 @@ describe("operator reads at volume (issue 32)", function () {
     } finally {
       admin.close();
     }
+  });
+
+  it("serves the console's overview, refusals and entries pages over the listed records within the 100 ms database limit: read by bucket, not by scan", async function () {
+    // The same pages read and sorted the whole collections before (ADR 0033), which a 100 ms
+    // limit stops at 20,000 records; on SQLite every read is a scan (ADR 0007).
+    if (testMongoBackend() !== "ferretdb-pg") this.skip();
+    const base = `http://${svc.endpoints.console!}`;
+    const signin = await fetch(`${base}/signin`, {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded", origin: base },
+      body: `token=${encodeURIComponent(ADMIN)}`,
+      redirect: "manual",
+    });
+    const cookie = (signin.headers.get("set-cookie") ?? "").split(";")[0]!;
+    expect(cookie, `sign-in answered ${signin.status}`).to.match(/^keycap_console=/);
+    for (const page of ["/", "/?tool=volume.listed", "/rejections?tool=volume.listed", "/entries?tool=volume.listed"]) {
+      const res = await fetch(`${base}${page}`, { headers: { cookie } });
+      const body = await res.text();
+      expect(res.status, `${page}: ${body.slice(0, 300)}`).to.equal(200);
+      expect(body, page).to.not.include("OPERATOR_QUERY_TIMEOUT");
+    }
+    const refusals = await (await fetch(`${base}/rejections?tool=volume.listed`, { headers: { cookie } })).text();
+    expect(refusals).to.include(`listed-${LISTED - 1}`);
   });
 
   it("stops the kernel's listing of calls at the same limit, and the CLI says so", async function () {

@@ -13,8 +13,8 @@ import type { GetEntryResponse, GetStatsResponse, ListEntriesResponse, ListRejec
 import type { RefusalPoint } from "./refusal-chart";
 
 /** Bounds on what one page view reads, so a large ledger cannot make a page unbounded. */
-export const OVERVIEW_ENTRY_LIMIT = 1000;
-export const CHART_REFUSAL_LIMIT = 2000;
+export const OVERVIEW_ENTRY_LIMIT = 500;
+export const CHART_REFUSAL_LIMIT = 1000;
 const CALL_TIMEOUT_MS = 10_000;
 
 export interface Addresses {
