@@ -117,7 +117,8 @@ async function sideBySide(
 
 function median(xs: readonly number[]): number {
   const s = [...xs].sort((x, y) => x - y);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+  const m = s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+  return Math.round(m * 100) / 100;
 }
 
 /** How a cloned record is listed (ADR 0033): its time field and the listings it is in. */
