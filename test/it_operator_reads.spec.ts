@@ -35,8 +35,10 @@ describe("operator reads at volume (issue 32)", function () {
   let ledger: LedgerClient;
   const cliEnv = (): Record<string, string> => ({ KEYCAP_ADMIN_TOKEN: ADMIN, KEYCAP_ADMIN_ADDRESS: svc.endpoints.admin! });
 
+  let env: Record<string, string>;
+
   before(async function () {
-    const env = serviceEnv({
+    env = serviceEnv({
       KEYCAP_ADMIN_TOKEN: ADMIN,
       KEYCAP_METRICS_LISTEN: "127.0.0.1:0",
       KEYCAP_CONSOLE_LISTEN: "127.0.0.1:0",
@@ -215,6 +217,43 @@ describe("operator reads at volume (issue 32)", function () {
     }
     const refusals = await (await fetch(`${base}/rejections?tool=volume.listed`, { headers: { cookie } })).text();
     expect(refusals).to.include(`listed-${LISTED - 1}`);
+  });
+
+  it("serves the console overview within a 1 s database limit that a scan of the refusals exceeds: read by bucket, not by scan", async function () {
+    if (testMongoBackend() !== "ferretdb-pg") this.skip();
+    const db = mongo.db(env["KEYCAP_MONGODB_DATABASE"]!);
+    // The database is large enough: the old listing's read (every refusal, sorted) is stopped at 1 s.
+    const scan = await db
+      .collection("rejections")
+      .find({}, { maxTimeMS: 1000 })
+      .sort({ rejected_at: -1, _id: -1 })
+      .limit(101)
+      .toArray()
+      .then(
+        () => "answered",
+        (err: unknown) => String((err as { codeName?: string }).codeName),
+      );
+    expect(scan, "a sorted read of every refusal").to.equal("MaxTimeMSExpired");
+    // The same services with a 1 s limit: the overview (counters, the newest 500 entries, the
+    // chart's refusals) answers within it.
+    const console1s = await startService("all", { ...env, KEYCAP_OPERATOR_QUERY_TIMEOUT_MS: "1000" });
+    try {
+      const base = `http://${console1s.endpoints.console!}`;
+      const signin = await fetch(`${base}/signin`, {
+        method: "POST",
+        headers: { "content-type": "application/x-www-form-urlencoded", origin: base },
+        body: `token=${encodeURIComponent(ADMIN)}`,
+        redirect: "manual",
+      });
+      const cookie = (signin.headers.get("set-cookie") ?? "").split(";")[0]!;
+      for (const page of ["/?tool=volume.listed", "/?tool=volume.listed&window=1h"]) {
+        const res = await fetch(`${base}${page}`, { headers: { cookie } });
+        const body = await res.text();
+        expect(res.status, `${page}: ${body.slice(body.indexOf("<main"), body.indexOf("<main") + 600)}`).to.equal(200);
+      }
+    } finally {
+      await console1s.stop();
+    }
   });
 
   it("stops the kernel's listing of calls at the same limit, and the CLI says so", async function () {

@@ -253,16 +253,16 @@ describe("retention (issue 32 item 3)", function () {
     expect((await readTotals(db, 5_000)).counts.entries).to.equal(4);
   });
 
-  it("removes a shadow run's would-be effects after KEYCAP_RETENTION_CALLS_SECONDS; a newer one stays; none with calls kept forever", async function () {
+  it("removes a shadow run's would-be effects after KEYCAP_RETENTION_SHADOW_ENTRIES_SECONDS; a newer one stays; none when kept forever", async function () {
     const store = await EntryStore.open(db, logger);
     const audit = await RejectionAudit.open(db, { service: "ledger", unauthenticatedPerMinute: 60, logger });
     const shadow = await ShadowStore.open(db);
     await shadow.insert({ ...entry("k-shadow-old", "c-shadow-old"), recorded_at: new Date(Date.now() - 10_000) });
     await shadow.insert(entry("k-shadow-new", "c-shadow-new"));
-    const forever = ledgerRetentionTasks(db, shortRetention({ KEYCAP_RETENTION_CALLS_SECONDS: "0" }), store, audit, shadow).map((t) => t.name);
+    const forever = ledgerRetentionTasks(db, shortRetention({ KEYCAP_RETENTION_SHADOW_ENTRIES_SECONDS: "0" }), store, audit, shadow).map((t) => t.name);
     expect(forever).to.not.include("shadow_entries");
     const removed = await (
-      await sweeperOf(db, ledgerRetentionTasks(db, shortRetention({ KEYCAP_RETENTION_CALLS_SECONDS: "5" }), store, audit, shadow))
+      await sweeperOf(db, ledgerRetentionTasks(db, shortRetention({ KEYCAP_RETENTION_SHADOW_ENTRIES_SECONDS: "5" }), store, audit, shadow))
     ).sweepOnce();
     expect(removed["shadow_entries"]).to.equal(1);
     expect(await ids(db, "shadow_entries")).to.deep.equal(["idem:k-shadow-new"]);

@@ -69,6 +69,10 @@ export class ListingMarks {
       const all = Array.isArray(writeErrors) ? writeErrors : writeErrors ? [writeErrors] : [];
       // Marks another process (or an earlier run) wrote already: exactly what is wanted.
       if (isDuplicateKey(err) && all.every((e) => isDuplicateKey(e))) return;
+      // An unordered insert wraps a failure to reach the database (no write error) in a bulk
+      // write error: the cause is what says "unavailable, retry" (never INTERNAL).
+      const cause = (err as { errorResponse?: unknown }).errorResponse;
+      if (all.length === 0 && cause instanceof Error) throw cause;
       throw err;
     }
   }

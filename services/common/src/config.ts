@@ -147,6 +147,8 @@ export interface RetentionSettings {
   entriesSeconds: number;
   /** KEYCAP_RETENTION_GATEWAY_RESULTS_SECONDS: the HTTP gateway's stored answers. */
   gatewayResultsSeconds: number;
+  /** KEYCAP_RETENTION_SHADOW_ENTRIES_SECONDS: shadow runs' would-be effects (ADR 0028). */
+  shadowEntriesSeconds: number;
   /** KEYCAP_RETENTION_SWEEP_INTERVAL_MS: how often a sweep runs (ms); 0 turns sweeping off. */
   sweepIntervalMs: number;
   /** KEYCAP_RETENTION_BATCH: most records one delete removes. */
@@ -165,6 +167,7 @@ function retentionSettings(env: Env): RetentionSettings {
     refusalsSeconds: int(env, "KEYCAP_RETENTION_REFUSALS_SECONDS", 30 * DAY, 0, forever),
     entriesSeconds: int(env, "KEYCAP_RETENTION_ENTRIES_SECONDS", 0, 0, forever),
     gatewayResultsSeconds: int(env, "KEYCAP_RETENTION_GATEWAY_RESULTS_SECONDS", 7 * DAY, 0, forever),
+    shadowEntriesSeconds: int(env, "KEYCAP_RETENTION_SHADOW_ENTRIES_SECONDS", 7 * DAY, 0, forever),
     sweepIntervalMs,
     batch: int(env, "KEYCAP_RETENTION_BATCH", 1000, 1, 100_000),
   };

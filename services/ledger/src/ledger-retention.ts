@@ -1,8 +1,7 @@
 /**
  * The ledger's share of the retention policy (docs/retention.md, ADR 0031): spent single-use
  * capability ids once their capability has expired, refusal records (shared with the kernel:
- * whichever holds the `rejections` lease sweeps them), shadow runs' would-be effects as long
- * as completed calls and, only when an operator sets a retention for them, entries.
+ * whichever holds the `rejections` lease sweeps them), shadow runs' would-be effects and, only when an operator sets a retention for them, entries.
  */
 import type { Db } from "mongodb";
 import type { KeycapConfig } from "../../common/src/config";
@@ -21,9 +20,9 @@ export function ledgerRetentionTasks(db: Db, config: KeycapConfig, store: EntryS
     { name: "spent_capabilities", sweep: (limit) => store.expireSpentCapabilities(new Date(Date.now() - clockToleranceSeconds * 1000), limit) },
   ];
   if (retention.refusalsSeconds > 0) tasks.push(audit.retentionTask(retention.refusalsSeconds));
-  // A shadow run's would-be effects are sandbox records, kept as long as the run's calls (ADR 0028).
-  if (shadow && retention.callsSeconds > 0) {
-    tasks.push({ name: "shadow_entries", sweep: (limit) => shadow.expire(cutoff(retention.callsSeconds) as Date, limit) });
+  // A shadow run's would-be effects are sandbox records (ADR 0028): nothing live depends on them.
+  if (shadow && retention.shadowEntriesSeconds > 0) {
+    tasks.push({ name: "shadow_entries", sweep: (limit) => shadow.expire(cutoff(retention.shadowEntriesSeconds) as Date, limit) });
   }
   if (retention.entriesSeconds > 0) {
     store.setEntryRetention(retention.entriesSeconds);
