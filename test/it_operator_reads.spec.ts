@@ -197,13 +197,8 @@ describe("operator reads at volume (issue 32)", function () {
     // limit stops at 20,000 records; on SQLite every read is a scan (ADR 0007).
     if (testMongoBackend() !== "ferretdb-pg") this.skip();
     const base = `http://${svc.endpoints.console!}`;
-    const signin = await fetch(`${base}/signin`, {
-      method: "POST",
-      headers: { "content-type": "application/x-www-form-urlencoded", origin: base },
-      body: `token=${encodeURIComponent(ADMIN)}`,
-      redirect: "manual",
-    });
-    const cookie = (signin.headers.get("set-cookie") ?? "").split(";")[0]!;
+    const signin = await signInToConsole(base);
+    const cookie = signin.cookie;
     expect(cookie, `sign-in answered ${signin.status}`).to.match(/^keycap_console=/);
     // One tool's pages: every tool's would also read the burst's second (20,000 refusals at one
     // instant, the test above), which is read whole by design. (The overview, which reads 500
@@ -239,13 +234,7 @@ describe("operator reads at volume (issue 32)", function () {
     const console1s = await startService("all", { ...env, KEYCAP_OPERATOR_QUERY_TIMEOUT_MS: "1000" });
     try {
       const base = `http://${console1s.endpoints.console!}`;
-      const signin = await fetch(`${base}/signin`, {
-        method: "POST",
-        headers: { "content-type": "application/x-www-form-urlencoded", origin: base },
-        body: `token=${encodeURIComponent(ADMIN)}`,
-        redirect: "manual",
-      });
-      const cookie = (signin.headers.get("set-cookie") ?? "").split(";")[0]!;
+      const { cookie } = await signInToConsole(base);
       for (const page of ["/?tool=volume.listed", "/?tool=volume.listed&window=1h"]) {
         const res = await fetch(`${base}${page}`, { headers: { cookie } });
         const body = await res.text();
@@ -343,4 +332,15 @@ async function preloadListed(db: import("mongodb").Db, from: Date): Promise<void
   for (let i = 0; i < rejections.length; i += 2000) await db.collection("rejections").insertMany(rejections.slice(i, i + 2000) as never[]);
   for (let i = 0; i < entries.length; i += 2000) await db.collection("entries").insertMany(entries.slice(i, i + 2000) as never[]);
   await db.collection("listing_marks").insertMany([...marks.values()] as never[]);
+}
+
+/** Signs in to the console at `base` with the admin credential: the session cookie and the answer's status. */
+async function signInToConsole(base: string): Promise<{ cookie: string; status: number }> {
+  const res = await fetch(`${base}/signin`, {
+    method: "POST",
+    headers: { "content-type": "application/x-www-form-urlencoded", origin: base },
+    body: `token=${encodeURIComponent(ADMIN)}`,
+    redirect: "manual",
+  });
+  return { cookie: (res.headers.get("set-cookie") ?? "").split(";")[0]!, status: res.status };
 }

@@ -6,8 +6,7 @@
  */
 import type { Collection, Db, Document, Filter } from "mongodb";
 import { bucketOfMarkId, LEVELS, markId, marksFor, rootId, secondBucket, type MarkDoc, type Scope } from "./domain/time-buckets";
-import { isDuplicateKey } from "./mongo";
-import { Reasons, refuse } from "./refuse";
+import { isDuplicateKey, queryTimeLimitRefusal } from "./mongo";
 
 export { scopesOf, type Scope } from "./domain/time-buckets";
 
@@ -69,10 +68,6 @@ export class ListingMarks {
       const all = Array.isArray(writeErrors) ? writeErrors : writeErrors ? [writeErrors] : [];
       // Marks another process (or an earlier run) wrote already: exactly what is wanted.
       if (isDuplicateKey(err) && all.every((e) => isDuplicateKey(e))) return;
-      // An unordered insert wraps a failure to reach the database (no write error) in a bulk
-      // write error: the cause is what says "unavailable, retry" (never INTERNAL).
-      const cause = (err as { errorResponse?: unknown }).errorResponse;
-      if (all.length === 0 && cause instanceof Error) throw cause;
       throw err;
     }
   }
@@ -224,14 +219,6 @@ export async function listNewestFirst<T extends { _id: string }>(marks: ListingM
       }
     }
   }
-}
-
-/** The refusal of an operator read that ran past KEYCAP_OPERATOR_QUERY_TIMEOUT_MS (the database's own limit says the same). */
-export function queryTimeLimitRefusal(): Error {
-  return refuse(
-    Reasons.OPERATOR_QUERY_TIMEOUT,
-    "the query ran past its time limit on the database (KEYCAP_OPERATOR_QUERY_TIMEOUT_MS) and was stopped; narrow it (a tool, a reason, a time range) or raise the limit",
-  );
 }
 
 /** What a sweep by bucket removes: a listed collection's records of whole seconds before a cutoff. */

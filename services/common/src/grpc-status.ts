@@ -5,7 +5,7 @@ import { Status } from "../../../gen/ts/google/rpc/status";
 import { BadRequest, ErrorInfo, RetryInfo } from "../../../gen/ts/google/rpc/error_details";
 import { ERROR_DOMAIN, KeycapError } from "./errors";
 import type { Logger } from "./logger";
-import { isDatabaseUnavailable, isQueryTimeLimit } from "./mongo";
+import { isDatabaseUnavailable, isQueryTimeLimit, queryTimeLimitRefusal } from "./mongo";
 import { Reasons, refuse } from "./refuse";
 
 const ERROR_INFO_TYPE_URL = "type.googleapis.com/google.rpc.ErrorInfo";
@@ -118,10 +118,7 @@ export async function settleFailure(logger: Logger, method: string, err: unknown
   }
   if (isQueryTimeLimit(err)) {
     logger.warn({ method }, "operator query stopped at its time limit");
-    return refuse(
-      Reasons.OPERATOR_QUERY_TIMEOUT,
-      "the query ran past its time limit on the database (KEYCAP_OPERATOR_QUERY_TIMEOUT_MS) and was stopped; narrow it (a tool, a reason, a time range) or raise the limit",
-    );
+    return queryTimeLimitRefusal();
   }
   if (isDatabaseUnavailable(err)) {
     const cause = err instanceof Error ? err.message.split("\n")[0] : String(err);

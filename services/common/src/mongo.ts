@@ -8,9 +8,12 @@ import {
   MongoServerSelectionError,
   MongoTopologyClosedError,
   MongoWriteConcernError,
+  MongoBulkWriteError,
   type Db,
 } from "mongodb";
 import { ConfigError } from "./config";
+import type { KeycapError } from "./errors";
+import { Reasons, refuse } from "./refuse";
 
 /** An open MongoDB connection for one service. */
 export interface MongoConnection {
@@ -71,6 +74,14 @@ export function isQueryTimeLimit(err: unknown): boolean {
   return err instanceof MongoServerError && (err.code === 50 || err.codeName === "MaxTimeMSExpired");
 }
 
+/** The refusal of an operator read that ran past KEYCAP_OPERATOR_QUERY_TIMEOUT_MS, on the database or across a page's reads. */
+export function queryTimeLimitRefusal(): KeycapError {
+  return refuse(
+    Reasons.OPERATOR_QUERY_TIMEOUT,
+    "the query ran past its time limit on the database (KEYCAP_OPERATOR_QUERY_TIMEOUT_MS) and was stopped; narrow it (a tool, a reason, a time range) or raise the limit",
+  );
+}
+
 export function isDuplicateKey(err: unknown): boolean {
   return err instanceof MongoServerError ? err.code === 11000 : (err as { code?: unknown } | null)?.code === 11000;
 }
@@ -93,6 +104,11 @@ export function isDatabaseUnavailable(err: unknown): boolean {
     return true;
   }
   if (err instanceof MongoWriteConcernError) return true;
+  // An unordered insert wraps a failure to reach the database, with no write error of its own,
+  // in a bulk write error: its cause says whether the database was unreachable.
+  if (err instanceof MongoBulkWriteError && [err.writeErrors].flat().length === 0 && err.errorResponse instanceof Error) {
+    return isDatabaseUnavailable(err.errorResponse);
+  }
   if (err instanceof MongoError) {
     if (err.hasErrorLabel("RetryableWriteError") || err.hasErrorLabel("ResetPool") || err.hasErrorLabel("PoolRequestedRetry")) return true;
     // Pool cleared after a network error (not exported as a class in driver 7).
