@@ -9,8 +9,15 @@ import { entryToProto } from "./ledger-proto";
 export function ledgerServiceImpl(ledger: Ledger, logger: Logger): LedgerServiceServer {
   return {
     write: unaryHandler(logger, "Write", async (req: WriteRequest, call: ServerUnaryCall<WriteRequest, WriteResponse>) => {
-      const { entry, duplicate, payloadMismatch, replayed, shadow } = await ledger.write(req, callContext(call));
-      return { entry: entryToProto(entry), duplicate, payloadMismatch, replayed: replayed === true, shadow: shadow === true };
+      const { entry, duplicate, payloadMismatch, replayed, shadow, completesCall } = await ledger.write(req, callContext(call));
+      return {
+        entry: entryToProto(entry),
+        duplicate,
+        payloadMismatch,
+        replayed: replayed === true,
+        shadow: shadow === true,
+        completesCall: completesCall === true,
+      };
     }),
     lookupRequest: unaryHandler(
       logger,

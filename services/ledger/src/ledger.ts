@@ -24,6 +24,7 @@ import type { EntryDoc, EntryStore } from "./entry-store";
 import type { ShadowStore } from "./shadow-store";
 import type { RejectionAudit } from "../../common/src/rejection-audit";
 import type { Metrics } from "../../common/src/metrics";
+import { writeCompletesCall } from "../../common/src/domain/call-completion";
 
 export interface LedgerDeps {
   verifier: CapabilityVerifier;
@@ -64,6 +65,8 @@ export interface WriteOutcome {
   replayed?: boolean;
   /** A shadow capability: the entry is in the shadow store, never in `entries`. */
   shadow?: boolean;
+  /** The entry is the call's completion (ADR 0034): the caller need not send CompleteCall. */
+  completesCall?: boolean;
 }
 
 /** The ledger's behaviour, independent of transport. */
@@ -101,7 +104,7 @@ export class Ledger {
     // retry storm cheaper than the original traffic. Unknown: the unique insert decides.
     if (!legacy && !this.d.entries.knownToExist(grant.effectId) && (await this.d.entries.insert(doc))) {
       this.d.metrics?.write(cap.tool_id, "new");
-      return { entry: doc, duplicate: false, payloadMismatch: false };
+      return { entry: doc, duplicate: false, payloadMismatch: false, completesCall: completes(cap, doc, false) };
     }
     if (grant.duplicateIsReuse || spentBefore) throw await this.refuseGrant("Write", ctx, cap, CAPABILITY_REUSED, attempted);
 
@@ -120,7 +123,7 @@ export class Ledger {
         "duplicate write carried a different payload; original kept, entry flagged",
       );
     }
-    return { entry, duplicate: true, payloadMismatch };
+    return { entry, duplicate: true, payloadMismatch, completesCall: completes(cap, entry, payloadMismatch) };
   }
 
   /**
@@ -220,4 +223,9 @@ function entryOf(cap: VerifiedCapability, grant: WriteGrant, payload: Buffer): E
 export function newEntryId(): string {
   // randomUUID draws from a cached entropy pool; randomBytes(16) was a synchronous syscall per write.
   return `e_${randomUUID().replaceAll("-", "")}`;
+}
+
+/** Whether this live write's entry completes its call (ADR 0034). */
+function completes(cap: VerifiedCapability, entry: EntryDoc, payloadMismatch: boolean): boolean {
+  return writeCompletesCall({ effect: cap.effect, ...(cap.mode !== undefined ? { mode: cap.mode } : {}), callId: cap.call_id, entryCallId: entry.call_id, payloadMismatch });
 }

@@ -11,6 +11,7 @@
  * | queryable  | `request_id`     | request id == capability's      | `req:["<tool>","<request id>"]`, after the capability id is spent |
  * | unsafe     | neither          | valid capability                | `cap:<capability id>` (so a second use collides) |
  */
+import { idempotentEffectId } from "../../../common/src/domain/call-completion";
 import type { CapabilityClaims, EffectName } from "../../../capability/src/claims";
 
 /** The verified claims the rule reads (a VerifiedCapability satisfies it). */
@@ -70,10 +71,7 @@ export interface WriteGrant {
 
 export type WriteDecision = { ok: true; grant: WriteGrant } | { ok: false; refusal: RuleRefusal };
 
-/** The entry `_id` of an idempotent effect: the key alone decides (never the content). */
-export function idempotentEffectId(key: string): string {
-  return `idem:${key}`;
-}
+export { idempotentEffectId };
 
 /**
  * The entry `_id` of a queryable effect: request ids are scoped by tool, the pair

@@ -285,7 +285,11 @@ type WriteResponse struct {
 	Replayed bool `protobuf:"varint,4,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	// True for a shadow capability (ADR 0028): the entry is in the shadow store
 	// (`shadow_entries`), never among the live entries.
-	Shadow        bool `protobuf:"varint,5,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	Shadow bool `protobuf:"varint,5,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// True when this entry completes the call (ADR 0034): a live Idempotent write whose
+	// entry carries this capability's call id (written now, or by the same call before).
+	// The caller need not send CompleteCall for a call whose outcome is "succeeded".
+	CompletesCall bool `protobuf:"varint,6,opt,name=completes_call,json=completesCall,proto3" json:"completes_call,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -351,6 +355,13 @@ func (x *WriteResponse) GetReplayed() bool {
 func (x *WriteResponse) GetShadow() bool {
 	if x != nil {
 		return x.Shadow
+	}
+	return false
+}
+
+func (x *WriteResponse) GetCompletesCall() bool {
+	if x != nil {
+		return x.CompletesCall
 	}
 	return false
 }
@@ -485,13 +496,14 @@ const file_keycap_ledger_v1_ledger_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x18\n" +
-	"\apayload\x18\x03 \x01(\fR\apayload\"\xbb\x01\n" +
+	"\apayload\x18\x03 \x01(\fR\apayload\"\xe2\x01\n" +
 	"\rWriteResponse\x12-\n" +
 	"\x05entry\x18\x01 \x01(\v2\x17.keycap.ledger.v1.EntryR\x05entry\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12)\n" +
 	"\x10payload_mismatch\x18\x03 \x01(\bR\x0fpayloadMismatch\x12\x1a\n" +
 	"\breplayed\x18\x04 \x01(\bR\breplayed\x12\x16\n" +
-	"\x06shadow\x18\x05 \x01(\bR\x06shadow\"5\n" +
+	"\x06shadow\x18\x05 \x01(\bR\x06shadow\x12%\n" +
+	"\x0ecompletes_call\x18\x06 \x01(\bR\rcompletesCall\"5\n" +
 	"\x14LookupRequestRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"\\\n" +
