@@ -25,6 +25,10 @@ from keycap_client import Idempotent, KernelClient, KeyDerivation, KeycapError, 
 from keycap_client.aio import AsyncKernelClient
 
 CALLS = 48
+#: The completes carry a detail so that they are sent: a plain complete("succeeded") after
+#: a write the ledger answered completes_call is answered by the handle, with no RPC to batch
+#: (ADR 0034, tests/test_completes_call.py).
+DETAIL = "charged"
 
 
 class _Count(grpc.UnaryUnaryClientInterceptor):
@@ -91,7 +95,7 @@ def test_concurrent_threads_calls_travel_in_batches_each_answered_alone(stack: S
             try:
                 handle = kernel.begin(_tool_of(i, charge), {"order_id": uuid.uuid4().hex})
                 handle.write(b"charged")
-                handle.complete()
+                handle.complete("succeeded", DETAIL)
                 results[i] = "ok"
             except KeycapError as err:
                 results[i] = err
@@ -113,7 +117,7 @@ def test_concurrent_tasks_calls_travel_in_batches_each_answered_alone(stack: Sta
                 try:
                     handle = await kernel.begin(_tool_of(i, charge), {"order_id": uuid.uuid4().hex})
                     await handle.write(b"charged")
-                    await handle.complete()
+                    await handle.complete("succeeded", DETAIL)
                     return "ok"
                 except KeycapError as err:
                     return err

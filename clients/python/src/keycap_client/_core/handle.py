@@ -10,6 +10,7 @@ from google.protobuf import timestamp_pb2
 from keycap_client._core.call import client_error
 from keycap_client._gen.keycap.effect.v1 import effect_pb2
 from keycap_client._gen.keycap.kernel.v1 import kernel_pb2
+from keycap_client._gen.keycap.ledger.v1 import ledger_pb2
 
 
 def _copy(call: kernel_pb2.Call) -> kernel_pb2.Call:
@@ -46,7 +47,7 @@ class HandleBase(Generic[_Ledger, _Kernel]):
     :class:`~keycap_client.aio.AsyncCapabilityHandle`): the call, its capability in a
     name-mangled slot with no accessor, and the clients it writes and completes through."""
 
-    __slots__ = ("_call", "__capability", "_expires_at", "_ledger", "_kernel", "_recorded")
+    __slots__ = ("_call", "__capability", "_expires_at", "_ledger", "_kernel", "_recorded", "_completed_by_write")
 
     def __init__(
         self,
@@ -65,6 +66,7 @@ class HandleBase(Generic[_Ledger, _Kernel]):
         self._expires_at = expires_at
         self._ledger = ledger
         self._kernel = kernel
+        self._completed_by_write = False
 
     @property
     def call(self) -> kernel_pb2.Call:
@@ -108,6 +110,12 @@ class HandleBase(Generic[_Ledger, _Kernel]):
         """When the capability expires (UTC), if the kernel said."""
         return self._expires_at
 
+    @property
+    def completed_by_write(self) -> bool:
+        """True once the ledger answered that its entry completes this call (ADR 0034):
+        ``complete("succeeded")`` then sends no CompleteCall."""
+        return self._completed_by_write
+
     def _capability(self) -> str:
         return self.__capability
 
@@ -117,6 +125,23 @@ class HandleBase(Generic[_Ledger, _Kernel]):
         # effect with only its answer lost, the retry would be refused CAPABILITY_REUSED.
         retry = self._call.effect_kind == effect_pb2.EFFECT_KIND_IDEMPOTENT
         return WriteTarget(key=self._call.key, request_id=self._call.request_id, retry=retry)
+
+    def _noted(self, res: ledger_pb2.WriteResponse) -> ledger_pb2.WriteResponse:
+        """``write``'s answer, after remembering whether its entry completes the call."""
+        if res.completes_call:
+            self._completed_by_write = True
+        return res
+
+    def _local_completion(self, outcome: str, detail: str) -> kernel_pb2.CompleteCallResponse | None:
+        """``complete``'s answer when no CompleteCall is needed: a success without detail
+        after a write whose entry completes the call (ADR 0034; the kernel settles the call
+        from the entry). None: send CompleteCall (a failure, a detail, or no such write)."""
+        if not (self._completed_by_write and outcome == "succeeded" and detail == ""):
+            return None
+        call = _copy(self._call)
+        call.state = kernel_pb2.CALL_STATE_COMPLETED
+        call.outcome = kernel_pb2.CALL_OUTCOME_SUCCEEDED
+        return kernel_pb2.CompleteCallResponse(call=call, already_completed=False)
 
     def _require_ledger(self) -> _Ledger:
         if self._ledger is None:

@@ -27,10 +27,13 @@ class AsyncCapabilityHandle(HandleBase["AsyncLedgerClient", "AsyncKernelClient"]
         """Records the effect in the ledger under the kernel's key (str payloads are UTF-8).
 
         Returns the entry; ``duplicate`` is True when this key's effect was
-        already recorded (nothing new was written).
+        already recorded (nothing new was written). ``completes_call`` is True when the
+        entry completes the call (ADR 0034): :meth:`complete` then answers a success itself.
         """
-        return await self._require_ledger().write_with_capability(
-            self._capability(), payload=payload, timeout=timeout, **self._write_target()
+        return self._noted(
+            await self._require_ledger().write_with_capability(
+                self._capability(), payload=payload, timeout=timeout, **self._write_target()
+            )
         )
 
     async def lookup(self, *, timeout: float | None = None) -> ledger_pb2.LookupRequestResponse:
@@ -42,5 +45,14 @@ class AsyncCapabilityHandle(HandleBase["AsyncLedgerClient", "AsyncKernelClient"]
     async def complete(
         self, outcome: Literal["succeeded", "failed"] = "succeeded", detail: str = "", *, timeout: float | None = None
     ) -> kernel_pb2.CompleteCallResponse:
-        """Marks the call done in the kernel's journal."""
+        """Marks the call done in the kernel's journal.
+
+        After a write whose entry completes the call (``completed_by_write``, ADR 0034) a
+        success is already recorded: answered here, without a CompleteCall (nor a place in a
+        CompleteCalls batch); the kernel settles the call from the entry. A ``"failed"``
+        outcome, a ``detail``, or a write that did not complete the call is sent as before.
+        """
+        local = self._local_completion(outcome, detail)
+        if local is not None:
+            return local
         return await self._kernel.complete_call(self._call.call_id, outcome, detail, timeout=timeout)
