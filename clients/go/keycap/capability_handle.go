@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	effectv1 "github.com/keycap/keycap/clients/go/gen/keycap/effect/v1"
@@ -28,6 +29,9 @@ type CapabilityHandle struct {
 	ledger     *LedgerClient
 	kernel     *KernelClient
 	recorded   *kernelv1.Call
+	// completedByWrite: the ledger answered that its entry completes this
+	// call (ADR 0034), so a success needs no CompleteCall.
+	completedByWrite atomic.Bool
 }
 
 // Recorded is, in a replay, the recorded call this call matched, with the
@@ -69,7 +73,9 @@ func (h *CapabilityHandle) Call() *kernelv1.Call { return proto.Clone(h.call).(*
 // with Duplicate set, and writes nothing. It waits for the ledger to be ready;
 // an UNAVAILABLE answer is resent until the deadline for an Idempotent
 // capability only (see LedgerClient.WriteWithCapabilityOnce): for a Queryable
-// one, Lookup tells whether a write answered UNAVAILABLE took effect.
+// one, Lookup tells whether a write answered UNAVAILABLE took effect. When the
+// answer's CompletesCall is set the entry completes the call (ADR 0034), and
+// Complete answers a success itself.
 func (h *CapabilityHandle) Write(ctx context.Context, payload []byte) (*ledgerv1.WriteResponse, error) {
 	if h.ledger == nil {
 		return nil, ErrNoLedger
@@ -81,10 +87,19 @@ func (h *CapabilityHandle) Write(ctx context.Context, payload []byte) (*ledgerv1
 	if h.call.GetEffectKind() == effectv1.EffectKind_EFFECT_KIND_IDEMPOTENT {
 		policy = retryUnavailable
 	}
-	return h.ledger.write(ctx, h.capability, &ledgerv1.WriteRequest{
+	res, err := h.ledger.write(ctx, h.capability, &ledgerv1.WriteRequest{
 		Key: h.call.GetKey(), RequestId: h.call.GetRequestId(), Payload: payload,
 	}, policy)
+	if err == nil && res.GetCompletesCall() {
+		h.completedByWrite.Store(true)
+	}
+	return res, err
 }
+
+// CompletedByWrite reports whether the ledger answered that a Write's entry
+// completes this call (ADR 0034): Complete(ctx, Succeeded, "") then sends no
+// CompleteCall.
+func (h *CapabilityHandle) CompletedByWrite() bool { return h.completedByWrite.Load() }
 
 // Lookup (Queryable) asks the ledger whether this call's request took effect.
 func (h *CapabilityHandle) Lookup(ctx context.Context) (*ledgerv1.LookupRequestResponse, error) {
@@ -94,8 +109,19 @@ func (h *CapabilityHandle) Lookup(ctx context.Context) (*ledgerv1.LookupRequestR
 	return h.ledger.LookupWithCapability(ctx, h.capability, h.call.GetRequestId())
 }
 
-// Complete marks the call done in the kernel's journal.
+// Complete marks the call done in the kernel's journal. After a Write whose
+// entry completes the call (CompletedByWrite, ADR 0034) a success with no
+// detail is already recorded: it is answered here, with the call COMPLETED and
+// SUCCEEDED, and no CompleteCall is sent (nor joins a CompleteCalls batch); the
+// kernel settles the call from the entry. Failed, a detail, or a write that
+// did not complete the call sends CompleteCall as before.
 func (h *CapabilityHandle) Complete(ctx context.Context, outcome Outcome, detail string) (*kernelv1.CompleteCallResponse, error) {
+	if h.completedByWrite.Load() && outcome == Succeeded && detail == "" {
+		call := h.Call()
+		call.State = kernelv1.CallState_CALL_STATE_COMPLETED
+		call.Outcome = kernelv1.CallOutcome_CALL_OUTCOME_SUCCEEDED
+		return &kernelv1.CompleteCallResponse{Call: call, AlreadyCompleted: false}, nil
+	}
 	return h.kernel.Complete(ctx, h.call.GetCallId(), outcome, detail)
 }
 
