@@ -4,6 +4,7 @@
  * (KEYCAP_TEST_FAULT_POINTS), then restarted on the same database.
  */
 import { expect } from "chai";
+import { MongoClient } from "mongodb";
 import { once } from "node:events";
 import { defineTool, KernelClient } from "../clients/ts/src";
 import { refusal } from "./support/refusal";
@@ -17,7 +18,7 @@ async function killedAtFault(proc: ServiceProcess): Promise<void> {
 describe("journal: crash between writes (issue 15)", function () {
   this.timeout(120_000);
 
-  it("a kernel killed inside BeginCall, between its two journal writes, leaves a call recovery lists and resumes", async function () {
+  it("a kernel killed inside BeginCall after its one journal write (ADR 0034): the call, neither copied nor completed, is listed from its unsettled second, resumed, and its second settled by the next kernel", async function () {
     const env = serviceEnv();
     const tool = defineTool({ id: "crash.charge", effect: { kind: "idempotent", key: { fields: ["/order"] } } });
     let kernel = await startService("kernel", env);
@@ -26,12 +27,22 @@ describe("journal: crash between writes (issue 15)", function () {
     client.close();
     await kernel.stop();
 
-    kernel = await startService("kernel", env, { env: { KEYCAP_TEST_FAULT_POINTS: "journal.begin.after-pending-copy" } });
+    kernel = await startService("kernel", env, { env: { KEYCAP_TEST_FAULT_POINTS: "journal.begin.after-journal" } });
     client = new KernelClient(kernel.endpoints.kernel!);
     const e = await refusal(client.beginCall(tool.id, JSON.stringify({ order: "O-1" }), { callId: "crash-begin-1", retry: false }));
     expect(e.codeName).to.equal("UNAVAILABLE");
     client.close();
     await killedAtFault(kernel);
+    // What the crash left: the journal document and its second's mark, no pending copy.
+    const mongo = await MongoClient.connect(env["MONGODB_URI"]!);
+    try {
+      const db = mongo.db(env["KEYCAP_MONGODB_DATABASE"]);
+      expect(await db.collection<{ _id: string }>("calls").countDocuments({ _id: "crash-begin-1" })).to.equal(1);
+      expect(await db.collection<{ _id: string }>("pending_calls").countDocuments({ _id: "crash-begin-1" })).to.equal(0);
+      expect(await db.collection("unsettled_seconds").countDocuments({})).to.be.greaterThan(0);
+    } finally {
+      await mongo.close();
+    }
 
     kernel = await startService("kernel", env);
     client = new KernelClient(kernel.endpoints.kernel!);
@@ -45,6 +56,53 @@ describe("journal: crash between writes (issue 15)", function () {
       const again = await client.beginCall(tool.id, JSON.stringify({ order: "O-1" }), { callId: "crash-begin-1" });
       expect(again.existingCall).to.equal(true);
       expect(again.call?.key).to.equal(resumed.call?.key);
+      // The dead kernel's mark is adopted (older than the settle time + 30 s): the still
+      // pending call gets its pending copy, and no second stays marked.
+      const mongo = await MongoClient.connect(env["MONGODB_URI"]!);
+      try {
+        const db = mongo.db(env["KEYCAP_MONGODB_DATABASE"]);
+        const deadline = Date.now() + 90_000;
+        let copies = 0;
+        let marks = -1;
+        while (Date.now() < deadline && (copies !== 1 || marks !== 0)) {
+          await new Promise((r) => setTimeout(r, 1000));
+          copies = await db.collection<{ _id: string }>("pending_calls").countDocuments({ _id: "crash-begin-1" });
+          marks = await db.collection("unsettled_seconds").countDocuments({});
+        }
+        expect({ copies, marks }).to.deep.equal({ copies: 1, marks: 0 });
+      } finally {
+        await mongo.close();
+      }
+      expect((await client.listPendingCalls(tool.id)).map((c) => c.callId)).to.deep.equal(["crash-begin-1"]);
+    } finally {
+      client.close();
+      await kernel.stop();
+    }
+  });
+
+  it("a kernel killed inside BeginCall before its journal write: nothing is journaled or listed, and the runtime's retry of the BeginCall journals the call", async function () {
+    const env = serviceEnv();
+    const tool = defineTool({ id: "crash.charge", effect: { kind: "idempotent", key: { fields: ["/order"] } } });
+    let kernel = await startService("kernel", env);
+    let client = new KernelClient(kernel.endpoints.kernel!);
+    await client.registerTool(tool);
+    client.close();
+    await kernel.stop();
+
+    kernel = await startService("kernel", env, { env: { KEYCAP_TEST_FAULT_POINTS: "journal.begin.before-journal" } });
+    client = new KernelClient(kernel.endpoints.kernel!);
+    const e = await refusal(client.beginCall(tool.id, JSON.stringify({ order: "O-2" }), { callId: "crash-begin-2", retry: false }));
+    expect(e.codeName).to.equal("UNAVAILABLE");
+    client.close();
+    await killedAtFault(kernel);
+
+    kernel = await startService("kernel", env);
+    client = new KernelClient(kernel.endpoints.kernel!);
+    try {
+      expect(await client.listPendingCalls(tool.id)).to.deep.equal([]);
+      const begun = await client.beginCall(tool.id, JSON.stringify({ order: "O-2" }), { callId: "crash-begin-2" });
+      expect(begun.existingCall).to.equal(false);
+      expect((await client.listPendingCalls(tool.id)).map((c) => c.callId)).to.deep.equal(["crash-begin-2"]);
     } finally {
       client.close();
       await kernel.stop();

@@ -27,7 +27,7 @@ export interface CheckResult {
   sweptCalls: number;
   /** Calls neither completed nor indeterminate. */
   callsLeftPending: number;
-  /** Pending calls without their pending copy, or copies without a call. */
+  /** Pending calls with neither a pending copy nor their second marked unsettled (ADR 0034), or copies without a call. */
   orphans: number;
   /** Unsafe calls that were run again (an attempt beyond the first, or a second effect). */
   unsafeRetried: number;
@@ -91,6 +91,16 @@ export function expectedChargeKey(order: string): string {
   return createHash("sha256").update("keycap/idempotency-key/v1\0", "utf8").update(doc, "utf8").digest("base64url");
 }
 
+/**
+ * ADR 0034, read here independently of keycap's code: a live Idempotent call is completed by
+ * the ledger entry of its key (`idem:<key>`) when that entry carries the call's id.
+ */
+function completedByEntry(call: Document, entryById: ReadonlyMap<string, Document>): boolean {
+  if (call["effect"] !== "idempotent" || call["mode"] !== undefined || typeof call["key"] !== "string") return false;
+  const entry = entryById.get(`idem:${call["key"]}`);
+  return entry !== undefined && String(entry["call_id"]) === String(call["_id"]);
+}
+
 export async function check(mongoUri: string, database: string, journals: readonly string[]): Promise<CheckResult> {
   const events = readJournals(journals);
   const planned = new Set<string>();
@@ -125,13 +135,16 @@ export async function check(mongoUri: string, database: string, journals: readon
   try {
     const db = client.db(database);
     const all = async (name: string): Promise<Document[]> => db.collection(name).find({}).toArray();
-    const [calls, completions, pendingCopies, entries, shadowEntries] = await Promise.all([
+    const [calls, completions, pendingCopies, entries, shadowEntries, unsettled] = await Promise.all([
       all("calls"),
       all("call_completions"),
       all("pending_calls"),
       all("entries"),
       all("shadow_entries"),
+      all("unsettled_seconds"),
     ]);
+    // Seconds a kernel replica marked before journaling calls in them and has not settled yet.
+    const unsettledSeconds = new Set(unsettled.map((m) => String(m["lb"])));
     const sandboxCallIds = new Set(calls.filter((c) => c["mode"] === "shadow" || c["mode"] === "replay").map((c) => String(c["_id"])));
     const completed = new Set(completions.map((c) => String(c["_id"])));
     const copies = new Set(pendingCopies.map((c) => String(c["_id"])));
@@ -185,13 +198,13 @@ export async function check(mongoUri: string, database: string, journals: readon
     let sandboxUnsafeJournaled = 0;
     for (const c of calls) {
       const id = String(c["_id"]);
-      const state = completed.has(id) ? "completed" : String(c["state"]);
+      const state = completed.has(id) || completedByEntry(c, entryById) ? "completed" : String(c["state"]);
       if (state === "pending") {
         callsLeftPending++;
         note("callsLeftPending", id);
-        if (!copies.has(id)) {
+        if (!copies.has(id) && !unsettledSeconds.has(String(c["lb"]))) {
           orphans++;
-          note("orphans", `${id} (no pending copy)`);
+          note("orphans", `${id} (no pending copy, second not marked unsettled)`);
         }
       }
       if (state === "indeterminate") indeterminate++;

@@ -167,7 +167,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
     if (finalPhase || random() >= (opts.faultPointRate ?? 0.25)) return undefined;
     const points =
       target === "kernel"
-        ? ["journal.begin.after-pending-copy", "journal.indeterminate.after-mark"]
+        ? ["journal.begin.before-journal", "journal.begin.after-journal", "journal.indeterminate.after-mark"]
         : target === "worker" || target === "db"
           ? []
           : ["ledger.write.after-spend"];

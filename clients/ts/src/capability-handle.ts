@@ -1,4 +1,4 @@
-import type { Call, CompleteCallResponse } from "../gen/keycap/kernel/v1/kernel";
+import { CallOutcome, CallState, type Call, type CompleteCallResponse } from "../gen/keycap/kernel/v1/kernel";
 import type { LookupRequestResponse, WriteResponse } from "../gen/keycap/ledger/v1/ledger";
 import { EffectKind } from "../gen/keycap/effect/v1/effect";
 import type { KernelClient } from "./kernel-client";
@@ -13,6 +13,8 @@ import type { CallSettings } from "./rpc";
  */
 export class CapabilityHandle {
   readonly #capability: string;
+  /** The ledger answered that its entry completes this call (ADR 0034): no CompleteCall to send for success. */
+  #completedByWrite = false;
 
   constructor(
     readonly call: Readonly<Call>,
@@ -46,17 +48,24 @@ export class CapabilityHandle {
   }
 
   /** Records the effect in the ledger under the kernel's key. */
-  write(payload: Uint8Array | string, s?: CallSettings): Promise<WriteResponse> {
+  async write(payload: Uint8Array | string, s?: CallSettings): Promise<WriteResponse> {
     if (!this.ledger) throw new Error("KernelClient was created without ledgerAddress; handles cannot write");
     const body = typeof payload === "string" ? Buffer.from(payload, "utf8") : Buffer.from(payload);
     // A single-use capability's write is not retried blindly: if the first try took
     // effect and only its answer was lost, a retry would be refused CAPABILITY_REUSED.
     const singleUse = this.call.effectKind !== EffectKind.EFFECT_KIND_IDEMPOTENT;
-    return this.ledger.writeWithCapability(
+    const res = await this.ledger.writeWithCapability(
       this.#capability,
       { key: this.call.key, requestId: this.call.requestId, payload: body },
       singleUse ? { retry: false, ...s } : s,
     );
+    if (res.completesCall) this.#completedByWrite = true;
+    return res;
+  }
+
+  /** True once the ledger answered that its entry completes this call: complete("succeeded") then sends nothing. */
+  get completedByWrite(): boolean {
+    return this.#completedByWrite;
   }
 
   /** Queryable: asks the ledger whether this call's request already took effect. */
@@ -65,8 +74,19 @@ export class CapabilityHandle {
     return this.ledger.lookupWithCapability(this.#capability, this.call.requestId, s);
   }
 
-  /** Marks the call done in the kernel's journal. */
+  /**
+   * Marks the call done in the kernel's journal. After a write whose entry completes the call
+   * (ADR 0034) a success is already recorded: answered here, without a CompleteCall hop (the
+   * kernel settles the call from the entry). A "failed" outcome, a detail, or a write that did
+   * not complete the call is sent as before.
+   */
   complete(outcome: "succeeded" | "failed" = "succeeded", detail = "", s?: CallSettings): Promise<CompleteCallResponse> {
+    if (this.#completedByWrite && outcome === "succeeded" && detail === "") {
+      return Promise.resolve({
+        call: { ...this.call, state: CallState.CALL_STATE_COMPLETED, outcome: CallOutcome.CALL_OUTCOME_SUCCEEDED },
+        alreadyCompleted: false,
+      });
+    }
     return this.kernel.completeCall(this.call.callId, outcome, detail, s);
   }
 }

@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import type { Collection, Db, Filter } from "mongodb";
 import type { CapabilityClaims, EffectName } from "../../capability/src";
 import { createListingIndex, listingBucketOf, listNewestFirst, ListingMarks, sweepBucketsBefore, type Scope } from "../../common/src/bucketed-listing";
@@ -9,6 +10,8 @@ import { InsertBatcher } from "../../common/src/insert-batcher";
 import type { Logger } from "../../common/src/logger";
 import { BegunCalls } from "./begun-calls";
 import { PendingCopySweeper } from "./pending-copy-sweeper";
+import { CallSettler, type EntryRef, type SettlerOptions } from "./call-settler";
+import { LEDGER_ENTRIES, MongoSettleStore, UNSETTLED_SECONDS, type UnsettledMark } from "./settle-store";
 import { Reasons, refuse } from "../../common/src/refuse";
 
 export type CallStateName = "pending" | "completed" | "indeterminate";
@@ -109,6 +112,8 @@ export interface JournalOptions {
   sweep?: { batch?: number; maxDelayMs?: number };
   /** Database-side time limit of the listings (KEYCAP_OPERATOR_QUERY_TIMEOUT_MS); none when unset. */
   listTimeMs?: number;
+  /** Settling of begun calls (ADR 0034): when an open call gets its pending copy, memory bounds. */
+  settle?: SettlerOptions;
 }
 
 /** Where a listing of calls continues: after this (created_at, _id). */
@@ -154,6 +159,9 @@ export class CallJournal {
   private readonly settling = new Map<string, number>();
   /** No completion without `lb` is past its retention any more (see expireCompleted). */
   private unbucketedGone = false;
+  /** Calls begun here and not settled yet: completed by the ledger's entry, here, or given a copy (ADR 0034). */
+  private readonly settler: CallSettler;
+  private readonly settleStore: MongoSettleStore;
 
   private constructor(
     private readonly calls: Collection<CallRecord>,
@@ -161,8 +169,11 @@ export class CallJournal {
     private readonly pending: Collection<CallRecord>,
     private readonly logger: Logger,
     private readonly marks: ListingMarks,
+    unsettled: Collection<UnsettledMark>,
+    entries: Collection<EntryRef>,
     sweep: JournalOptions["sweep"] = {},
     private readonly listTimeMs: number | undefined = undefined,
+    settle: SettlerOptions = {},
   ) {
     this.sweeper = new PendingCopySweeper(
       { deleteMany: async (ids) => void (await this.pending.deleteMany({ _id: { $in: ids } }, MAJORITY)) },
@@ -178,6 +189,18 @@ export class CallJournal {
     this.copyInserts = new InsertBatcher(pending, { ...MAJORITY, sizeOf, unacknowledged });
     this.journalInserts = new InsertBatcher(calls, { ...MAJORITY, sizeOf, unacknowledged });
     this.completionInserts = new InsertBatcher(completions, { ...MAJORITY, sizeOf: (c) => 3 * c.outcome_detail.length + 256, unacknowledged });
+    this.settleStore = new MongoSettleStore({
+      instance: randomUUID(),
+      marks: unsettled,
+      calls,
+      entries,
+      copies: this.copyInserts,
+      complete: (done) => this.completeFromEntries(done),
+      hasCompletion: async (id) => (await this.completions.findOne({ _id: id }, { projection: { _id: 1 } })) !== null,
+      logger,
+    });
+    this.settler = new CallSettler(this.settleStore, logger, settle);
+    this.settler.start();
   }
 
   /** The options of an operator read: the database-side time limit (KEYCAP_OPERATOR_QUERY_TIMEOUT_MS), when set. */
@@ -187,6 +210,7 @@ export class CallJournal {
 
   /** Finishes the batched removals still queued (before the database connection closes). */
   async close(): Promise<void> {
+    await this.settler.close();
     await this.sweeper.drain();
   }
 
@@ -213,7 +237,18 @@ export class CallJournal {
     await pending.createIndex({ tool_id: 1, created_at: 1, _id: 1 });
     // Retention (ADR 0031) finds completed calls by the time of their completion.
     await completions.createIndex({ completed_at: 1 }, { name: "completed_at" });
-    return new CallJournal(calls, completions, pending, logger, await ListingMarks.open(db), opts.sweep, opts.listTimeMs);
+    return new CallJournal(
+      calls,
+      completions,
+      pending,
+      logger,
+      await ListingMarks.open(db),
+      db.collection<UnsettledMark>(UNSETTLED_SECONDS),
+      db.collection<EntryRef>(LEDGER_ENTRIES),
+      opts.sweep,
+      opts.listTimeMs,
+      opts.settle,
+    );
   }
 
   /**
@@ -228,17 +263,29 @@ export class CallJournal {
    */
   async begin(record: CallRecord): Promise<{ call: CallRecord; existing: boolean }> {
     record.lb = listingBucketOf(record.created_at);
-    // The marks are one insert the first time this process sees the principal's second, else none.
-    const [copyInserted] = await Promise.all([this.insertPendingCopy(record), this.markListings(record)]);
-    faultPoint("journal.begin.after-pending-copy");
+    // One insert (ADR 0034): the second is marked unsettled first (once per second and
+    // replica), so a crash before the call is settled leaves it findable; the settler
+    // completes it from the ledger's entry or gives it a pending copy. A replica holding as
+    // many open calls as it may journals the call the earlier way, copy first.
+    const [admitted, marked] = await Promise.allSettled([this.settler.admit(record), this.markListings(record)]);
+    if (admitted.status === "rejected" || marked.status === "rejected") {
+      if (admitted.status === "fulfilled") admitted.value?.(false);
+      throw admitted.status === "rejected" ? admitted.reason : (marked as PromiseRejectedResult).reason;
+    }
+    const settle = admitted.value;
+    const copyInserted = settle ? false : await this.insertPendingCopy(record);
+    faultPoint("journal.begin.before-journal");
     try {
       await this.journalInserts.insert(record);
+      settle?.(true);
+      faultPoint("journal.begin.after-journal");
       // A copy was already there: left by an earlier BeginCall of this id that crashed
       // before its journal write; the journal now says what the call is.
-      if (!copyInserted) await this.pending.replaceOne({ _id: record._id }, record, MAJORITY);
+      if (!settle && !copyInserted) await this.pending.replaceOne({ _id: record._id }, record, MAJORITY);
       this.begun.remember(record);
       return { call: record, existing: false };
     } catch (err) {
+      settle?.(false);
       if (!isDuplicateKey(err)) throw err;
     }
     const existing = await this.get(record._id);
@@ -274,7 +321,27 @@ export class CallJournal {
   async get(callId: string): Promise<CallRecord | undefined> {
     const [call, completion] = await Promise.all([this.calls.findOne({ _id: callId }), this.completions.findOne({ _id: callId })]);
     if (!call) return undefined;
-    return completion ? withCompletion(call, completion) : call;
+    return completion ? withCompletion(call, completion) : this.withEntry(call);
+  }
+
+  /**
+   * A pending Idempotent call the ledger's entry already completes (ADR 0034), read as
+   * completed before the settler has written its completion: one read by `_id`.
+   */
+  private async withEntry(call: CallRecord): Promise<CallRecord> {
+    if (call.state !== "pending") return call;
+    const entry = await this.settleStore.completingEntry(call);
+    return entry ? withCompletion(call, completionFromEntry(call, entry)) : call;
+  }
+
+  /** Completions of calls their ledger entries completed (the settler's; a duplicate is no error). */
+  private async completeFromEntries(done: ReadonlyArray<{ call: CallRecord; entry: EntryRef }>): Promise<void> {
+    const docs = done.map(({ call, entry }) => completionFromEntry(call, entry));
+    const seconds = new Map(docs.map((d) => [d.lb, d.completed_at]));
+    for (const at of seconds.values()) await this.marks.ensure(COMPLETIONS, at, ALL);
+    const results = await Promise.allSettled(docs.map((d) => this.completionInserts.insert(d)));
+    for (const r of results) if (r.status === "rejected" && !isDuplicateKey(r.reason)) throw r.reason;
+    for (const { call } of done) this.begun.forget(call._id);
   }
 
   /**
@@ -326,10 +393,12 @@ export class CallJournal {
       const earlier = await this.completions.findOne({ _id: callId });
       if (!earlier) throw refuse(Reasons.CONCURRENT_COMPLETE, `call ${callId} changed during CompleteCall; retry`, { call_id: callId });
       this.begun.forget(callId);
+      this.settler.settled(callId);
       this.sweeper.remove(callId); // heals a pending copy left by a crash after the first completion
       return sameOutcomeOrRefuse(withCompletion(call, earlier), outcome);
     }
     this.begun.forget(callId);
+    this.settler.settled(callId);
     this.sweeper.remove(callId);
     return { call: withCompletion(call, completion), alreadyCompleted: false };
   }
@@ -357,6 +426,7 @@ export class CallJournal {
     // Keep the pending copy current (never re-created: a completion may have removed it).
     await this.pending.replaceOne({ _id: call._id }, updated, MAJORITY);
     this.begun.remember(updated);
+    this.settler.updated(updated);
     return updated;
   }
 
@@ -369,6 +439,7 @@ export class CallJournal {
       MAJORITY,
     );
     faultPoint("journal.indeterminate.after-mark");
+    this.settler.settled(callId);
     // A crash here leaves the copy; listPending skips and removes it (the journal decides).
     await this.unmarkPending(callId);
   }
@@ -388,7 +459,7 @@ export class CallJournal {
     const limited = this.operatorRead();
     const [call, completion] = await Promise.all([this.calls.findOne({ _id: callId }, limited), this.completions.findOne({ _id: callId }, limited)]);
     if (!call) return (await this.pending.findOne({ _id: callId }, limited)) ?? undefined;
-    return completion ? withCompletion(call, completion) : call;
+    return completion ? withCompletion(call, completion) : this.withEntry(call);
   }
 
   /**
@@ -455,10 +526,38 @@ export class CallJournal {
       }
       const call = journaled.get(copy._id) ?? (await this.heal(copy));
       if (!call) continue;
-      if (call.state === "pending") calls.push(call);
-      else await this.unmarkPending(copy._id);
+      if (call.state !== "pending") {
+        await this.unmarkPending(copy._id);
+        continue;
+      }
+      // A copy the settler wrote before the ledger's entry came (a slow tool): completed now.
+      const entry = await this.settleStore.completingEntry(call);
+      if (entry) {
+        await this.completeFromEntries([{ call, entry }]);
+        await this.unmarkPending(copy._id);
+      } else {
+        calls.push(call);
+      }
     }
-    return { calls, ...next };
+    return mergePages(calls, await this.openCalls(toolId, after), next.next, limit);
+  }
+
+  /**
+   * Calls of the seconds some replica has not settled yet (ADR 0034): journaled, not completed,
+   * with no pending copy yet. A handful of seconds, each read by `lb`; a recovery path.
+   */
+  private async openCalls(toolId: string | readonly string[], after: JournalCursor | undefined): Promise<CallRecord[]> {
+    const wanted = typeof toolId !== "string" ? new Set(toolId) : undefined;
+    const filter = (t: string): boolean => (wanted ? wanted.has(t) : toolId === "" || t === toolId);
+    const out: CallRecord[] = [];
+    for (const second of await this.settleStore.markedSeconds()) {
+      for (const { call, entry } of await this.settleStore.openCallsOf(second, filter)) {
+        if (entry) continue;
+        if (after && !isAfter(call, after)) continue;
+        out.push(call);
+      }
+    }
+    return out;
   }
 
   /**
@@ -660,6 +759,37 @@ export class CallJournal {
       this.logger.warn({ call_id: callId, err }, "could not remove the pending copy of a finished call; listing will skip and remove it");
     }
   }
+}
+
+/** The completion an entry implies for the call it completes (ADR 0034). */
+function completionFromEntry(call: CallRecord, entry: EntryRef): CompletionDoc {
+  return {
+    _id: call._id,
+    outcome: "succeeded",
+    outcome_detail: `completed by its ledger write (entry ${entry._id})`,
+    completed_at: entry.recorded_at,
+    ...(call.principal !== undefined ? { completed_by: call.principal } : {}),
+    lb: listingBucketOf(entry.recorded_at),
+  };
+}
+
+/** Oldest first by (created_at, _id). */
+function isAfter(call: CallRecord, after: JournalCursor): boolean {
+  const t = call.created_at.getTime();
+  return t > after.createdAt || (t === after.createdAt && call._id > after.id);
+}
+
+/** A page of pending calls from the copies and the open seconds, oldest first, each call once. */
+function mergePages(copies: CallRecord[], open: CallRecord[], copiesNext: JournalCursor | undefined, limit: number): PendingPage {
+  if (open.length === 0) return { calls: copies, ...(copiesNext ? { next: copiesNext } : {}) };
+  const byId = new Map<string, CallRecord>();
+  for (const c of [...copies, ...open]) if (!byId.has(c._id)) byId.set(c._id, c);
+  const merged = [...byId.values()].sort((a, b) => a.created_at.getTime() - b.created_at.getTime() || (a._id < b._id ? -1 : a._id > b._id ? 1 : 0));
+  const page = merged.slice(0, limit);
+  const last = page[page.length - 1];
+  const more = copiesNext !== undefined || merged.length > limit;
+  if (!more) return { calls: page };
+  return { calls: page, next: last ? { createdAt: last.created_at.getTime(), id: last._id } : copiesNext! };
 }
 
 /** Reads each id by equality, at most READS_IN_FLIGHT at once: the documents found, by id. */
