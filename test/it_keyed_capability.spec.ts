@@ -249,19 +249,25 @@ describe("keyed capability: acceptance (real kernel, ledger and tool processes; 
       await recoverAndCheck("crash-before-write", 1, async () => pending!.key);
     });
 
-    it("killed after the write but before CompleteCall: the retry succeeds as a duplicate; still one entry", async function () {
+    it("killed after the write, before it could complete the call: the entry completes it (ADR 0034); nothing is left to recover, still one entry", async function () {
       const args = { order_id: "CR-2", amount_cents: 800 };
       const runner = await runnerAtCrashPoint("after-write", kernelAddr, ledgerAddr, charge.id, args, "run-crash", "crash-after-write");
       await sigkill(runner);
-      const pending = (await kernel.listPendingCalls(charge.id)).find((c) => c.callId === "crash-after-write");
-      expect(await admin.getEntryByKey(pending!.key)).to.not.equal(undefined);
-      await recoverAndCheck("crash-after-write", 1, async () => pending!.key);
-      expect((await admin.getEntryByKey(pending!.key))?.duplicateCount).to.equal(1);
+      expect((await kernel.listPendingCalls(charge.id)).map((c) => c.callId)).to.not.include("crash-after-write");
+      const call = (await kernel.getCall("crash-after-write"))?.call;
+      expect(call?.state).to.equal(CallState.CALL_STATE_COMPLETED);
+      const entry = await admin.getEntryByKey(call!.key);
+      expect(entry?.callId).to.equal("crash-after-write");
+      expect((await kernel.resumeCall("crash-after-write")).action).to.equal(ResumeAction.RESUME_ACTION_ALREADY_COMPLETED);
+      const recovered = await runCli(["recover", "--tool", charge.id, "--json", "--handlers", handlers], recoverEnv());
+      expect(recovered.code, recovered.stdout + recovered.stderr).to.equal(0);
+      expect((JSON.parse(recovered.stdout) as { callId: string }[]).map((st) => st.callId)).to.not.include("crash-after-write");
+      expect((await admin.getEntryByKey(call!.key))?.duplicateCount).to.equal(0);
     });
 
-    it("the kernel is SIGKILLed and restarted too: recovery from the durable journal still succeeds", async function () {
+    it("the kernel is SIGKILLed too, before it settled the call: the call is found in its unsettled second and recovery writes the one effect", async function () {
       const args = { order_id: "CR-3", amount_cents: 900 };
-      const runner = await runnerAtCrashPoint("after-write", kernelAddr, ledgerAddr, charge.id, args, "run-crash", "crash-kernel-too");
+      const runner = await runnerAtCrashPoint("before-write", kernelAddr, ledgerAddr, charge.id, args, "run-crash", "crash-kernel-too");
       await sigkill(runner);
       kernel.close();
       await kernelProc.stop("SIGKILL");

@@ -58,18 +58,21 @@ describe("OpenTelemetry traces (issue 13)", function () {
     await receiver?.close();
   });
 
-  it("shows one trace from the client's span through BeginCall, Write and CompleteCall in kernel and ledger, with their MongoDB operations", async function () {
+  it("shows one trace from the client's span through BeginCall and Write in kernel and ledger (the entry completes the call: no CompleteCall, ADR 0034), with their MongoDB operations", async function () {
     const named = (s: ReceivedSpan[], kind: number, method: string): ReceivedSpan | undefined => s.find((x) => x.kind === kind && x.name.endsWith(method));
     const s = await spansOf(
       receiver,
       ids.call,
-      (s) =>
-        ["KernelService/BeginCall", "LedgerService/Write", "KernelService/CompleteCall"].every((m) => named(s, SERVER, m)) && s.filter(isMongo).length >= 4,
+      (s) => ["KernelService/BeginCall", "LedgerService/Write"].every((m) => named(s, SERVER, m)) && s.filter(isMongo).length >= 2,
     );
     const root = s.find((x) => x.name === "agent.tool-call");
     expect(root, "the client's own span").to.not.equal(undefined);
     expect(root!.service).to.equal("traced-client");
-    for (const m of ["KernelService/BeginCall", "LedgerService/Write", "KernelService/CompleteCall"]) {
+    expect(
+      s.filter((x) => x.name.endsWith("KernelService/CompleteCall")),
+      "two hops: no CompleteCall",
+    ).to.deep.equal([]);
+    for (const m of ["KernelService/BeginCall", "LedgerService/Write"]) {
       const client = named(s, CLIENT, m);
       const server = named(s, SERVER, m);
       expect(client, `client span of ${m}`).to.not.equal(undefined);
@@ -86,7 +89,6 @@ describe("OpenTelemetry traces (issue 13)", function () {
     const under = (method: string): ReceivedSpan[] => mongo.filter((x) => x.parentSpanId === named(s, SERVER, method)!.spanId);
     expect(under("KernelService/BeginCall").length, "MongoDB spans under BeginCall").to.be.greaterThan(0);
     expect(under("LedgerService/Write").map((x) => x.name)).to.include("insert entries");
-    expect(under("KernelService/CompleteCall").map((x) => x.name)).to.include("insert call_completions");
     expect(mongo.every((x) => serverIds.has(x.parentSpanId))).to.equal(true);
   });
 

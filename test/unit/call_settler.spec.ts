@@ -41,6 +41,12 @@ class RecordingStore implements SettleStore {
   adopted: string[] = [];
   stale: Array<{ id: string; second: string }> = [];
   entriesReads: string[] = [];
+  lookups: string[] = [];
+  completingEntry(c: CallRecord): Promise<EntryRef | undefined> {
+    this.lookups.push(c._id);
+    const all = [...this.entries.values()].flat();
+    return Promise.resolve(all.find((e) => e._id === idempotentEffectId(c.key!) && e.call_id === c._id));
+  }
   openSecond(second: string, generation: number): Promise<void> {
     this.marks.add(`${second}/${generation}`);
     return Promise.resolve();
@@ -128,16 +134,34 @@ describe("call settler (ADR 0034)", () => {
     expect([...store.marks]).to.deep.equal([]);
   });
 
-  it("reads the entries of each second once, and none at all while nothing is open", async () => {
+  it("with many calls open, reads the entries of each second once (not per call), and none at all while nothing is open", async () => {
     const store = new RecordingStore();
     const settler = new CallSettler(store, silentLogger, { settleAfterMs: 5_000 });
     await settler.tick(T0 + 5_000);
     expect(store.entriesReads).to.deep.equal([]);
-    await journal(settler, call("r", T0 + 100));
+    for (let i = 0; i < 20; i++) await journal(settler, call(`r${i}`, T0 + 100));
     await settler.tick(T0 + 2_500);
     await settler.tick(T0 + 2_700);
     await settler.tick(T0 + 3_500);
-    expect(store.entriesReads).to.deep.equal([secondBucket(new Date(T0 - 1_000)), secondBucket(new Date(T0)), secondBucket(new Date(T0 + 1_000)), secondBucket(new Date(T0 + 2_000))]);
+    expect(store.entriesReads).to.deep.equal([
+      secondBucket(new Date(T0 - 1_000)),
+      secondBucket(new Date(T0)),
+      secondBucket(new Date(T0 + 1_000)),
+      secondBucket(new Date(T0 + 2_000)),
+    ]);
+    expect(store.lookups).to.deep.equal([]);
+  });
+
+  it("with few calls open, looks each one up by its entry instead of reading whole seconds", async () => {
+    const store = new RecordingStore();
+    const settler = new CallSettler(store, silentLogger, { settleAfterMs: 5_000 });
+    const c = call("few", T0 + 100);
+    await journal(settler, c);
+    store.entry(c, T0 + 300);
+    await settler.tick(T0 + 2_500);
+    expect(store.entriesReads).to.deep.equal([]);
+    expect(store.lookups).to.deep.equal(["few"]);
+    expect(store.completed).to.deep.equal(["few"]);
   });
 
   it("refuses to hold more open calls than its bound (the caller journals the old way)", async () => {

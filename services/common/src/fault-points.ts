@@ -23,11 +23,7 @@ const armed = parse(process.env[ENV]);
 const hits = new Map<string, number>();
 
 /** Names of the points the services expose (tests refer to these). */
-export type FaultPoint =
-  | "journal.begin.before-journal"
-  | "journal.begin.after-journal"
-  | "journal.indeterminate.after-mark"
-  | "ledger.write.after-spend";
+export type FaultPoint = "journal.begin.before-journal" | "journal.begin.after-journal" | "journal.indeterminate.after-mark" | "ledger.write.after-spend";
 
 /** Kills this process here when the test setting arms `name`. */
 export function faultPoint(name: FaultPoint): void {

@@ -372,8 +372,9 @@ export class CallJournal {
     opts: { by?: string; mayComplete?: (call: CallRecord) => Promise<void> } = {},
   ): Promise<{ call: CallRecord; alreadyCompleted: boolean }> {
     // The call must exist before a completion can be recorded for its id: this replica
-    // having begun it, its pending copy (small, cheap to read) or its journal document proves it.
-    const call = this.begun.get(callId) ?? (await this.pending.findOne({ _id: callId })) ?? (await this.calls.findOne({ _id: callId }));
+    // having begun it, its journal document (most calls have no pending copy, ADR 0034), or a
+    // pending copy whose journal write a crash prevented proves it.
+    const call = this.begun.get(callId) ?? (await this.calls.findOne({ _id: callId })) ?? (await this.pending.findOne({ _id: callId }));
     if (!call) throw notFound(callId);
     await opts.mayComplete?.(call);
     const completion: CompletionDoc = {
@@ -398,8 +399,8 @@ export class CallJournal {
       return sameOutcomeOrRefuse(withCompletion(call, earlier), outcome);
     }
     this.begun.forget(callId);
-    this.settler.settled(callId);
-    this.sweeper.remove(callId);
+    // A call still open here was never copied: no copy to remove (ADR 0034).
+    if (!this.settler.settled(callId)) this.sweeper.remove(callId);
     return { call: withCompletion(call, completion), alreadyCompleted: false };
   }
 
@@ -589,7 +590,7 @@ export class CallJournal {
   /**
    * How many calls are pending and indeterminate, for the metrics gauges (read at scrape
    * time). Pending counts the pending copies, which may include a finished call whose copy
-   * the sweeper has not removed yet (a moment's overcount). Indeterminate reads the
+   * the sweeper has not removed yet (a moment's overcount), and this replica's open calls. Indeterminate reads the
    * indeterminate calls by `eq_state` like {@link listIndeterminate}, and leaves out those an
    * operator has completed since (one read by `_id` each): both in proportion to the
    * unfinished calls, never to the journal.
@@ -601,7 +602,9 @@ export class CallJournal {
     ]);
     const ids = marked.map((c) => c._id);
     const completed = await this.completionsOf(ids, { projection: { _id: 1 } });
-    return { pending, indeterminate: marked.length - completed.size };
+    // Plus the calls open on this replica, not copied yet (ADR 0034); those an entry completed
+    // leave within a settler pass or two.
+    return { pending: pending + this.settler.openCalls, indeterminate: marked.length - completed.size };
   }
 
   /**
@@ -655,7 +658,7 @@ export class CallJournal {
    */
   private async removeCompleted(found: readonly string[], settleUntil: number): Promise<number> {
     if (found.length === 0) return 0;
-    const copies = await this.pendingAmong(found);
+    const copies = await this.copiesAmong(found);
     if (copies.size > 0) {
       await this.pending.deleteMany({ _id: { $in: [...copies] } }, MAJORITY);
       for (const id of copies) if (this.settling.size < 10_000) this.settling.set(id, settleUntil);
@@ -667,8 +670,27 @@ export class CallJournal {
     return gone.size;
   }
 
-  /** Which of these calls still have a pending copy (begun and not finished). */
+  /**
+   * Which of these calls are still unfinished: a pending copy, open on this replica, or pending
+   * in a second some replica has not settled yet (ADR 0034: not copied yet).
+   */
   async pendingAmong(callIds: readonly string[]): Promise<Set<string>> {
+    if (callIds.length === 0) return new Set();
+    const out = await this.copiesAmong(callIds);
+    for (const id of callIds) if (this.settler.isOpen(id)) out.add(id);
+    const rest = callIds.filter((id) => !out.has(id));
+    const marked = rest.length > 0 ? new Set(await this.settleStore.markedSeconds()) : new Set<string>();
+    if (marked.size === 0) return out;
+    const calls = await byId(rest, (id) => this.calls.findOne({ _id: id }));
+    for (const call of calls.values()) {
+      if (call.lb === undefined || !marked.has(call.lb)) continue;
+      if ((await this.get(call._id))?.state === "pending") out.add(call._id);
+    }
+    return out;
+  }
+
+  /** Which of these calls have a pending copy. */
+  private async copiesAmong(callIds: readonly string[]): Promise<Set<string>> {
     if (callIds.length === 0) return new Set();
     const found = await this.pending.find({ _id: { $in: [...callIds] } }, { projection: { _id: 1 } }).toArray();
     return new Set(found.map((c) => c._id));

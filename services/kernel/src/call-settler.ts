@@ -28,6 +28,8 @@ export interface SettleStore {
   closeSecond(second: string, generation: number): Promise<void>;
   /** The ledger's entries of one second. */
   entriesOf(second: string): Promise<EntryRef[]>;
+  /** The entry that completes this call, if the ledger holds it (one read by `_id`). */
+  completingEntry(call: CallRecord): Promise<EntryRef | undefined>;
   /** Writes the completion of each call from the entry that completed it (a duplicate is no error). */
   completeFromEntries(done: ReadonlyArray<{ call: CallRecord; entry: EntryRef }>): Promise<void>;
   /** Writes a pending copy of each call (a duplicate is no error). */
@@ -52,9 +54,17 @@ export interface SettlerOptions {
   maxSecondsPerTick?: number;
 }
 
+/**
+ * Up to this many open calls, each is looked up by its entry's `_id` instead of reading whole
+ * seconds of entries: a read by `_id` costs the same on every backend, a second's entries are
+ * read by `lb`, which FerretDB on SQLite answers by scanning the collection.
+ */
+const LOOKUPS_UP_TO = 8;
 /** How long after a second ends its entries are read: writes of that second still landing. */
 const ENTRIES_GRACE_MS = 300;
 const ADOPT_EVERY_MS = 2_000;
+/** The longest a stop spends settling the open calls. */
+const CLOSE_WITHIN_MS = 2_000;
 
 interface OpenSecond {
   calls: Map<string, CallRecord>;
@@ -137,15 +147,24 @@ export class CallSettler {
     };
   }
 
-  /** The call was completed or made indeterminate here: nothing left to settle. */
-  settled(callId: string): void {
+  /**
+   * The call was completed or made indeterminate here: nothing left to settle.
+   * @returns true when it was still open here (so it has no pending copy to remove).
+   */
+  settled(callId: string): boolean {
     const second = this.where.get(callId);
-    if (second === undefined) return;
+    if (second === undefined) return false;
     const call = this.open.get(second)?.calls.get(callId);
     this.open.get(second)?.calls.delete(callId);
     this.where.delete(callId);
     this.matched.delete(callId);
     if (call) this.bytes -= call.arguments_json.length;
+    return true;
+  }
+
+  /** Whether this replica holds the call open (begun here, not settled yet). */
+  isOpen(callId: string): boolean {
+    return this.where.has(callId);
   }
 
   /** A recovery moved the call to its next attempt: a copy written later carries it. */
@@ -173,9 +192,16 @@ export class CallSettler {
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
     await this.running;
-    await this.pass(Date.now(), { final: true }).catch((err: unknown) =>
-      this.logger.warn({ err }, "could not settle the open calls at stop; another replica adopts their seconds"),
-    );
+    // Bounded: a stop never waits on a slow database; what is left stays marked and is adopted.
+    let timer: NodeJS.Timeout | undefined;
+    const limit = new Promise<void>((resolve) => (timer = setTimeout(resolve, CLOSE_WITHIN_MS)));
+    await Promise.race([
+      this.pass(Date.now(), { final: true }).catch((err: unknown) =>
+        this.logger.warn({ err }, "could not settle the open calls at stop; another replica adopts their seconds"),
+      ),
+      limit,
+    ]);
+    clearTimeout(timer);
   }
 
   private async pass(now: number, o: { final?: boolean } = {}): Promise<void> {
@@ -195,6 +221,7 @@ export class CallSettler {
   /** Reads the entries of each second that has ended since the last read, from the oldest open call's second. */
   private async readEntries(now: number, final: boolean): Promise<void> {
     if (this.where.size === 0) return;
+    if (this.where.size <= LOOKUPS_UP_TO) return this.lookUpEntries(now, final);
     const oldest = [...this.open.keys()].reduce((a, b) => (a < b ? a : b));
     // One second before the oldest open call's: a ledger's clock a little behind this one.
     let next = bucketStart(oldest).getTime() - 1_000;
@@ -209,6 +236,21 @@ export class CallSettler {
       }
       if (!final || next <= now - 1_000 - ENTRIES_GRACE_MS) this.readUpTo = second;
     }
+  }
+
+  /** Few open calls: each one whose second has ended is looked up by its entry's `_id`. */
+  private async lookUpEntries(now: number, final: boolean): Promise<void> {
+    const ended = secondBucket(new Date(now - 1_000 - ENTRIES_GRACE_MS));
+    for (const [second, s] of this.open) {
+      if (!final && second > ended) continue;
+      for (const call of [...s.calls.values()]) {
+        if (this.matched.has(call._id)) continue;
+        const entry = await this.store.completingEntry(call);
+        if (entry) this.matched.set(call._id, { call, entry });
+      }
+    }
+    // The seconds before now are covered: a switch to reading whole seconds starts after them.
+    this.readUpTo = final ? this.readUpTo : ended;
   }
 
   private async writeMatched(): Promise<void> {

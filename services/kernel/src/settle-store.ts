@@ -85,7 +85,7 @@ export class MongoSettleStore implements SettleStore {
     const open = await this.openCallsOf(second);
     const done: Array<{ call: CallRecord; entry: EntryRef }> = [];
     const rest: CallRecord[] = [];
-    for (const { call, entry } of open) (entry ? done.push({ call, entry }) : rest.push(call));
+    for (const { call, entry } of open) entry ? done.push({ call, entry }) : rest.push(call);
     if (done.length > 0) await this.d.complete(done);
     if (rest.length > 0) await this.copyPending(rest);
     await this.d.marks.deleteOne({ _id: markId }, MAJORITY);

@@ -58,8 +58,8 @@ export async function unfinishedEntries(db: Db, entries: readonly UnfinishedProb
   const callIds = entries.map((e) => e.call_id);
   const keys = entries.map((e) => e.key).filter((k) => k !== "");
   const requests = entries.map((e) => e.request_id).filter((r) => r !== "");
-  type Probe = { _id: string; key?: string; request_id?: string };
-  const [pending, marked] = await Promise.all([
+  type Probe = { _id: string; key?: string; request_id?: string; state?: string };
+  const [pending, marked, open] = await Promise.all([
     // pending_calls holds only unfinished calls: small, whatever its filter.
     db
       .collection<Probe>("pending_calls")
@@ -69,6 +69,7 @@ export async function unfinishedEntries(db: Db, entries: readonly UnfinishedProb
       .collection<Probe>("calls")
       .find({ _id: { $in: callIds }, state: "indeterminate" }, only)
       .toArray(),
+    openCalls(db),
   ]);
   const settled = new Set(
     marked.length
@@ -80,10 +81,35 @@ export async function unfinishedEntries(db: Db, entries: readonly UnfinishedProb
         ).map((c) => c._id)
       : [],
   );
-  const busy = [...pending, ...marked.filter((c) => !settled.has(c._id))];
+  const busy = [...pending, ...marked.filter((c) => !settled.has(c._id)), ...open];
   const busyCalls = new Set(busy.map((c) => c._id));
   const busyKeys = new Set(busy.flatMap((c) => [c.key ?? "", c.request_id ?? ""]).filter((k) => k !== ""));
   return new Set(entries.filter((e) => busyCalls.has(e.call_id) || busyKeys.has(e.key) || busyKeys.has(e.request_id)).map((e) => e._id));
+}
+
+/**
+ * Calls journaled in seconds a kernel replica has not settled yet (ADR 0034): no pending copy
+ * yet, and no completion. A few seconds, each read by `lb`; an entry a call of these completes
+ * stays until the kernel has written that completion.
+ */
+async function openCalls(db: Db): Promise<Array<{ _id: string; key?: string; request_id?: string }>> {
+  const seconds = new Set(
+    (
+      await db
+        .collection<{ lb: string }>("unsettled_seconds")
+        .find({}, { projection: { lb: 1 } })
+        .toArray()
+    ).map((m) => m.lb),
+  );
+  const out: Array<{ _id: string; key?: string; request_id?: string }> = [];
+  for (const lb of seconds) {
+    const calls = await db
+      .collection<{ _id: string; key?: string; request_id?: string; state: string; lb: string }>("calls")
+      .find({ lb, state: "pending" }, { projection: { _id: 1, key: 1, request_id: 1 } })
+      .toArray();
+    for (const c of calls) if (!(await db.collection<{ _id: string }>("call_completions").findOne({ _id: c._id }, { projection: { _id: 1 } }))) out.push(c);
+  }
+  return out;
 }
 
 /** What {@link unfinishedEntries} needs of an entry. */

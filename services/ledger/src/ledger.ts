@@ -227,5 +227,11 @@ export function newEntryId(): string {
 
 /** Whether this live write's entry completes its call (ADR 0034). */
 function completes(cap: VerifiedCapability, entry: EntryDoc, payloadMismatch: boolean): boolean {
-  return writeCompletesCall({ effect: cap.effect, ...(cap.mode !== undefined ? { mode: cap.mode } : {}), callId: cap.call_id, entryCallId: entry.call_id, payloadMismatch });
+  return writeCompletesCall({
+    effect: cap.effect,
+    ...(cap.mode !== undefined ? { mode: cap.mode } : {}),
+    callId: cap.call_id,
+    entryCallId: entry.call_id,
+    payloadMismatch,
+  });
 }

@@ -31,5 +31,11 @@ export function writeCompletesCall(w: AnsweredWrite): boolean {
 
 /** The kernel's side: the entry that completes this journaled call, if it is one. */
 export function entryCompletes(call: { _id: string; effect: string; key?: string; mode?: string }, entry: { _id: string; call_id: string }): boolean {
-  return call.effect === "idempotent" && call.mode === undefined && call.key !== undefined && entry._id === idempotentEffectId(call.key) && entry.call_id === call._id;
+  return (
+    call.effect === "idempotent" &&
+    call.mode === undefined &&
+    call.key !== undefined &&
+    entry._id === idempotentEffectId(call.key) &&
+    entry.call_id === call._id
+  );
 }
