@@ -1,12 +1,13 @@
 /**
  * The ratios a run reports (bench/README.md): each scenario to the baseline, keycap's whole
- * call to the gRPC peer and to the in-process peer, call-2x2 and call-unary to `call`. Taken
+ * call (`call`, and `call-3hop` as an older client makes it) to the gRPC peer and to the
+ * in-process peer, call-2x2, call-unary and call-3hop to `call`. Taken
  * within one repetition (scenarios measured together, bench/repetitions.ts); a pooled row
  * gets the median of its repetitions' ratios with their range.
  */
 import type { Ratio, RunResult } from "./report";
 import { spreadOf } from "./repetitions";
-import { BASELINE, BASELINE_AFTER, CALL, CALL_2X2, CALL_UNARY, PEER, PEER_INPROC } from "./scenarios";
+import { BASELINE, BASELINE_AFTER, CALL, CALL_2X2, CALL_3HOP, CALL_UNARY, PEER, PEER_INPROC } from "./scenarios";
 
 const ratio = (r: RunResult, to: RunResult): Ratio => ({ throughput: r.throughput / to.throughput, p99: r.latencyMs.p99 / to.latencyMs.p99 });
 
@@ -21,13 +22,13 @@ export function attachRatios(runs: RunResult[]): void {
   }
   for (const r of runs) {
     const at = (name: string): RunResult | undefined => runs.find((x) => x.scenario === name && x.concurrency === r.concurrency);
-    const wholeCall = r.scenario === CALL || r.scenario === CALL_2X2;
+    const wholeCall = r.scenario === CALL || r.scenario === CALL_3HOP || r.scenario === CALL_2X2;
     const peer = at(PEER);
     if (peer && wholeCall) r.vsPeer = ratio(r, peer);
     const inproc = at(PEER_INPROC);
     if (inproc && wholeCall) r.vsInproc = ratio(r, inproc);
     const single = at(CALL);
-    if (single && (r.scenario === CALL_2X2 || r.scenario === CALL_UNARY)) r.vsCall = ratio(r, single);
+    if (single && (r.scenario === CALL_2X2 || r.scenario === CALL_UNARY || r.scenario === CALL_3HOP)) r.vsCall = ratio(r, single);
   }
 }
 

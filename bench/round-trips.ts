@@ -2,9 +2,15 @@
  * The round-trip pass of `make bench` (`--round-trips`): a stack of its own with a wire
  * tap between each service and the database (bench/wire-tap.ts), driven one request at a
  * time, so what one whole call and one write cost the database is counted, not guessed:
- * commands per collection, bytes sent, log lines. It also holds the baseline to being the
- * same insert as the enforced write: same collection, same command options (write
- * concern), same fields with the same types and sizes.
+ * commands per collection, bytes sent, log lines, and RPC hops (the kernel's and the
+ * ledger's `keycap_rpc_duration_seconds` counts by method, scraped before and after; for the
+ * bench-only baseline and peer, which serve no metrics, the client's calls). Each operation
+ * runs for at least a few seconds and the count waits for the kernel's settler to finish the
+ * seconds it began, so the per-second writes (unsettled-second marks, listing marks, the
+ * settler's entries read and completion insert, ADR 0034) are amortised over the calls of
+ * those seconds as they are at load. It also holds the baseline to being the same insert as
+ * the enforced write: same collection, same command options (write concern), same fields
+ * with the same types and sizes.
  */
 import { credentials, Metadata } from "@grpc/grpc-js";
 import { BaselineServiceClient, type WriteRequest, type WriteResponse } from "../gen/ts/keycap/bench/v1/baseline";
@@ -12,12 +18,34 @@ import { defineTool, KernelClient, LedgerClient } from "../clients/ts/src/index"
 import { BENCH_WRITE_TOOL_ID } from "./bench-ids";
 import { benchKey, CapabilityFactory, newKeySpace } from "./capabilities";
 import { TEN_FIELD_DERIVATION, tenFieldArguments } from "./micro";
+import { diffActivity, scrapeAll } from "./prom";
 import { startStack, type Stack } from "./stack";
 import type { InsertShape, TapSnapshot } from "./wire-tap";
+
+/** The whole call as the client makes it now (ADR 0034): the operation the issue's targets read. */
+export const CALL_OPERATION = "call (BeginCall → Write; the entry completes it)";
+/** The whole call as an older client makes it. */
+export const CALL_3HOP_OPERATION = "call, older client (BeginCall → Write → CompleteCall)";
+
+/**
+ * How long each operation runs at least, one at a time: a few seconds, so the kernel's
+ * per-second writes fall on many calls as they do at load (with few calls a second they
+ * would be counted against few calls and overstate the cost per call).
+ */
+const MIN_SECONDS = 3;
+/** How long the kernel's settler takes to finish a second: its 300 ms grace, a 250 ms tick, margin. */
+const SETTLE_WAIT_MS = 1_500;
 
 export interface PerOperation {
   operation: string;
   samples: number;
+  /** How long the operations ran (one at a time). */
+  seconds?: number;
+  /**
+   * RPCs per operation: "service Method" → count. From the kernel's and the ledger's metrics
+   * (`server`), or the bench client's own calls for the baseline and the peer (`client`).
+   */
+  hops?: { total: number; byMethod: Record<string, number>; source: "server" | "client" };
   /** Service → its database commands per operation, by "command collection". */
   roundTrips: Record<string, { total: number; byCommand: Record<string, number> }>;
   bytesToDatabase: Record<string, number>;
@@ -42,14 +70,19 @@ const CALL_TOOL = "bench.rt.call";
 const WRITE_TOOL = BENCH_WRITE_TOOL_ID;
 
 /** Runs the pass on its own stack (started and stopped here). */
-export async function measureRoundTrips(payload: Buffer, samples: number, log: (m: string) => void): Promise<RoundTripReport> {
-  const stack = await startStack({ tap: true, peer: true, log });
+export async function measureRoundTrips(
+  payload: Buffer,
+  samples: number,
+  log: (m: string) => void,
+  minSeconds: number = MIN_SECONDS,
+): Promise<RoundTripReport> {
+  const stack = await startStack({ tap: true, peer: true, metrics: true, log });
   const kernel = new KernelClient(stack.kernelAddress, { ledgerAddress: stack.ledgerAddress, token: stack.runtimeToken });
   const ledger = new LedgerClient(stack.ledgerAddress);
   const baseline = new BaselineServiceClient(stack.baselineAddress, credentials.createInsecure());
   const peer = new BaselineServiceClient(stack.peer!.address, credentials.createInsecure());
   try {
-    log(`round trips: ${samples} of each operation, one at a time, through wire taps`);
+    log(`round trips: each operation one at a time for at least ${samples} operations and ${minSeconds} s, through wire taps`);
     const factory = await CapabilityFactory.open(stack.signingKeyFile);
     await kernel.registerTool(
       defineTool({ id: CALL_TOOL, effect: { kind: "idempotent", key: { fields: TEN_FIELD_DERIVATION.fields as [string, ...string[]] } } }),
@@ -58,11 +91,20 @@ export async function measureRoundTrips(payload: Buffer, samples: number, log: (
     const call = async (i: number): Promise<void> => {
       const handle = await kernel.begin(CALL_TOOL, { ...tenFieldArguments(i), order_id: `${space}-${i}` });
       await handle.write(payload);
+      // After a write whose entry completes the call this sends nothing (ADR 0034).
       await handle.complete("succeeded");
     };
-    const writes = await factory.mint(samples + 20, WRITE_TOOL, (i) => benchKey(`${space}-w`, i));
+    const olderClient = async (i: number): Promise<void> => {
+      const handle = await kernel.begin(CALL_TOOL, { ...tenFieldArguments(i), order_id: `${space}-old-${i}` });
+      await handle.write(payload);
+      // What a client from before ADR 0034 sends after the write: CompleteCall.
+      await kernel.completeCall(handle.callId, "succeeded");
+    };
+    // Capabilities are minted in blocks as the operation needs them (it runs for a time, not a count).
+    const minted: Awaited<ReturnType<CapabilityFactory["mint"]>> = [];
     const write = async (i: number): Promise<void> => {
-      const it = writes[i]!;
+      while (minted.length <= i) minted.push(...(await factory.mint(1000, WRITE_TOOL, (j) => benchKey(`${space}-w`, minted.length + j))));
+      const it = minted[i]!;
       await ledger.writeWithCapability(it.token, { key: it.key, payload });
     };
     const baselineWrite = (i: number): Promise<WriteResponse> =>
@@ -73,11 +115,13 @@ export async function measureRoundTrips(payload: Buffer, samples: number, log: (
       new Promise((resolve, reject) =>
         peer.write({ key: benchKey(`${space}-p`, i), payload } satisfies WriteRequest, new Metadata(), (err, res) => (err ? reject(err) : resolve(res))),
       );
+    const run = { samples, minSeconds };
     const operations = [
-      await perOperation(stack, "call (BeginCall → Write → CompleteCall)", samples, call),
-      await perOperation(stack, "ledger-write", samples, write),
-      await perOperation(stack, "ledger-write-baseline", samples, baselineWrite),
-      await perOperation(stack, "peer-powertools (Redis SET NX, insert, SET)", samples, peerWrite),
+      await perOperation(stack, CALL_OPERATION, run, call),
+      await perOperation(stack, CALL_3HOP_OPERATION, run, olderClient),
+      await perOperation(stack, "ledger-write", run, write),
+      await perOperation(stack, "ledger-write-baseline", run, baselineWrite, "baseline Write"),
+      await perOperation(stack, "peer-powertools (Redis SET NX, insert, SET)", run, peerWrite, "peer Write"),
     ];
     return { operations, sameInsert: compareInserts(stack), peerSameInsert: comparePeerInsert(stack) };
   } finally {
@@ -89,20 +133,36 @@ export async function measureRoundTrips(payload: Buffer, samples: number, log: (
   }
 }
 
-/** Warms up with 20 operations (or `warm`), then counts `samples` sequential ones. */
+/**
+ * Warms up with 20 operations, lets the kernel settle their seconds, then counts sequential
+ * ones until both `samples` and `minSeconds` are reached and the settler has finished their
+ * seconds. `clientHop` names the one RPC each operation sends to a process that serves no
+ * metrics (the baseline, the peer); otherwise hops are the kernel's and the ledger's RPCs.
+ */
 async function perOperation(
   stack: Stack,
   operation: string,
-  samples: number,
+  run: { samples: number; minSeconds: number },
   op: (i: number) => Promise<unknown>,
-  warm: (i: number) => Promise<unknown> = (i) => op(samples + i),
+  clientHop?: string,
 ): Promise<PerOperation> {
-  for (let i = 0; i < 20; i++) await warm(i);
+  // The warm-up's keys are past any the measured operations use.
+  for (let i = 0; i < 20; i++) await op(1_000_000 + i);
+  await new Promise((r) => setTimeout(r, SETTLE_WAIT_MS));
   const taps = stack.taps!;
+  const metrics = stack.metrics ? { kernel: stack.metrics.kernel, ledger: stack.metrics.ledger } : undefined;
+  const rpcsBefore = metrics && !clientHop ? await scrapeAll(metrics) : undefined;
   for (const t of Object.values(taps)) t.reset();
   const services = { kernel: stack.kernel, ledger: stack.ledger, baseline: stack.baseline, ...(stack.peer ? { peer: stack.peer.proc } : {}) };
   const linesBefore = Object.fromEntries(Object.entries(services).map(([k, s]) => [k, s.lines()]));
-  for (let i = 0; i < samples; i++) await op(i);
+  const t0 = performance.now();
+  let samples = 0;
+  while (samples < run.samples || performance.now() - t0 < run.minSeconds * 1000) await op(samples++);
+  const seconds = (performance.now() - t0) / 1000;
+  // The settler finishes the last seconds (their entries read, completions, marks removed).
+  await new Promise((r) => setTimeout(r, SETTLE_WAIT_MS));
+  let hops: PerOperation["hops"];
+  if (clientHop) hops = { total: 1, byMethod: { [clientHop]: 1 }, source: "client" };
   const roundTrips: PerOperation["roundTrips"] = {};
   const bytesToDatabase: Record<string, number> = {};
   const logLines: Record<string, number> = {};
@@ -115,7 +175,16 @@ async function perOperation(
     bytesToDatabase[name] = snap.bytesToServer / samples;
   }
   for (const [name, s] of Object.entries(services)) logLines[name] = (s.lines() - linesBefore[name]!) / samples;
-  return { operation, samples, roundTrips, bytesToDatabase, logLines };
+  // Scraped after the taps' snapshot: a scrape reads the journal (the pending-calls gauge), not counted.
+  if (metrics && rpcsBefore) {
+    const after = await scrapeAll(metrics);
+    const byMethod: Record<string, number> = {};
+    for (const svc of ["kernel", "ledger"] as const) {
+      for (const [method, v] of Object.entries(diffActivity(rpcsBefore[svc]!, after[svc]!).rpcs)) byMethod[`${svc} ${method}`] = v.count / samples;
+    }
+    hops = { total: Object.values(byMethod).reduce((a, b) => a + b, 0), byMethod, source: "server" };
+  }
+  return { operation, samples, seconds, ...(hops ? { hops } : {}), roundTrips, bytesToDatabase, logLines };
 }
 
 /** The enforced write's entry insert against the baseline's: every difference, by name. */
@@ -149,15 +218,27 @@ export function sameShape(a: InsertShape, b: InsertShape): { same: boolean; diff
 
 /** The pass as Markdown. */
 export function roundTripMarkdown(r: RoundTripReport): string {
-  const out = ["| operation | service | round trips / op | commands / op | bytes to db / op | log lines / op |", "| --- | --- | ---: | --- | ---: | ---: |"];
+  const out = [
+    "| operation | hops / op | service | round trips / op | commands / op | bytes to db / op | log lines / op |",
+    "| --- | --- | --- | ---: | --- | ---: | ---: |",
+  ];
   for (const op of r.operations) {
+    const h = op.hops;
+    const hops = h
+      ? `**${+h.total.toFixed(2)}** (${Object.entries(h.byMethod)
+          .map(([k, v]) => `${k} ×${+v.toFixed(3)}`)
+          .join(", ")}${h.source === "client" ? "; client calls" : ""})`
+      : "–";
+    const services = Object.keys(op.roundTrips);
+    const dbTotal = services.reduce((n, svc) => n + op.roundTrips[svc]!.total, 0);
+    out.push(
+      `| **${op.operation}** (${op.samples} in ${op.seconds !== undefined ? `${op.seconds.toFixed(1)} s` : "?"}) | ${hops} | all | **${+dbTotal.toFixed(2)}** | | ${Math.round(services.reduce((n, svc) => n + (op.bytesToDatabase[svc] ?? 0), 0))} | |`,
+    );
     for (const [svc, rt] of Object.entries(op.roundTrips)) {
       const cmds = Object.entries(rt.byCommand)
         .map(([k, v]) => `${k} ×${+v.toFixed(2)}`)
         .join(", ");
-      out.push(
-        `| ${op.operation} | ${svc} | ${+rt.total.toFixed(2)} | ${cmds} | ${Math.round(op.bytesToDatabase[svc] ?? 0)} | ${+(op.logLines[svc] ?? 0).toFixed(2)} |`,
-      );
+      out.push(`| | | ${svc} | ${+rt.total.toFixed(2)} | ${cmds} | ${Math.round(op.bytesToDatabase[svc] ?? 0)} | ${+(op.logLines[svc] ?? 0).toFixed(2)} |`);
     }
   }
   out.push("");

@@ -31,7 +31,8 @@ import { profileMarkdown } from "./profile";
 import { openInProcessPeer, type InProcessPeer } from "./peer-server";
 import { attachRatios, attachSpreads } from "./ratios";
 import { checkTargets, markdown, svgChart, type BenchRecord, type RunResult } from "./report";
-import { BASELINE, BASELINE_AFTER, CALL, CALL_2X2, CALL_UNARY, PEER, PEER_INPROC } from "./scenarios";
+import { BASELINE, BASELINE_AFTER, CALL, CALL_2X2, CALL_3HOP, CALL_UNARY, PEER, PEER_INPROC } from "./scenarios";
+import { measureChain, type ChainRow, type ChainScenario } from "./chain";
 import { measureRoundTrips, roundTripMarkdown } from "./round-trips";
 import { startStack, type Stack } from "./stack";
 import { crossPairs, RoundRobin } from "./round-robin";
@@ -57,7 +58,9 @@ const LEDGER_CALL = "keycap.ledger.v1.LedgerService.Write";
 /** Concurrency levels call-2x2 runs at (where more processes could help). */
 const CALL_2X2_LEVELS = [16, 64];
 /** The node-driven scenarios, run after the ledger-only ones at each level, in this order. */
-const WHOLE_EFFECT = [CALL, CALL_UNARY, PEER, PEER_INPROC, CALL_2X2];
+const WHOLE_EFFECT = [CALL, CALL_3HOP, CALL_UNARY, PEER, PEER_INPROC, CALL_2X2];
+/** The chain pass (bench/chain.ts): the two shapes of the whole call, at these levels, after the scenarios. */
+const CHAIN_LEVELS = [16, 64];
 /** The payload of every write: 256 bytes, like a small JSON effect description. */
 const PAYLOAD = Buffer.from(JSON.stringify({ kind: "charge", amount_cents: 129900, currency: "EUR", note: "x".repeat(180) }).padEnd(256, " "));
 
@@ -345,7 +348,7 @@ async function main(): Promise<void> {
   const timestamp = new Date().toISOString().replace(/\.\d+Z$/, "Z");
   const machineInfo = machine();
   if (opts.roundTripsOnly) {
-    process.stdout.write(roundTripMarkdown(await measureRoundTrips(PAYLOAD, opts.quick ? 50 : 200, log)));
+    process.stdout.write(roundTripMarkdown(await measureRoundTrips(PAYLOAD, opts.quick ? 50 : 200, log, opts.quick ? 3 : 5)));
     return;
   }
   if (opts.sinkOnly) {
@@ -365,11 +368,14 @@ async function main(): Promise<void> {
   log("starting MongoDB, kernel and ledger");
   const profFlags = ["--cpu-prof", `--cpu-prof-dir=${profileDir}`];
   const wanted = (name: string): boolean => !opts.profile && (!opts.scenarios || opts.scenarios.includes(name));
+  const chainWanted = !opts.profile && !opts.scenarios;
   const stack = await startStack({
     ...(opts.profile ? (opts.profileService === "kernel" ? { kernelNodeFlags: profFlags } : { ledgerNodeFlags: profFlags }) : {}),
     ...(wanted(CALL_2X2) ? { replicas: 1 } : {}),
     ...(wanted(PEER) ? { peer: true } : {}),
     ...(wanted(PEER_INPROC) ? { redis: true } : {}),
+    // The chain pass reads the kernel's and the ledger's metrics (a full or quick run).
+    ...(chainWanted ? { metrics: true } : {}),
     log,
   });
   let stopping = false;
@@ -400,6 +406,8 @@ async function main(): Promise<void> {
   const repetitions: RunResult[] = [];
   let soak: BenchRecord["soak"];
   let clientCalls: ClientCallsResult[] | undefined;
+  let chain: ChainRow[] | undefined;
+  let chainScenarios: ChainScenario[] = [];
   const notes: string[] = [];
   let inproc: InProcessPeer | undefined;
   try {
@@ -483,6 +491,22 @@ async function main(): Promise<void> {
             const handle = await kernel.begin(CALL_TOOL, { ...tenFieldArguments(i), order_id: `${space}-${i}` });
             await handle.write(PAYLOAD);
             await handle.complete("succeeded");
+          };
+        },
+      },
+      {
+        // The whole call as an older client makes it (before ADR 0034): begin, write, then an
+        // explicit CompleteCall, coalesced with the other calls' completes as the client's
+        // default does. The kernel completes the call at once (its completion insert).
+        name: CALL_3HOP,
+        driver: "node",
+        expected: "OK",
+        newOp: () => {
+          const space = newKeySpace("call3hop");
+          return async (i: number): Promise<void> => {
+            const handle = await kernel.begin(CALL_TOOL, { ...tenFieldArguments(i), order_id: `${space}-${i}` });
+            await handle.write(PAYLOAD);
+            await kernel.completeCall(handle.callId, "succeeded");
           };
         },
       },
@@ -593,6 +617,18 @@ async function main(): Promise<void> {
       for (const { sc, c, measured } of pooled.values()) runs.push(toResult(sc, c, mergeMeasured(measured)));
       // The Go and Python clients' batching, on the same stack, after the scenarios.
       if (!opts.profile && !opts.scenarios) clientCalls = await measureClientCalls(stack, [16, 64], opts.quick ? 4 : 12, log);
+      // The chain: where the two shapes of the whole call spend their time (bench/chain.ts).
+      if (chainWanted) {
+        const byName = (n: string): Scenario => all.find((s) => s.name === n)!;
+        chainScenarios = [
+          { name: CALL, newOp: byName(CALL).newOp!, path: ["BeginCall", "Write"] },
+          { name: CALL_3HOP, newOp: byName(CALL_3HOP).newOp!, path: ["BeginCall", "Write", "CompleteCall"] },
+        ];
+        log(
+          `chain: ${chainScenarios.map((c) => c.name).join(", ")} at c=${CHAIN_LEVELS.join(", ")}, ${opts.quick ? 2 : 6} s each, metrics scraped before and after`,
+        );
+        chain = await measureChain(stack, chainScenarios, CHAIN_LEVELS, opts.quick ? 2 : 6, log);
+      }
       if (opts.soak) {
         const target = all.find((s) => s.name === opts.soakScenario);
         if (!target) throw new Error(`--soak-scenario ${opts.soakScenario}: no such scenario`);
@@ -612,7 +648,7 @@ async function main(): Promise<void> {
   }
 
   // Counted on a stack of its own: the taps add a hop no throughput run should carry.
-  const roundTrips = opts.profile || opts.scenarios ? undefined : await measureRoundTrips(PAYLOAD, opts.quick ? 50 : 200, log);
+  const roundTrips = opts.profile || opts.scenarios ? undefined : await measureRoundTrips(PAYLOAD, opts.quick ? 50 : 200, log, opts.quick ? 3 : 5);
   const sinkCost = opts.profile || opts.scenarios ? undefined : await measureSinkCosts(opts.quick ? 1 : 5, log);
 
   for (let rep = 0; rep < opts.reps; rep++) attachRatios(repetitions.filter((r) => r.rep === rep));
@@ -664,9 +700,10 @@ async function main(): Promise<void> {
     ...(roundTrips ? { roundTrips } : {}),
     ...(sinkCost ? { sinkCost } : {}),
     ...(clientCalls ? { clientCalls } : {}),
+    ...(chain ? { chain: { rows: chain, paths: chainScenarios.map((c) => ({ name: c.name, path: [...c.path] })) } } : {}),
     notes,
   };
-  rec.targets = checkTargets(runs, micro.results, soak);
+  rec.targets = checkTargets(runs, micro.results, soak, roundTrips);
 
   if (opts.profile) {
     const files = fs.existsSync(profileDir) ? fs.readdirSync(profileDir).filter((f) => f.endsWith(".cpuprofile")) : [];

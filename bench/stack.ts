@@ -83,6 +83,8 @@ export interface Stack {
    * with replicas kernel2, ledger2, ...; with the peer `peer` and `redis`; with Redis alone `redis`.
    */
   pids: Record<string, number>;
+  /** With `metrics`: where the kernel and the ledger serve `GET /metrics` (host:port). */
+  metrics?: { kernel: string; ledger: string };
   /** With `tap`: one wire tap per service, between it and the database. */
   taps?: Record<"kernel" | "ledger" | "baseline", WireTap> & { peer?: WireTap };
   stop(): Promise<void>;
@@ -103,6 +105,12 @@ export interface StackOptions {
   peer?: boolean;
   /** Start Redis even without the peer (for the in-process peer). */
   redis?: boolean;
+  /**
+   * Serve Prometheus metrics from the kernel and the ledger (KEYCAP_METRICS_LISTEN on a free
+   * loopback port each; `Stack.metrics` has the addresses): the chain pass reads them
+   * (bench/chain.ts). Also on when the bench itself runs with KEYCAP_METRICS_LISTEN set.
+   */
+  metrics?: boolean;
   /** Progress messages (e.g. installing redis-server). */
   log?: (m: string) => void;
 }
@@ -136,13 +144,13 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       // "info" is needed for the "ready" line; nothing is logged per request at info.
       KEYCAP_LOG_LEVEL: "info",
       KEYCAP_SHUTDOWN_GRACE_MS: "3000",
-      // Metrics on when the bench is run with KEYCAP_METRICS_LISTEN set (to measure their cost);
-      // each process picks a free port of its own.
-      ...(process.env["KEYCAP_METRICS_LISTEN"] ? { KEYCAP_METRICS_LISTEN: "127.0.0.1:0" } : {}),
+      // Metrics on when asked for (the chain pass, the round-trip pass's hop count) or when the
+      // bench is run with KEYCAP_METRICS_LISTEN set; each process picks a free port of its own.
+      ...(opts.metrics || process.env["KEYCAP_METRICS_LISTEN"] ? { KEYCAP_METRICS_LISTEN: "127.0.0.1:0" } : {}),
     };
-    // Kernel and ledger keep separate databases, as separate deployments would: on
-    // FerretDB a database is one SQLite file, and the kernel's journal churn (the `call`
-    // scenario) would otherwise stall whichever ledger scenario ran next.
+    // Kernel and ledger share one database, as ADR 0034 requires (the kernel's settler reads
+    // the ledger's entries to complete the calls they complete; a kernel that cannot see them
+    // would give every call a pending copy after 5 s). Until ADR 0034 they had separate ones.
     const database = base["KEYCAP_MONGODB_DATABASE"]!;
     const tapFor = async (): Promise<{ tap?: WireTap; uri: string }> => {
       if (!opts.tap) return { uri: mongo.uri };
@@ -153,7 +161,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     const [kernelDb, ledgerDb, baselineDb] = [await tapFor(), await tapFor(), await tapFor()];
     const kernel = await startService(
       "kernel",
-      { ...base, MONGODB_URI: kernelDb.uri, KEYCAP_MONGODB_DATABASE: `${database}_kernel` },
+      { ...base, MONGODB_URI: kernelDb.uri, KEYCAP_MONGODB_DATABASE: database },
       opts.readyTimeoutMs,
       opts.kernelNodeFlags,
     );
@@ -175,7 +183,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       const n = i + 2;
       const k = await startService(
         "kernel",
-        { ...base, MONGODB_URI: mongo.uri, KEYCAP_MONGODB_DATABASE: `${database}_kernel` },
+        { ...base, MONGODB_URI: mongo.uri, KEYCAP_MONGODB_DATABASE: database },
         opts.readyTimeoutMs,
         opts.kernelNodeFlags,
         `kernel${n}`,
@@ -226,6 +234,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
       ...(redis ? { redis } : {}),
       ledgerEnv,
       pids,
+      ...(kernel.endpoints["metrics"] && ledger.endpoints["metrics"]
+        ? { metrics: { kernel: kernel.endpoints["metrics"], ledger: ledger.endpoints["metrics"] } }
+        : {}),
       ...(kernelDb.tap && ledgerDb.tap && baselineDb.tap
         ? { taps: { kernel: kernelDb.tap, ledger: ledgerDb.tap, baseline: baselineDb.tap, ...(peerTap ? { peer: peerTap } : {}) } }
         : {}),

@@ -1,11 +1,14 @@
 /**
  * The bench's wire tap (bench/wire-tap.ts) is what makes "database round trips per call"
  * and "the baseline is the same insert" measured claims: it must count what a client
- * really sends and tell two inserts apart by any field, type, size or option.
+ * really sends and tell two inserts apart by any field, type, size or option. The round-trip
+ * pass itself (bench/round-trips.ts) must show the whole call's shape of ADR 0034: two hops
+ * and at most 2.2 database commands per call with the per-second writes amortised, while an
+ * older client's three-hop call still completes.
  */
 import { expect } from "chai";
 import { MongoClient } from "mongodb";
-import { sameShape } from "../bench/round-trips";
+import { CALL_3HOP_OPERATION, CALL_OPERATION, measureRoundTrips, sameShape, type RoundTripReport } from "../bench/round-trips";
 import { targetOf, viaTap, WireTap } from "../bench/wire-tap";
 import { freshDatabaseName, testMongoUri } from "./support/mongo";
 
@@ -54,5 +57,57 @@ describe("bench wire tap", () => {
     expect(sameShape(a, longer).differences.join("; ")).to.match(/field 1: key:string:9 vs key:string:11/);
     expect(sameShape(a, otherType).differences.join("; ")).to.match(/attempt:int:4 vs attempt:string/);
     expect(sameShape(a, otherConcern).differences.join("; ")).to.match(/command options/);
+  });
+
+  describe("the round-trip pass", function () {
+    this.timeout(300_000);
+    let report: RoundTripReport;
+    const payload = Buffer.from("x".repeat(256));
+
+    before(async function () {
+      this.timeout(300_000);
+      // 3 s of each operation, one at a time: the kernel's per-second writes amortised as at load.
+      report = await measureRoundTrips(payload, 50, (m) => process.stdout.write(`      ${m}\n`), 3);
+    });
+
+    const op = (name: string): RoundTripReport["operations"][number] => {
+      const o = report.operations.find((x) => x.operation === name);
+      expect(o, name).to.not.equal(undefined);
+      return o!;
+    };
+    const commands = (o: RoundTripReport["operations"][number]): number => (o.roundTrips["kernel"]?.total ?? 0) + (o.roundTrips["ledger"]?.total ?? 0);
+
+    it("counts a whole Idempotent call as two hops and at most 2.2 database commands, kernel and ledger together", () => {
+      const call = op(CALL_OPERATION);
+      expect(call.seconds).to.be.at.least(3);
+      expect(call.hops?.source).to.equal("server");
+      expect(call.hops!.total, JSON.stringify(call.hops)).to.be.at.most(2);
+      expect(call.hops!.total).to.be.at.least(1.99);
+      expect(
+        Object.keys(call.hops!.byMethod).some((m) => /^kernel CompleteCalls?$/.test(m)),
+        JSON.stringify(call.hops),
+      ).to.equal(false);
+      expect(commands(call), JSON.stringify(call.roundTrips)).to.be.at.most(2.2);
+      // The two inserts on the path: the journal's and the ledger's entry.
+      expect(call.roundTrips["kernel"]!.byCommand["insert calls"]).to.be.closeTo(1, 0.01);
+      expect(call.roundTrips["ledger"]!.byCommand["insert entries"]).to.be.closeTo(1, 0.01);
+    });
+
+    it("still completes an older client's call: BeginCall → Write → CompleteCall, three hops and the kernel's completion insert", () => {
+      const older = op(CALL_3HOP_OPERATION);
+      expect(older.samples).to.be.at.least(50);
+      expect(older.hops!.total, JSON.stringify(older.hops)).to.be.closeTo(3, 0.05);
+      expect(
+        Object.entries(older.hops!.byMethod)
+          .filter(([m]) => /^kernel CompleteCalls?$/.test(m))
+          .reduce((n, [, v]) => n + v, 0),
+      ).to.be.closeTo(1, 0.01);
+      expect(older.roundTrips["kernel"]!.byCommand["insert call_completions"]).to.be.at.least(0.99);
+    });
+
+    it("keeps the baseline's insert the enforced write's", () => {
+      expect(report.sameInsert.differences).to.deep.equal([]);
+      expect(op("ledger-write").hops!.total).to.be.closeTo(1, 0.01);
+    });
   });
 });
