@@ -15,24 +15,29 @@ async function killedAtFault(proc: ServiceProcess): Promise<void> {
   expect(proc.child.signalCode).to.equal("SIGKILL");
 }
 
+/** A kernel SIGKILLed by itself at `point` inside a BeginCall of `callId` (answered UNAVAILABLE to the client). */
+async function killedInBeginCall(point: string, order: string, callId: string): Promise<{ env: Record<string, string>; tool: ReturnType<typeof defineTool> }> {
+  const env = serviceEnv();
+  const tool = defineTool({ id: "crash.charge", effect: { kind: "idempotent", key: { fields: ["/order"] } } });
+  let kernel = await startService("kernel", env);
+  let client = new KernelClient(kernel.endpoints.kernel!);
+  await client.registerTool(tool);
+  client.close();
+  await kernel.stop();
+  kernel = await startService("kernel", env, { env: { KEYCAP_TEST_FAULT_POINTS: point } });
+  client = new KernelClient(kernel.endpoints.kernel!);
+  const e = await refusal(client.beginCall(tool.id, JSON.stringify({ order }), { callId, retry: false }));
+  expect(e.codeName).to.equal("UNAVAILABLE");
+  client.close();
+  await killedAtFault(kernel);
+  return { env, tool };
+}
+
 describe("journal: crash between writes (issue 15)", function () {
   this.timeout(120_000);
 
   it("a kernel killed inside BeginCall after its one journal write (ADR 0034): the call, neither copied nor completed, is listed from its unsettled second, resumed, and its second settled by the next kernel", async function () {
-    const env = serviceEnv();
-    const tool = defineTool({ id: "crash.charge", effect: { kind: "idempotent", key: { fields: ["/order"] } } });
-    let kernel = await startService("kernel", env);
-    let client = new KernelClient(kernel.endpoints.kernel!);
-    await client.registerTool(tool);
-    client.close();
-    await kernel.stop();
-
-    kernel = await startService("kernel", env, { env: { KEYCAP_TEST_FAULT_POINTS: "journal.begin.after-journal" } });
-    client = new KernelClient(kernel.endpoints.kernel!);
-    const e = await refusal(client.beginCall(tool.id, JSON.stringify({ order: "O-1" }), { callId: "crash-begin-1", retry: false }));
-    expect(e.codeName).to.equal("UNAVAILABLE");
-    client.close();
-    await killedAtFault(kernel);
+    const { env, tool } = await killedInBeginCall("journal.begin.after-journal", "O-1", "crash-begin-1");
     // What the crash left: the journal document and its second's mark, no pending copy.
     const mongo = await MongoClient.connect(env["MONGODB_URI"]!);
     try {
@@ -44,8 +49,8 @@ describe("journal: crash between writes (issue 15)", function () {
       await mongo.close();
     }
 
-    kernel = await startService("kernel", env);
-    client = new KernelClient(kernel.endpoints.kernel!);
+    const kernel = await startService("kernel", env);
+    const client = new KernelClient(kernel.endpoints.kernel!);
     try {
       const pending = await client.listPendingCalls(tool.id);
       expect(pending.map((c) => c.callId)).to.deep.equal(["crash-begin-1"]);
@@ -81,23 +86,10 @@ describe("journal: crash between writes (issue 15)", function () {
   });
 
   it("a kernel killed inside BeginCall before its journal write: nothing is journaled or listed, and the runtime's retry of the BeginCall journals the call", async function () {
-    const env = serviceEnv();
-    const tool = defineTool({ id: "crash.charge", effect: { kind: "idempotent", key: { fields: ["/order"] } } });
-    let kernel = await startService("kernel", env);
-    let client = new KernelClient(kernel.endpoints.kernel!);
-    await client.registerTool(tool);
-    client.close();
-    await kernel.stop();
+    const { env, tool } = await killedInBeginCall("journal.begin.before-journal", "O-2", "crash-begin-2");
 
-    kernel = await startService("kernel", env, { env: { KEYCAP_TEST_FAULT_POINTS: "journal.begin.before-journal" } });
-    client = new KernelClient(kernel.endpoints.kernel!);
-    const e = await refusal(client.beginCall(tool.id, JSON.stringify({ order: "O-2" }), { callId: "crash-begin-2", retry: false }));
-    expect(e.codeName).to.equal("UNAVAILABLE");
-    client.close();
-    await killedAtFault(kernel);
-
-    kernel = await startService("kernel", env);
-    client = new KernelClient(kernel.endpoints.kernel!);
+    const kernel = await startService("kernel", env);
+    const client = new KernelClient(kernel.endpoints.kernel!);
     try {
       expect(await client.listPendingCalls(tool.id)).to.deep.equal([]);
       const begun = await client.beginCall(tool.id, JSON.stringify({ order: "O-2" }), { callId: "crash-begin-2" });
