@@ -309,11 +309,8 @@ func TestResumeReissuesACapabilityForTheSameKey(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Begin: %v", err)
 	}
-	first, err := h.Write(ctx, []byte("first"))
-	if err != nil {
-		t.Fatalf("Write: %v", err)
-	}
-	// "Crash": the call is left pending.
+	// "Crash" before the write: the call is left pending. (A write would have completed it:
+	// the ledger's entry is the call's completion, ADR 0034.)
 	pending, err := c.kernel.ListPending(ctx, toolID)
 	if err != nil || len(pending) != 1 || pending[0].GetCallId() != h.CallID() {
 		t.Fatalf("ListPending(%s) = %v (err %v), want the one call %s", toolID, pending, err, h.CallID())
@@ -328,12 +325,20 @@ func TestResumeReissuesACapabilityForTheSameKey(t *testing.T) {
 	if res.Handle.Key() != h.Key() || res.Handle.Attempt() != 2 {
 		t.Fatalf("resumed handle key=%s attempt=%d, want key %s attempt 2", res.Handle.Key(), res.Handle.Attempt(), h.Key())
 	}
-	again, err := res.Handle.Write(ctx, []byte("first"))
+	first, err := res.Handle.Write(ctx, []byte("first"))
 	if err != nil {
 		t.Fatalf("resumed Write: %v", err)
 	}
+	if first.GetDuplicate() || !first.GetCompletesCall() {
+		t.Fatalf("the resumed write is the call's one effect and completes it: %v", first)
+	}
+	// The first attempt's capability, late: the same key, so the same effect.
+	again, err := h.Write(ctx, []byte("first"))
+	if err != nil {
+		t.Fatalf("late Write of attempt 1: %v", err)
+	}
 	if !again.GetDuplicate() || again.GetEntry().GetEntryId() != first.GetEntry().GetEntryId() {
-		t.Fatalf("resumed write is not a duplicate of the first: %v", again)
+		t.Fatalf("the late write is not a duplicate of the first: %v", again)
 	}
 	if _, err := res.Handle.Complete(ctx, keycap.Succeeded, ""); err != nil {
 		t.Fatalf("Complete: %v", err)

@@ -9,6 +9,7 @@ import { faultPoint } from "../../common/src/fault-points";
 import { InsertBatcher } from "../../common/src/insert-batcher";
 import type { Logger } from "../../common/src/logger";
 import { BegunCalls } from "./begun-calls";
+import { byId } from "./reads-by-id";
 import { PendingCopySweeper } from "./pending-copy-sweeper";
 import { CallSettler, type EntryRef, type SettlerOptions } from "./call-settler";
 import { LEDGER_ENTRIES, MongoSettleStore, UNSETTLED_SECONDS, type UnsettledMark } from "./settle-store";
@@ -102,8 +103,6 @@ const MAJORITY = { writeConcern: { w: "majority" as const } };
 
 /** The collection's name in the listing marks (ADR 0033). */
 const LISTED_AS = "calls";
-/** Reads by `_id` in flight at once for one answer: a page's completions never take the whole connection pool. */
-const READS_IN_FLIGHT = 32;
 /** A page's time limit when the journal was opened without one (tests; the services always set it). */
 const UNLIMITED_PAGE_MS = 600_000;
 
@@ -812,21 +811,6 @@ function mergePages(copies: CallRecord[], open: CallRecord[], copiesNext: Journa
   const more = copiesNext !== undefined || merged.length > limit;
   if (!more) return { calls: page };
   return { calls: page, next: last ? { createdAt: last.created_at.getTime(), id: last._id } : copiesNext! };
-}
-
-/** Reads each id by equality, at most READS_IN_FLIGHT at once: the documents found, by id. */
-async function byId<T>(ids: readonly string[], read: (id: string) => Promise<T | null>): Promise<Map<string, T>> {
-  const out = new Map<string, T>();
-  let next = 0;
-  const worker = async (): Promise<void> => {
-    while (next < ids.length) {
-      const id = ids[next++]!;
-      const doc = await read(id);
-      if (doc) out.set(id, doc);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(READS_IN_FLIGHT, ids.length) }, worker));
-  return out;
 }
 
 function withCompletion(call: CallRecord, c: CompletionDoc): CallRecord {

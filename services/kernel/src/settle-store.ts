@@ -11,6 +11,7 @@ import type { InsertBatcher } from "../../common/src/insert-batcher";
 import type { Logger } from "../../common/src/logger";
 import type { CallRecord } from "./call-journal";
 import type { EntryRef, SettleStore } from "./call-settler";
+import { byId } from "./reads-by-id";
 
 /** One replica's mark of a second whose calls it has not settled yet. */
 export interface UnsettledMark {
@@ -103,13 +104,15 @@ export class MongoSettleStore implements SettleStore {
    */
   async openCallsOf(second: string, toolFilter?: (toolId: string) => boolean): Promise<Array<{ call: CallRecord; entry?: EntryRef }>> {
     const calls = (await this.d.calls.find({ lb: second }).toArray()).filter((c) => c.state === "pending" && (!toolFilter || toolFilter(c.tool_id)));
-    const out: Array<{ call: CallRecord; entry?: EntryRef }> = [];
-    for (const call of calls) {
-      if (await this.d.hasCompletion(call._id)) continue;
+    // A second at load holds thousands of calls: their reads by `_id` go a bounded number at once.
+    const byCallId = new Map(calls.map((c) => [c._id, c]));
+    const open = await byId([...byCallId.keys()], async (id) => {
+      if (await this.d.hasCompletion(id)) return undefined;
+      const call = byCallId.get(id)!;
       const entry = await this.completingEntry(call);
-      out.push(entry ? { call, entry } : { call });
-    }
-    return out;
+      return entry ? { call, entry } : { call };
+    });
+    return [...open.values()];
   }
 
   /** The ledger's entry that completes this call (ADR 0034), if any: one read by `_id`. */
