@@ -682,8 +682,9 @@ export class CallJournal {
     if (marked.size === 0) return out;
     const calls = await byId(rest, (id) => this.calls.findOne({ _id: id }));
     for (const call of calls.values()) {
-      if (call.lb === undefined || !marked.has(call.lb)) continue;
-      if ((await this.get(call._id))?.state === "pending") out.add(call._id);
+      if (call.state !== "pending" || call.lb === undefined || !marked.has(call.lb)) continue;
+      // The journal document is in hand: only its completion and entry are left to read.
+      if (await this.settleStore.isOpen(call)) out.add(call._id);
     }
     return out;
   }

@@ -115,6 +115,11 @@ export class MongoSettleStore implements SettleStore {
     return [...open.values()];
   }
 
+  /** Whether a pending journaled call is still open: no completion document, no entry that completes it. */
+  async isOpen(call: CallRecord): Promise<boolean> {
+    return !(await this.d.hasCompletion(call._id)) && (await this.completingEntry(call)) === undefined;
+  }
+
   /** The ledger's entry that completes this call (ADR 0034), if any: one read by `_id`. */
   async completingEntry(call: CallRecord): Promise<EntryRef | undefined> {
     if (call.effect !== "idempotent" || call.key === undefined || call.mode !== undefined) return undefined;
