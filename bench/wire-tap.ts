@@ -47,6 +47,8 @@ export class WireTap {
   private readonly sockets = new Set<net.Socket>();
   /** The last insert seen per collection. */
   readonly inserts = new Map<string, InsertShape>();
+  /** Armed by {@link loseAnswerTo}: the next such command reaches the server, its answer never the client. */
+  private losing: { command: string; collection: string; lost: () => void } | undefined;
 
   private constructor(
     private readonly server: net.Server,
@@ -69,6 +71,15 @@ export class WireTap {
   snapshot(): TapSnapshot {
     const commands = [...this.counts.values()].filter((c) => !HOUSEKEEPING.has(c.command)).sort((a, b) => b.count - a.count);
     return { messages: commands.reduce((n, c) => n + c.count, 0), bytesToServer: this.bytesToServer, bytesFromServer: this.bytesFromServer, commands };
+  }
+
+  /**
+   * A network fault for tests: the next `command` on `collection` is forwarded and applied by
+   * the server, then the connection breaks before its answer reaches the client — a write
+   * whose outcome the client cannot know. Resolves once the answer has been dropped.
+   */
+  loseAnswerTo(command: string, collection: string): Promise<void> {
+    return new Promise((lost) => (this.losing = { command, collection, lost }));
   }
 
   reset(): void {
@@ -94,23 +105,37 @@ export class WireTap {
     client.on("error", drop).on("close", drop);
     upstream.on("error", drop).on("close", drop);
     let pending: Buffer = Buffer.alloc(0);
+    /** Set when this connection carried the command whose answer is to be lost. */
+    let losing: (() => void) | undefined;
     client.on("data", (chunk: Buffer) => {
       upstream.write(chunk);
       pending = pending.length ? Buffer.concat([pending, chunk]) : chunk;
       while (pending.length >= HEADER) {
         const length = pending.readInt32LE(0);
         if (pending.length < length) break;
-        this.count(pending.subarray(0, length));
+        const { command, collection } = this.count(pending.subarray(0, length));
+        if (this.losing && this.losing.command === command && this.losing.collection === collection) {
+          losing = this.losing.lost;
+          this.losing = undefined;
+        }
         pending = pending.subarray(length);
       }
     });
     upstream.on("data", (chunk: Buffer) => {
       this.bytesFromServer += chunk.length;
+      if (losing) {
+        // The server answered, so it applied the command: the client never hears of it.
+        client.destroy();
+        upstream.destroy();
+        losing();
+        losing = undefined;
+        return;
+      }
       client.write(chunk);
     });
   }
 
-  private count(message: Buffer): void {
+  private count(message: Buffer): { command: string; collection: string } {
     const opCode = message.readInt32LE(12);
     let command = `opcode ${opCode}`;
     let collection = "";
@@ -134,6 +159,7 @@ export class WireTap {
     c.count++;
     c.bytesToServer += message.length;
     this.counts.set(id, c);
+    return { command, collection };
   }
 }
 

@@ -138,3 +138,91 @@ describe("call journal round trips", () => {
     }
   });
 });
+
+/**
+ * A BeginCall whose journal insert the database applied but whose answer the network lost
+ * (the database killed mid-answer, torture 2026-12-06): the kernel answers UNAVAILABLE, the
+ * call is journaled anyway, and it must never be left where no listing finds it — an orphan
+ * no recovery would retry.
+ */
+describe("a BeginCall whose answer the network lost (ADR 0034)", () => {
+  let tap: WireTap;
+  let client: MongoClient;
+  let direct: MongoClient;
+  let journal: CallJournal;
+  let dbName: string;
+
+  beforeEach(async () => {
+    tap = await WireTap.start(targetOf(testMongoUri()));
+    // No driver retry of the write: the kernel itself sees the lost answer.
+    client = await MongoClient.connect(viaTap(testMongoUri(), tap), { serverSelectionTimeoutMS: 10_000, retryWrites: false });
+    direct = await MongoClient.connect(testMongoUri(), { serverSelectionTimeoutMS: 10_000 });
+    dbName = freshDatabaseName("lost");
+    journal = await CallJournal.open(client.db(dbName), createLogger("test", "silent"), { settle: { tickMs: 100, settleAfterMs: 300 } });
+  });
+
+  afterEach(async () => {
+    await journal?.close();
+    await client?.close();
+    await direct?.close();
+    await tap?.stop();
+  });
+
+  /** Waits until the settler has had time to settle the call's second, then lists the pending calls. */
+  async function pendingAfterSettling(): Promise<string[]> {
+    await new Promise((r) => setTimeout(r, 3_000));
+    return (await journal.listPending("", undefined, 50)).calls.map((c) => c._id);
+  }
+
+  it("the call the database journaled stays listed pending (a pending copy) once its second is settled", async () => {
+    const lost = tap.loseAnswerTo("insert", "calls");
+    const begun = journal.begin(record("lost-1"));
+    await lost;
+    let caught: unknown;
+    try {
+      await begun;
+    } catch (err) {
+      caught = err;
+    }
+    expect(caught, "the caller must not be told the call was journaled").to.be.instanceOf(Error);
+    expect(
+      await direct
+        .db(dbName)
+        .collection("calls")
+        .countDocuments({ _id: "lost-1" } as never),
+    ).to.equal(1);
+    expect(await pendingAfterSettling()).to.include("lost-1");
+    expect(
+      await direct
+        .db(dbName)
+        .collection("pending_calls")
+        .countDocuments({ _id: "lost-1" } as never),
+    ).to.equal(1);
+  });
+
+  it("a BeginCall retried on another replica finds the call journaled, and that replica gives it its pending copy once its second is settled", async () => {
+    const lost = tap.loseAnswerTo("insert", "calls");
+    const first = record("lost-2");
+    await Promise.allSettled([journal.begin(first), lost]);
+    // The first replica is cut off from the database from here on, as if killed: its mark of
+    // the second stays until another replica adopts it (35 s), which this test does not wait for.
+    await tap.stop();
+    const other = await CallJournal.open(direct.db(dbName), createLogger("test", "silent"), { settle: { tickMs: 100, settleAfterMs: 300 } });
+    try {
+      // The runtime retries with the same call: a later record of the same call id and arguments.
+      const { existing, call } = await other.begin({ ...record("lost-2"), created_at: new Date(first.created_at.getTime() + 1_500) });
+      expect(existing).to.equal(true);
+      expect(call.state).to.equal("pending");
+      await new Promise((r) => setTimeout(r, 3_000));
+      expect(
+        await direct
+          .db(dbName)
+          .collection("pending_calls")
+          .countDocuments({ _id: "lost-2" } as never),
+      ).to.equal(1);
+      expect((await other.listPending("", undefined, 50)).calls.map((c) => c._id)).to.include("lost-2");
+    } finally {
+      await other.close();
+    }
+  });
+});

@@ -68,7 +68,8 @@ export interface TortureReport extends CheckResult {
  * completion and refusal records after two, swept every quarter second by whichever replica
  * holds the lease; the checker still finds no duplicate effect and no lost acknowledged write.
  * 20 s, not less: the replay lane replays a run it recorded moments before, and a run can be
- * replayed only while its calls are kept (docs/retention.md). Entries stay (the default): they
+ * replayed only while its calls are kept (docs/retention.md); a replay that a kill delayed
+ * past that window is not begun (the worker's TORTURE_RETENTION_CALLS_SECONDS). Entries stay (the default): they
  * are what the checker counts effects by.
  */
 export const SHORT_RETENTION: Readonly<Record<string, string>> = {
@@ -223,6 +224,7 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
         TORTURE_INCARNATION: inc,
         TORTURE_CONCURRENCY: String(opts.concurrency ?? 4),
         TORTURE_SEED: String(opts.seed),
+        ...(opts.retention === false ? {} : { TORTURE_RETENTION_CALLS_SECONDS: SHORT_RETENTION["KEYCAP_RETENTION_CALLS_SECONDS"]! }),
         ...extra,
       },
       stdio: ["ignore", out, out],
@@ -300,10 +302,20 @@ export async function runTorture(opts: TortureOptions): Promise<TortureReport> {
       .map((t) => `${t} ${alive(childOf(managed[t])) ? `up (pid ${childOf(managed[t])!.pid})` : "down"}`)
       .join(", ");
     const journal = journals[journals.length - 1];
+    // What each live service logged last: a kernel that stopped answering says why here.
+    const said = (["kernel", "ledger-a", "ledger-b"] as const)
+      .map((t) => {
+        const p = managed[t].proc;
+        if (p === undefined || !("output" in p)) return undefined;
+        const lines = p.output().trimEnd().split("\n").slice(-6).join(" | ").slice(-1500);
+        return `${t} said last: ${lines || "(nothing)"}`;
+      })
+      .filter((x): x is string => x !== undefined)
+      .join("; ");
     return (
       `torture pass gave up after ${Math.round(ms / 1000)} s in phase "${phase}"; last progress: "${lastProgress}"; ` +
       `db ${db ? `up (pid ${db.pid})` : "down"}, ${running}; ` +
-      `latest worker journal: ${journal ? tail(journal, 3) : "(none)"}; its output: ${journal ? tail(journal.replace(/\.jsonl$/, ".out"), 5) : "(none)"}`
+      `latest worker journal: ${journal ? tail(journal, 3) : "(none)"}; its output: ${journal ? tail(journal.replace(/\.jsonl$/, ".out"), 5) : "(none)"}; ${said}`
     );
   }
 

@@ -3,7 +3,7 @@ import type { Collection, Db, Filter } from "mongodb";
 import type { CapabilityClaims, EffectName } from "../../capability/src";
 import { createListingIndex, listingBucketOf, listNewestFirst, ListingMarks, sweepBucketsBefore, type Scope } from "../../common/src/bucketed-listing";
 import { KeycapError } from "../../common/src/errors";
-import { isDuplicateKey } from "../../common/src/mongo";
+import { isDatabaseUnavailable, isDuplicateKey } from "../../common/src/mongo";
 import { afterKeyset } from "../../common/src/paging";
 import { faultPoint } from "../../common/src/fault-points";
 import { InsertBatcher } from "../../common/src/insert-batcher";
@@ -251,12 +251,13 @@ export class CallJournal {
   }
 
   /**
-   * Journals a new call, both writes (write concern majority) before the caller may
-   * answer: first its pending copy, then the journal document. That order makes a crash
-   * between the two leave a listed copy, which listPending and require() heal into the
-   * journal; the reverse order left a journaled call no listing could find. The listing
-   * marks of its principal's second (ADR 0033) are written alongside the copy, so before
-   * the journal document: a journaled call is always found by principal.
+   * Journals a new call in one insert (write concern majority) before the caller may answer
+   * (ADR 0034); its second is marked unsettled first, so a crash leaves it findable until the
+   * settler has completed it from the ledger's entry or given it a pending copy. Past the
+   * settler's bound, the copy first and the journal document second (a crash between leaves
+   * a listed copy, which listPending and require() heal into the journal). The listing marks of
+   * its principal's second (ADR 0033) come before the journal document too: a journaled call
+   * is always found by principal.
    * When the call id exists: the same tool, run and arguments return the existing call
    * (existing = true); anything else is refused, never overwritten.
    */
@@ -284,11 +285,17 @@ export class CallJournal {
       this.begun.remember(record);
       return { call: record, existing: false };
     } catch (err) {
-      settle?.(false);
+      // A lost answer may hide an applied insert: the call is settled as journaled (a pending
+      // copy of one that was not is healed into the journal by listPending and require(), as a
+      // copy-first crash's is), never left where no listing finds it (torture 2026-12-06).
+      settle?.(isDatabaseUnavailable(err));
       if (!isDuplicateKey(err)) throw err;
     }
     const existing = await this.get(record._id);
     if (!existing) throw refuse(Reasons.CONCURRENT_BEGIN, "the call changed during BeginCall; retry");
+    // Journaled by an earlier BeginCall whose answer was lost, or by a replica since killed:
+    // settled from here on, in its own second.
+    if (existing.state === "pending" && !copyInserted) await this.keepOpen(existing);
     if (
       existing.tool_id !== record.tool_id ||
       existing.run_id !== record.run_id ||
@@ -314,6 +321,17 @@ export class CallJournal {
       await this.pending.replaceOne({ _id: record._id }, existing, MAJORITY);
     }
     return { call: existing, existing: true };
+  }
+
+  /**
+   * Makes sure a pending call journaled earlier is settled (ADR 0034): held open here, in the
+   * second it was journaled in, or — past this replica's bound — given its pending copy now.
+   */
+  private async keepOpen(call: CallRecord): Promise<void> {
+    if (this.settler.isOpen(call._id)) return;
+    const settle = await this.settler.admit(call);
+    if (settle) settle(true);
+    else await this.pending.replaceOne({ _id: call._id }, call, { ...MAJORITY, upsert: true });
   }
 
   /** The call with its completion merged in, or undefined. Two reads by `_id`, in parallel. */

@@ -141,6 +141,8 @@ export class CallSettler {
       done = true;
       entry.inFlight--;
       if (!journaled) return;
+      // Held already (an earlier BeginCall of it, in this second or another): this one holds it now.
+      if (this.where.has(call._id)) this.settled(call._id);
       entry.calls.set(call._id, call);
       this.where.set(call._id, second);
       this.bytes += size;

@@ -106,7 +106,8 @@ function sameCall(recorded: CallRecord, call: ReplayCall): boolean {
 
 function divergedMessage(call: ReplayCall, recorded: CallRecord | undefined, position: number): string {
   const at = `replay of run ${call.replayOfRunId} diverged at position ${position}`;
-  if (!recorded) return `${at}: the recorded run has no call there (it has ${position} calls)`;
+  if (!recorded)
+    return `${at}: the recorded run has no call there (it has ${position} calls kept; retention removes a run's completed calls after KEYCAP_RETENTION_CALLS_SECONDS)`;
   if (recorded.tool_id !== call.toolId) return `${at}: the recorded run called ${recorded.tool_id} (call ${recorded._id}) there, not ${call.toolId}`;
   return `${at}: call ${recorded._id} of ${recorded.tool_id} had other arguments (another ${call.key !== undefined ? "key" : "request id"})`;
 }

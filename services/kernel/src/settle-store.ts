@@ -100,7 +100,8 @@ export class MongoSettleStore implements SettleStore {
 
   /**
    * The calls of one second that are still open by the journal: pending, no completion
-   * document; with the entry that completes each, if the ledger holds it.
+   * document, still journaled after that read (retention at work); with the entry that
+   * completes each, if the ledger holds it.
    */
   async openCallsOf(second: string, toolFilter?: (toolId: string) => boolean): Promise<Array<{ call: CallRecord; entry?: EntryRef }>> {
     const calls = (await this.d.calls.find({ lb: second }).toArray()).filter((c) => c.state === "pending" && (!toolFilter || toolFilter(c.tool_id)));
@@ -110,7 +111,10 @@ export class MongoSettleStore implements SettleStore {
       if (await this.d.hasCompletion(id)) return undefined;
       const call = byCallId.get(id)!;
       const entry = await this.completingEntry(call);
-      return entry ? { call, entry } : { call };
+      if (entry) return { call, entry };
+      // Retention removes a completed call's journal document before its completion: one gone
+      // now was completed and swept between the reads above, not left open.
+      return (await this.d.calls.findOne({ _id: id }, { projection: { _id: 1 } })) ? { call } : undefined;
     });
     return [...open.values()];
   }
