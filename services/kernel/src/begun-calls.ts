@@ -8,7 +8,7 @@
  * since. Those only shape CompleteCall's answer, never its decision (the completion's
  * unique insert decides, and the tool id, which access is checked on, never changes).
  */
-import type { CallRecord } from "./call-journal";
+import type { CallRecord } from "./call-record";
 
 export interface BegunCallsLimits {
   maxCalls: number;

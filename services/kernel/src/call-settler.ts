@@ -11,7 +11,7 @@
 import { bucketStart, secondBucket } from "../../common/src/domain/time-buckets";
 import { entryCompletes } from "../../common/src/domain/call-completion";
 import type { Logger } from "../../common/src/logger";
-import type { CallRecord } from "./call-journal";
+import type { CallRecord } from "./call-record";
 
 /** An entry as the settler reads it: enough to match it to a call. */
 export interface EntryRef {

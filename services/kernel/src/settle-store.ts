@@ -9,7 +9,7 @@ import { entryCompletes, idempotentEffectId } from "../../common/src/domain/call
 import { isDuplicateKey } from "../../common/src/mongo";
 import type { InsertBatcher } from "../../common/src/insert-batcher";
 import type { Logger } from "../../common/src/logger";
-import type { CallRecord } from "./call-journal";
+import type { CallRecord } from "./call-record";
 import type { EntryRef, SettleStore } from "./call-settler";
 import { byId } from "./reads-by-id";
 
