@@ -3,7 +3,7 @@
  * under bench/results/, and a hand-written SVG chart of throughput and p99 per scenario
  * and concurrency.
  */
-import { CALL_OPERATION, roundTripMarkdown, type RoundTripReport } from "./round-trips";
+import { CALL_AT_LOAD_LANES, CALL_AT_LOAD_OPERATION, CALL_OPERATION, roundTripMarkdown, type RoundTripReport } from "./round-trips";
 import type { MicroResult } from "./micro";
 import { sinkCostMarkdown, type SinkCostResult } from "./sink-cost";
 import { clientCallsMarkdown, type ClientCallsResult } from "./client-calls";
@@ -371,13 +371,16 @@ export function checkTargets(runs: RunResult[], micro: MicroResult[], soak: Benc
     }
   }
   const rtCall = roundTrips?.operations.find((o) => o.operation === CALL_OPERATION);
-  if (rtCall) {
-    const commands = (rtCall.roundTrips["kernel"]?.total ?? 0) + (rtCall.roundTrips["ledger"]?.total ?? 0);
+  const rtLoad = roundTrips?.operations.find((o) => o.operation === CALL_AT_LOAD_OPERATION);
+  if (rtLoad) {
+    const commands = (rtLoad.roundTrips["kernel"]?.total ?? 0) + (rtLoad.roundTrips["ledger"]?.total ?? 0);
     out.push({
-      target: "≤ 2.2 database commands per whole Idempotent call, kernel + ledger, per-second writes amortised (round-trip pass; issue 34)",
+      target: `≤ 2.2 database commands per whole Idempotent call at load (${CALL_AT_LOAD_LANES} in flight), kernel + ledger (round-trip pass; issue 34)`,
       measured: `${fmt(commands, 2)}`,
       met: commands <= 2.2,
     });
+  }
+  if (rtCall) {
     if (rtCall.hops)
       out.push({ target: "≤ 2 RPC hops per whole call (round-trip pass; issue 34)", measured: `${fmt(rtCall.hops.total, 2)}`, met: rtCall.hops.total <= 2 });
   }
