@@ -269,7 +269,7 @@ export class CallJournal {
     if (this.settler.isOpen(call._id)) return;
     const settle = await this.settler.admit(call);
     if (settle) settle(true);
-    else await this.pending.replaceOne({ _id: call._id }, call, { ...MAJORITY, upsert: true });
+    else await this.insertPendingCopy(call);
   }
 
   /** The call with its completion merged in, or undefined. Two reads by `_id`, in parallel. */
