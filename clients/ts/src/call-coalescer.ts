@@ -28,11 +28,15 @@ interface Waiting<Item, Res> {
 /** Most calls per batch: the limit the kernel's proto states (repeated.max_items). */
 export const MAX_BATCH_CALLS = 256;
 
+export interface CoalescerOptions {
+  /** Most calls per batch (at most MAX_BATCH_CALLS). Default MAX_BATCH_CALLS. */
+  maxBatch?: number;
+  /** Batches in flight at once. Default 1. */
+  inFlight?: number;
+}
+
 export class CallCoalescer<Item, Res> {
-  private readonly batches = new TurnBatches<Waiting<Item, Res>>(
-    (queue) => queue.splice(0, MAX_BATCH_CALLS),
-    (batch) => this.send(batch),
-  );
+  private readonly batches: TurnBatches<Waiting<Item, Res>>;
   /** Set once a kernel answered UNIMPLEMENTED to the batch RPC (older than ADR 0022): unary from then on. */
   private batchUnsupported = false;
 
@@ -41,9 +45,17 @@ export class CallCoalescer<Item, Res> {
     private readonly sendOne: (item: Item) => Promise<Res>,
     /** The batch RPC; answers[i] answers items[i]. */
     private readonly sendBatch: (items: Item[]) => Promise<BatchAnswer<Res>[]>,
-  ) {}
+    opts: CoalescerOptions = {},
+  ) {
+    const most = Math.min(opts.maxBatch ?? MAX_BATCH_CALLS, MAX_BATCH_CALLS);
+    this.batches = new TurnBatches(
+      (queue) => queue.splice(0, most),
+      (batch) => this.send(batch),
+      opts.inFlight ?? 1,
+    );
+  }
 
-  /** Sends `item` now, or with the next batch when one is in flight; settles with its own answer. */
+  /** Sends `item` now, or with the next batch when as many as may be are in flight; settles with its own answer. */
   submit(item: Item): Promise<Res> {
     if (this.batchUnsupported) return this.sendOne(item);
     return new Promise<Res>((resolve, reject) => {

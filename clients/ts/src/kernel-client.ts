@@ -77,6 +77,14 @@ const RUN_MODES: Record<RunModeOption, RunMode> = {
 };
 
 /**
+ * The coalescer's batches: two of 32 calls at most in flight, so a burst of concurrent calls
+ * (a closed loop of 64 moves in lockstep) reaches the kernel as two requests it works on side
+ * by side, and the next burst need not wait behind one (bench/README, "What limits the
+ * two-write call").
+ */
+const CALL_BATCHES = { maxBatch: 32, inFlight: 2 } as const;
+
+/**
  * Typed client of keycap.kernel.v1.KernelService. Every error is a
  * KeycapClientError carrying the gRPC code and the ErrorInfo reason.
  */
@@ -103,6 +111,7 @@ export class KernelClient {
           (await callUnary(this.raw.beginCalls, this.raw, { calls }, this.token)).results.map((r) =>
             answer(r.result?.$case === "begun" ? r.result.value : undefined, r.result?.$case === "errorStatus" ? r.result.value : undefined),
           ),
+        CALL_BATCHES,
       );
       this.completes = new CallCoalescer(
         (req) => callUnary(this.raw.completeCall, this.raw, req, this.token),
@@ -110,6 +119,7 @@ export class KernelClient {
           (await callUnary(this.raw.completeCalls, this.raw, { calls }, this.token)).results.map((r) =>
             answer(r.result?.$case === "completed" ? r.result.value : undefined, r.result?.$case === "errorStatus" ? r.result.value : undefined),
           ),
+        CALL_BATCHES,
       );
     }
   }

@@ -29,6 +29,12 @@ import {
 export interface InsertBatcherOptions<T> {
   /** Write concern of every command. */
   writeConcern: WriteConcernSettings;
+  /**
+   * Commands in flight at once. Default 1: the most documents per command. More splits a
+   * burst into commands the server works on side by side (bench/README, "What limits the
+   * two-write call").
+   */
+  inFlight?: number;
   /** Most documents per command. Default 256. */
   maxDocs?: number;
   /** Most estimated bytes per command (a larger document goes alone). Default 4 MiB. */
@@ -52,10 +58,7 @@ interface Waiting<T extends Document> {
 }
 
 export class InsertBatcher<T extends Document> {
-  private readonly batches = new TurnBatches<Waiting<T>>(
-    (queue) => this.take(queue),
-    (batch) => this.send(batch),
-  );
+  private readonly batches: TurnBatches<Waiting<T>>;
   private readonly maxDocs: number;
   private readonly maxBytes: number;
   private readonly sizeOf: (doc: OptionalUnlessRequiredId<T>) => number;
@@ -65,6 +68,11 @@ export class InsertBatcher<T extends Document> {
     private readonly coll: Collection<T>,
     private readonly opts: InsertBatcherOptions<T>,
   ) {
+    this.batches = new TurnBatches<Waiting<T>>(
+      (queue) => this.take(queue),
+      (batch) => this.send(batch),
+      opts.inFlight ?? 1,
+    );
     this.maxDocs = opts.maxDocs ?? 256;
     this.maxBytes = opts.maxBytes ?? 4 * 1024 * 1024;
     this.sizeOf = opts.sizeOf ?? (() => 1024);

@@ -32,6 +32,8 @@ interface CompletionDoc {
 
 /** Completions in the listing marks: swept by bucket, never listed (ADR 0033). */
 const COMPLETIONS = "call_completions";
+/** The journal insert's batches (ADR 0020, amended 2026-12-06). */
+export const JOURNAL_BATCHES = { inFlight: 2, maxDocs: 32 } as const;
 const ALL: Scope[] = [{ scope: "all", value: "" }];
 
 /** What SearchCalls finds calls by: one indexed field (ADR 0032). */
@@ -124,7 +126,10 @@ export class CallJournal {
     // Worst case 3 UTF-8 bytes per UTF-16 unit of the arguments, plus the rest of the record.
     const sizeOf = (c: CallRecord): number => 3 * c.arguments_json.length + 2048;
     this.copyInserts = new InsertBatcher(pending, { ...MAJORITY, sizeOf, unacknowledged });
-    this.journalInserts = new InsertBatcher(calls, { ...MAJORITY, sizeOf, unacknowledged });
+    // Two commands of 32 at most: a burst of BeginCalls (64 clients in lockstep) is journaled in
+    // two commands side by side, not one the next burst waits behind (bench/README, "What
+    // limits the two-write call").
+    this.journalInserts = new InsertBatcher(calls, { ...MAJORITY, sizeOf, unacknowledged, ...JOURNAL_BATCHES });
     this.completionInserts = new InsertBatcher(completions, { ...MAJORITY, sizeOf: (c) => 3 * c.outcome_detail.length + 256, unacknowledged });
     this.settleStore = new MongoSettleStore({
       instance: randomUUID(),
