@@ -131,3 +131,13 @@ const SOCKET_FAILURES = new Set([
   "ERR_SOCKET_CLOSED",
   "ERR_STREAM_DESTROYED",
 ]);
+
+/**
+ * Whether the server is FerretDB (its buildInfo names its version), which pushes down
+ * top-level equality only: an index for a range or a sort costs it every insert and serves
+ * no read (bench/README, "What limits the two-write call").
+ */
+export async function isFerretDB(db: Db): Promise<boolean> {
+  const info = await db.admin().command({ buildInfo: 1 });
+  return "ferretdbVersion" in info;
+}

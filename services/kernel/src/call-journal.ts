@@ -1,8 +1,8 @@
 import { randomUUID } from "node:crypto";
-import type { Collection, Db, Filter } from "mongodb";
+import type { Collection, Db, Filter, IndexSpecification } from "mongodb";
 import { createListingIndex, listingBucketOf, listNewestFirst, ListingMarks, sweepBucketsBefore, type Scope } from "../../common/src/bucketed-listing";
 import { KeycapError } from "../../common/src/errors";
-import { isDatabaseUnavailable, isDuplicateKey } from "../../common/src/mongo";
+import { isDatabaseUnavailable, isDuplicateKey, isFerretDB } from "../../common/src/mongo";
 import { afterKeyset } from "../../common/src/paging";
 import { faultPoint } from "../../common/src/fault-points";
 import { InsertBatcher } from "../../common/src/insert-batcher";
@@ -32,6 +32,39 @@ interface CompletionDoc {
 
 /** Completions in the listing marks: swept by bucket, never listed (ADR 0033). */
 const COMPLETIONS = "call_completions";
+
+/**
+ * The journal's reads in order on MongoDB: a run's calls (ADR 0028), an operator's search by
+ * key or principal, newest first (SearchCalls, ADR 0032).
+ */
+const RANGE_INDEXES: readonly Record<string, 1 | -1>[] = [
+  { run_id: 1, created_at: 1, _id: 1 },
+  { key: 1, created_at: -1, _id: -1 },
+  { principal: 1, created_at: -1, _id: -1 },
+];
+
+/**
+ * Creates the range indexes on MongoDB. FerretDB reads the same calls by equality alone (the
+ * `eq_` indexes) and sorts them in the service, so there they would cost every journal insert
+ * (≈ 50 µs of its ≈ 250 on FerretDB/PostgreSQL) and serve no read: not created, and dropped
+ * where an earlier version created them.
+ */
+async function rangeIndexes(calls: Collection<CallRecord>, ferret: boolean): Promise<void> {
+  if (!ferret) {
+    for (const key of RANGE_INDEXES) await calls.createIndex(key as IndexSpecification);
+    return;
+  }
+  const existing = await calls
+    .listIndexes()
+    .toArray()
+    .catch((err: unknown) => {
+      // A collection not created yet has no indexes (NamespaceNotFound).
+      if ((err as { code?: unknown }).code === 26) return [];
+      throw err;
+    });
+  const same = (a: unknown, b: Record<string, number>): boolean => JSON.stringify(a) === JSON.stringify(b);
+  for (const ix of existing) if (RANGE_INDEXES.some((k) => same(ix["key"], k))) await calls.dropIndex(String(ix["name"]));
+}
 /** The journal insert's batches (ADR 0020, amended 2026-12-06). */
 export const JOURNAL_BATCHES = { inFlight: 2, maxDocs: 32 } as const;
 const ALL: Scope[] = [{ scope: "all", value: "" }];
@@ -164,10 +197,7 @@ export class CallJournal {
     // command (see EntryStore.open).
     // `call_completions` is only read by `_id`; `calls` by `_id`, and by run for a run's
     // listing and a replay's matching (ADR 0028: an equality filter, then the run's order).
-    await calls.createIndex({ run_id: 1, created_at: 1, _id: 1 });
-    // An operator's search by key or principal (SearchCalls, ADR 0032), newest first.
-    await calls.createIndex({ key: 1, created_at: -1, _id: -1 });
-    await calls.createIndex({ principal: 1, created_at: -1, _id: -1 });
+    await rangeIndexes(calls, await isFerretDB(db));
     // The same reads on FerretDB/PostgreSQL, which pushes down only top-level equality and
     // serves it from an `eq_` index's GIN twin (ADR 0033): a run's or a key's calls, the
     // indeterminate calls, and a principal's calls one second (`lb`) at a time.
