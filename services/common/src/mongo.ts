@@ -9,7 +9,9 @@ import {
   MongoTopologyClosedError,
   MongoWriteConcernError,
   MongoBulkWriteError,
+  type Collection,
   type Db,
+  type Document,
 } from "mongodb";
 import { ConfigError } from "./config";
 import type { KeycapError } from "./errors";
@@ -140,4 +142,15 @@ const SOCKET_FAILURES = new Set([
 export async function isFerretDB(db: Db): Promise<boolean> {
   const info = await db.admin().command({ buildInfo: 1 });
   return "ferretdbVersion" in info;
+}
+
+/** A collection's indexes; none for a collection not created yet (NamespaceNotFound). */
+export async function indexesOf<T extends Document>(coll: Collection<T>): Promise<Document[]> {
+  return coll
+    .listIndexes()
+    .toArray()
+    .catch((err: unknown) => {
+      if ((err as { code?: unknown }).code === 26) return [];
+      throw err;
+    });
 }

@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import type { Collection, Db, Filter, IndexSpecification } from "mongodb";
 import { createListingIndex, listingBucketOf, listNewestFirst, ListingMarks, sweepBucketsBefore, type Scope } from "../../common/src/bucketed-listing";
 import { KeycapError } from "../../common/src/errors";
-import { isDatabaseUnavailable, isDuplicateKey, isFerretDB } from "../../common/src/mongo";
+import { indexesOf, isDatabaseUnavailable, isDuplicateKey, isFerretDB } from "../../common/src/mongo";
 import { afterKeyset } from "../../common/src/paging";
 import { faultPoint } from "../../common/src/fault-points";
 import { InsertBatcher } from "../../common/src/insert-batcher";
@@ -54,17 +54,11 @@ async function rangeIndexes(calls: Collection<CallRecord>, ferret: boolean): Pro
     for (const key of RANGE_INDEXES) await calls.createIndex(key as IndexSpecification);
     return;
   }
-  const existing = await calls
-    .listIndexes()
-    .toArray()
-    .catch((err: unknown) => {
-      // A collection not created yet has no indexes (NamespaceNotFound).
-      if ((err as { code?: unknown }).code === 26) return [];
-      throw err;
-    });
+  const existing = await indexesOf(calls);
   const same = (a: unknown, b: Record<string, number>): boolean => JSON.stringify(a) === JSON.stringify(b);
   for (const ix of existing) if (RANGE_INDEXES.some((k) => same(ix["key"], k))) await calls.dropIndex(String(ix["name"]));
 }
+
 /** The journal insert's batches (ADR 0020, amended 2026-12-06). */
 export const JOURNAL_BATCHES = { inFlight: 2, maxDocs: 32 } as const;
 const ALL: Scope[] = [{ scope: "all", value: "" }];

@@ -11,7 +11,7 @@
 import { randomUUID } from "node:crypto";
 import { Binary, type Collection, type Db, type Document, type IndexSpecification } from "mongodb";
 import { InsertBatcher } from "../../common/src/insert-batcher";
-import { isDuplicateKey } from "../../common/src/mongo";
+import { indexesOf, isDuplicateKey } from "../../common/src/mongo";
 import { createListingIndex, listingBucketOf, listNewestFirst, ListingMarks, scopesOf } from "../../common/src/bucketed-listing";
 import { deleteBatch } from "../../common/src/retention-sweeper";
 import type { EffectName } from "../../capability/src";
@@ -412,15 +412,7 @@ const silentLogger: Logger = { debug: () => {}, info: () => {}, warn: () => {}, 
  * refuses one key under two names).
  */
 async function equalityIndex<T extends Document>(coll: Collection<T>, field: string, oldName: string): Promise<void> {
-  const names = await coll
-    .listIndexes()
-    .toArray()
-    .then((ix) => ix.map((i) => String(i["name"])))
-    .catch((err: unknown) => {
-      // A collection not created yet has no indexes (NamespaceNotFound).
-      if ((err as { code?: unknown }).code === 26) return [] as string[];
-      throw err;
-    });
+  const names = (await indexesOf(coll)).map((i) => String(i["name"]));
   if (names.includes(oldName)) await coll.dropIndex(oldName);
   await coll.createIndex({ [field]: 1 } as IndexSpecification, { name: `eq_${field}` });
 }
