@@ -72,7 +72,9 @@ describe("batched BeginCall / CompleteCall: each call answered on its own (ADR 0
   });
 
   const beginCalls = (calls: BeginCallRequest[], token: string | undefined = TEST_RUNTIME_TOKEN): Promise<(BeginCallResponse | KeycapClientError)[]> =>
-    callUnary(raw.beginCalls, raw, { calls }, token).then((res) => res.results.map((r: BeginCallResult) => itemOf<BeginCallResponse>(r, "begun")));
+    callUnary(raw.beginCalls, raw, { calls, receipts: [] }, token).then((res) =>
+      res.results.map((r: BeginCallResult) => itemOf<BeginCallResponse>(r, "begun")),
+    );
   const completeCalls = (calls: CompleteCallRequest[]): Promise<(CompleteCallResponse | KeycapClientError)[]> =>
     callUnary(raw.completeCalls, raw, { calls }, TEST_RUNTIME_TOKEN).then((res) =>
       res.results.map((r: CompleteCallResult) => itemOf<CompleteCallResponse>(r, "completed")),

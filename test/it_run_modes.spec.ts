@@ -214,7 +214,7 @@ describe("run modes: live, shadow, replay (issue 30, ADR 0028)", function () {
       replayOfRunId,
       shadowsRunId: "",
     });
-    const res = await callUnary(kernel.raw.beginCalls, kernel.raw, { calls: [item(""), item(recorded.runId)] }, TEST_RUNTIME_TOKEN);
+    const res = await callUnary(kernel.raw.beginCalls, kernel.raw, { calls: [item(""), item(recorded.runId)], receipts: [] }, TEST_RUNTIME_TOKEN);
     const [bad, good] = res.results.map((r) => r.result);
     expect(bad?.$case).to.equal("errorStatus");
     const err = errorOf(bad?.value as Buffer);

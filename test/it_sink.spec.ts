@@ -104,7 +104,15 @@ describe("sink SDK for TypeScript (issue 12): the guarantee where the effect hap
         write: (call: ServerUnaryCall<WriteRequest, WriteResponse>, cb: sendUnaryData<WriteResponse>) => {
           const cap = capabilityOf(call);
           charges.push({ key: cap.key ?? "", tool: cap.tool_id, callId: cap.call_id });
-          cb(null, { entry: undefined, duplicate: false, payloadMismatch: false, replayed: false, shadow: false, completesCall: false });
+          cb(null, {
+            entry: undefined,
+            duplicate: false,
+            payloadMismatch: false,
+            replayed: false,
+            shadow: false,
+            completesCall: false,
+            completionReceipt: undefined,
+          });
         },
       }),
     );

@@ -10,6 +10,7 @@ import type { CallRecord } from "../../services/kernel/src/call-journal";
 import { secondBucket } from "../../services/common/src/domain/time-buckets";
 import { idempotentEffectId } from "../../services/common/src/domain/call-completion";
 import type { Logger } from "../../services/common/src/logger";
+import { issueReceipt } from "../../services/common/src/domain/completion-receipt";
 
 const T0 = Date.UTC(2026, 11, 6, 12, 0, 0);
 const silentLogger: Logger = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {}, child: () => silentLogger };
@@ -162,6 +163,65 @@ describe("call settler (ADR 0034)", () => {
     expect(store.entriesReads).to.deep.equal([]);
     expect(store.lookups).to.deep.equal(["few"]);
     expect(store.completed).to.deep.equal(["few"]);
+  });
+
+  describe("with the ledger's receipts (ADR 0035)", () => {
+    const secret = Buffer.alloc(32, 7);
+    const receiptOf = (c: CallRecord, atMs: number, key = secret): ReturnType<typeof issueReceipt> =>
+      issueReceipt(key, c.key!, { callId: c._id, recordedAtMs: atMs });
+
+    it("settles receipted calls from their receipts and reads no entries at all", async () => {
+      const store = new RecordingStore();
+      const settler = new CallSettler(store, silentLogger, { settleAfterMs: 5_000 });
+      const calls = Array.from({ length: 20 }, (_, i) => call(`rc${i}`, T0 + 100 + i));
+      for (const c of calls) await journal(settler, c);
+      for (const c of calls) expect(settler.receipt(receiptOf(c, T0 + 400), secret)).to.equal("settles");
+      for (const t of [2_500, 3_500, 7_000]) await settler.tick(T0 + t);
+      expect(store.entriesReads).to.deep.equal([]);
+      expect(store.lookups).to.deep.equal([]);
+      expect(store.completed).to.deep.equal(calls.map((c) => c._id));
+      expect(store.copied).to.deep.equal([]);
+      expect([...store.marks]).to.deep.equal([]);
+      expect(settler.openCalls).to.equal(0);
+    });
+
+    it("ignores a receipt under another key, for another call's entry, or for a call not open here; those calls are read as before", async () => {
+      const store = new RecordingStore();
+      const settler = new CallSettler(store, silentLogger, { settleAfterMs: 5_000 });
+      const calls = Array.from({ length: 20 }, (_, i) => call(`rf${i}`, T0 + 100 + i));
+      for (const c of calls) await journal(settler, c);
+      const [forged, swapped, ...rest] = calls;
+      expect(settler.receipt(receiptOf(forged!, T0 + 400, Buffer.alloc(32, 8)), secret)).to.equal("invalid");
+      // A receipt of one call's entry presented for another call.
+      expect(settler.receipt({ ...receiptOf(rest[0]!, T0 + 400), callId: swapped!._id }, secret)).to.equal("invalid");
+      expect(settler.receipt(receiptOf(call("elsewhere", T0 + 100), T0 + 400), secret)).to.equal("unknown");
+      for (const c of rest) settler.receipt(receiptOf(c, T0 + 400), secret);
+      // Neither has an entry: read, not found, and given a pending copy when due.
+      await settler.tick(T0 + 2_500);
+      expect(store.lookups).to.deep.equal([forged!._id, swapped!._id]);
+      await settler.tick(T0 + 6_500);
+      expect(store.copied).to.deep.equal([forged!._id, swapped!._id]);
+      expect(store.completed).to.have.members(rest.map((c) => c._id));
+    });
+
+    it("waits for a young call's receipt instead of reading its second, and reads it once the receipt is overdue", async () => {
+      const store = new RecordingStore();
+      const settler = new CallSettler(store, silentLogger, { settleAfterMs: 5_000 });
+      const old = Array.from({ length: 10 }, (_, i) => call(`ro${i}`, T0 + 100 + i));
+      for (const c of old) await journal(settler, c);
+      for (const c of old) settler.receipt(receiptOf(c, T0 + 300), secret);
+      // Calls in flight at the next tick (begun 200 ms before it): no read for them yet.
+      const young = Array.from({ length: 10 }, (_, i) => call(`ry${i}`, T0 + 2_300 + i));
+      for (const c of young) await journal(settler, c);
+      await settler.tick(T0 + 2_500);
+      expect(store.entriesReads).to.deep.equal([]);
+      // No receipt ever comes for the young ones (a client's last calls): their entries are read.
+      for (const c of young) store.entry(c, T0 + 2_400);
+      await settler.tick(T0 + 4_000);
+      expect(store.entriesReads).to.deep.equal([secondBucket(new Date(T0 + 1_000)), secondBucket(new Date(T0 + 2_000))]);
+      expect(store.completed).to.have.members([...old, ...young].map((c) => c._id));
+      expect(store.copied).to.deep.equal([]);
+    });
   });
 
   it("refuses to hold more open calls than its bound (the caller journals the old way)", async () => {

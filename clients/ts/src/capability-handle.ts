@@ -60,6 +60,7 @@ export class CapabilityHandle {
       singleUse ? { retry: false, ...s } : s,
     );
     if (res.completesCall) this.#completedByWrite = true;
+    if (res.completionReceipt) this.kernel.forwardReceipt(res.completionReceipt);
     return res;
   }
 

@@ -18,6 +18,7 @@ import {
   type Tool,
 } from "../gen/keycap/kernel/v1/kernel";
 import type { ToolValid } from "../gen/keycap/kernel/v1/kernel.valid";
+import type { CompletionReceipt } from "../gen/keycap/effect/v1/effect";
 import { CallCoalescer, type BatchAnswer } from "./call-coalescer";
 import { CapabilityHandle } from "./capability-handle";
 import { KeycapClientError } from "./errors";
@@ -85,6 +86,13 @@ const RUN_MODES: Record<RunModeOption, RunMode> = {
 const CALL_BATCHES = { maxBatch: 32, inFlight: 2 } as const;
 
 /**
+ * Completion receipts held for the next BeginCalls (ADR 0035), at most the kernel's limit per
+ * request; beyond, the oldest are dropped: a dropped receipt costs the kernel a read, never a
+ * call (it then reads the entry, as it does for a client that forwards none).
+ */
+const MAX_RECEIPTS = 1024;
+
+/**
  * Typed client of keycap.kernel.v1.KernelService. Every error is a
  * KeycapClientError carrying the gRPC code and the ErrorInfo reason.
  */
@@ -94,6 +102,8 @@ export class KernelClient {
   private readonly token: string | undefined;
   private readonly begins: CallCoalescer<BeginCallRequest, BeginCallResponse> | undefined;
   private readonly completes: CallCoalescer<CompleteCallRequest, CompleteCallResponse> | undefined;
+  /** Receipts of writes whose entries completed their calls, for the next BeginCalls. */
+  private receipts: CompletionReceipt[] = [];
 
   constructor(
     readonly address: string,
@@ -108,7 +118,7 @@ export class KernelClient {
       this.begins = new CallCoalescer(
         (req) => callUnary(this.raw.beginCall, this.raw, req, this.token),
         async (calls) =>
-          (await callUnary(this.raw.beginCalls, this.raw, { calls }, this.token)).results.map((r) =>
+          (await callUnary(this.raw.beginCalls, this.raw, { calls, receipts: this.takeReceipts() }, this.token)).results.map((r) =>
             answer(r.result?.$case === "begun" ? r.result.value : undefined, r.result?.$case === "errorStatus" ? r.result.value : undefined),
           ),
         CALL_BATCHES,
@@ -263,6 +273,23 @@ export class KernelClient {
   /** The kernel's public JWKS (JSON text). */
   async signingKeys(s?: CallSettings): Promise<{ jwksJson: string; currentKeyId: string }> {
     return callUnary(this.raw.getSigningKeys, this.raw, {}, this.token, s);
+  }
+
+  /**
+   * Keeps the ledger's completion receipt of a write (ADR 0035) for the next BeginCalls, so the
+   * kernel settles that call without reading its entry. The handles call it; a receipt is
+   * only sent when calls are batched (coalescing on), one at a time there is nothing to ride on.
+   */
+  forwardReceipt(receipt: CompletionReceipt): void {
+    if (!this.begins) return;
+    this.receipts.push(receipt);
+    if (this.receipts.length > MAX_RECEIPTS) this.receipts.splice(0, this.receipts.length - MAX_RECEIPTS);
+  }
+
+  private takeReceipts(): CompletionReceipt[] {
+    const taken = this.receipts;
+    this.receipts = [];
+    return taken;
   }
 
   /** A handle for a call and capability (after begin or a RETRY resume). */

@@ -21,6 +21,7 @@ export const METRIC = {
   pendingCalls: "keycap_calls_pending",
   indeterminateCalls: "keycap_calls_indeterminate",
   retentionSwept: "keycap_retention_swept_total",
+  completionReceipts: "keycap_completion_receipts_total",
 } as const;
 
 /** How a ledger write ended (DESIGN §4). */
@@ -65,6 +66,7 @@ export class Metrics {
   private readonly verificationDuration: Histogram<"outcome">;
   private readonly mongoDuration: Histogram<"service" | "command" | "outcome">;
   private readonly swept: Counter<"service" | "task">;
+  private readonly receipts: Counter<"result">;
   private readonly refusalTools: TopLabels;
   private readonly writeTools: TopLabels;
   private readonly refusalChildren = new Map<string, { tool: string; labels: Labels<"service" | "reason" | "tool">; inc: () => void }>();
@@ -124,6 +126,12 @@ export class Metrics {
       name: METRIC.retentionSwept,
       help: "Records removed by the retention sweeper (docs/retention.md), by service and task",
       labelNames: ["service", "task"],
+      registers,
+    });
+    this.receipts = new Counter({
+      name: METRIC.completionReceipts,
+      help: "Completion receipts clients forwarded to the kernel (ADR 0035), by result: settles (the call is settled without reading its entry), unknown (not open on this replica), invalid (does not verify; ignored)",
+      labelNames: ["result"],
       registers,
     });
     this.refusalTools = new TopLabels(opts.toolLabels, (tool) => this.forget(this.refusalChildren, tool, (l) => this.refusals.remove(l)));
@@ -200,6 +208,11 @@ export class Metrics {
       }
       child.observe(seconds);
     };
+  }
+
+  /** Forwarded completion receipts, by what became of them. */
+  completionReceipts(result: "settles" | "unknown" | "invalid", n: number): void {
+    if (n > 0) this.receipts.labels({ result }).inc(n);
   }
 
   /** Records the retention sweeper removed (a handful of tasks: the labels stay few). */

@@ -10,6 +10,8 @@ import type { Logger } from "../../common/src/logger";
 import { BegunCalls } from "./begun-calls";
 import { byId } from "./reads-by-id";
 import { PendingCopySweeper } from "./pending-copy-sweeper";
+import type { CompletionReceipt } from "../../common/src/domain/completion-receipt";
+import { loadReceiptKey } from "../../common/src/receipt-key";
 import { CallSettler, type EntryRef, type SettlerOptions } from "./call-settler";
 import { LEDGER_ENTRIES, MongoSettleStore, UNSETTLED_SECONDS, type UnsettledMark } from "./settle-store";
 import { Reasons, refuse } from "../../common/src/refuse";
@@ -72,6 +74,9 @@ const MAJORITY = { writeConcern: { w: "majority" as const } };
 const LISTED_AS = "calls";
 /** A page's time limit when the journal was opened without one (tests; the services always set it). */
 const UNLIMITED_PAGE_MS = 600_000;
+
+/** What became of forwarded receipts: settling a call, naming none open here, or not verifying. */
+export type ReceiptTally = Record<"settles" | "unknown" | "invalid", number>;
 
 export interface JournalOptions {
   /** Removal of finished calls' pending copies: ids per delete (64) and longest wait in ms (100). */
@@ -140,6 +145,8 @@ export class CallJournal {
     sweep: JournalOptions["sweep"] = {},
     private readonly listTimeMs: number | undefined = undefined,
     settle: SettlerOptions = {},
+    /** The completion receipts' key (ADR 0035), shared with the ledger through the database. */
+    private readonly receiptKey: Uint8Array = new Uint8Array(0),
   ) {
     this.sweeper = new PendingCopySweeper(
       { deleteMany: async (ids) => void (await this.pending.deleteMany({ _id: { $in: ids } }, MAJORITY)) },
@@ -214,7 +221,18 @@ export class CallJournal {
       opts.sweep,
       opts.listTimeMs,
       opts.settle,
+      await loadReceiptKey(db),
     );
+  }
+
+  /**
+   * Receipts a client forwarded (ADR 0035): each call this replica holds open whose receipt
+   * verifies is settled from it on the settler's next pass, without reading its entry.
+   */
+  acceptReceipts(receipts: readonly CompletionReceipt[]): ReceiptTally {
+    const tally: ReceiptTally = { settles: 0, unknown: 0, invalid: 0 };
+    for (const r of receipts) tally[this.settler.receipt(r, this.receiptKey)]++;
+    return tally;
   }
 
   /**

@@ -5,11 +5,14 @@
  * calls), completed here by CompleteCall, or — after `settleAfterMs` still open — given a
  * pending copy so the listings find it. A second is marked unsettled in the database before
  * its first call is journaled and unmarked once all its calls are settled, so a killed
- * replica's open calls are found again (`adoptStale`, by any replica). No database types here:
- * the store does the reading and writing.
+ * replica's open calls are found again (`adoptStale`, by any replica). A client that forwards
+ * the ledger's completion receipt (ADR 0035) settles its call without any read: the entries
+ * are read only for the calls whose receipt has not come within `RECEIPT_WAIT_MS`. No
+ * database types here: the store does the reading and writing.
  */
 import { bucketStart, secondBucket } from "../../common/src/domain/time-buckets";
-import { entryCompletes } from "../../common/src/domain/call-completion";
+import { entryCompletes, idempotentEffectId } from "../../common/src/domain/call-completion";
+import { receiptHolds, type CompletionReceipt } from "../../common/src/domain/completion-receipt";
 import type { Logger } from "../../common/src/logger";
 import type { CallRecord } from "./call-record";
 
@@ -63,6 +66,12 @@ const LOOKUPS_UP_TO = 8;
 /** How long after a second ends its entries are read: writes of that second still landing. */
 const ENTRIES_GRACE_MS = 300;
 const ADOPT_EVERY_MS = 2_000;
+/**
+ * How long a call may wait for its receipt before its entry is read: a client forwards it
+ * with its next BeginCalls, milliseconds after the write at load. Past it (an older or
+ * another language's client, a client's last calls) the entries are read as before.
+ */
+const RECEIPT_WAIT_MS = 1_000;
 /** The longest a stop spends settling the open calls. */
 const CLOSE_WITHIN_MS = 2_000;
 
@@ -92,6 +101,7 @@ export class CallSettler {
   private readonly maxCalls: number;
   private readonly maxBytes: number;
   private readonly maxSecondsPerTick: number;
+  private readonly receiptWaitMs: number;
 
   constructor(
     private readonly store: SettleStore,
@@ -103,6 +113,8 @@ export class CallSettler {
     this.maxCalls = opts.maxCalls ?? 50_000;
     this.maxBytes = opts.maxArgumentBytes ?? 64 * 1024 * 1024;
     this.maxSecondsPerTick = opts.maxSecondsPerTick ?? 30;
+    // Never as long as the settle time itself: a call is read before it would get a copy.
+    this.receiptWaitMs = Math.min(RECEIPT_WAIT_MS, this.settleAfterMs / 2);
   }
 
   start(): void {
@@ -164,6 +176,24 @@ export class CallSettler {
     return true;
   }
 
+  /**
+   * A client forwarded the ledger's receipt for a call (ADR 0035): when this replica holds
+   * the call open and the receipt is the one the ledger issued for this call's entry, the
+   * call is settled on the next pass from the receipt, without reading the entry.
+   * @returns "settles", "unknown" (not open here: settled already, or begun elsewhere), or
+   * "invalid" (not issued under `secret` for this call's entry).
+   */
+  receipt(r: CompletionReceipt, secret: Uint8Array): "settles" | "unknown" | "invalid" {
+    const at = this.where.get(r.callId);
+    const call = at === undefined ? undefined : this.open.get(at)?.calls.get(r.callId);
+    if (!call) return "unknown";
+    if (call.key === undefined || !receiptHolds(secret, call.key, r)) return "invalid";
+    const entry: EntryRef = { _id: idempotentEffectId(call.key), call_id: r.callId, recorded_at: new Date(r.recordedAtMs) };
+    if (!entryCompletes(call, entry)) return "invalid";
+    this.matched.set(call._id, { call, entry });
+    return "settles";
+  }
+
   /** Whether this replica holds the call open (begun here, not settled yet). */
   isOpen(callId: string): boolean {
     return this.where.has(callId);
@@ -220,11 +250,17 @@ export class CallSettler {
     }
   }
 
-  /** Reads the entries of each second that has ended since the last read, from the oldest open call's second. */
+  /**
+   * Reads the entries the open calls without a receipt need: each second that has ended since
+   * the last read, from one before the oldest such call's second. Seconds skipped are those
+   * only calls settled by their receipts needed (a call waiting for its receipt is younger than
+   * any skipped second by more than a second: its entry cannot be in one).
+   */
   private async readEntries(now: number, final: boolean): Promise<void> {
-    if (this.where.size === 0) return;
-    if (this.where.size <= LOOKUPS_UP_TO) return this.lookUpEntries(now, final);
-    const oldest = [...this.open.keys()].reduce((a, b) => (a < b ? a : b));
+    const waiting = this.unreceipted(now, final);
+    if (waiting.due.length === 0) return;
+    if (waiting.due.length <= LOOKUPS_UP_TO) return this.lookUpEntries(waiting.due, waiting.youngest, now, final);
+    const oldest = waiting.due.reduce((a, c) => (a < secondOf(c) ? a : secondOf(c)), secondOf(waiting.due[0]!));
     // One second before the oldest open call's: a ledger's clock a little behind this one.
     let next = bucketStart(oldest).getTime() - 1_000;
     if (this.readUpTo) next = Math.max(next, bucketStart(this.readUpTo).getTime() + 1_000);
@@ -240,19 +276,36 @@ export class CallSettler {
     }
   }
 
-  /** Few open calls: each one whose second has ended is looked up by its entry's `_id`. */
-  private async lookUpEntries(now: number, final: boolean): Promise<void> {
-    const ended = secondBucket(new Date(now - 1_000 - ENTRIES_GRACE_MS));
+  /**
+   * The open calls no entry or receipt settled yet: `due` waited for their receipt long enough
+   * (all of them at the final pass); `youngest`, the oldest second of those still waiting.
+   */
+  private unreceipted(now: number, final: boolean): { due: CallRecord[]; youngest: string | undefined } {
+    const due: CallRecord[] = [];
+    let youngest: string | undefined;
     for (const [second, s] of this.open) {
-      if (!final && second > ended) continue;
-      for (const call of [...s.calls.values()]) {
+      for (const call of s.calls.values()) {
         if (this.matched.has(call._id)) continue;
-        const entry = await this.store.completingEntry(call);
-        if (entry) this.matched.set(call._id, { call, entry });
+        if (final || now - call.created_at.getTime() >= this.receiptWaitMs) due.push(call);
+        else if (youngest === undefined || second < youngest) youngest = second;
       }
     }
-    // The seconds before now are covered: a switch to reading whole seconds starts after them.
-    this.readUpTo = final ? this.readUpTo : ended;
+    return { due, youngest };
+  }
+
+  /** Few calls to settle: each one whose second has ended is looked up by its entry's `_id`. */
+  private async lookUpEntries(due: readonly CallRecord[], youngest: string | undefined, now: number, final: boolean): Promise<void> {
+    const ended = secondBucket(new Date(now - 1_000 - ENTRIES_GRACE_MS));
+    for (const call of due) {
+      if ((!final && secondOf(call) > ended) || this.matched.has(call._id)) continue;
+      const entry = await this.store.completingEntry(call);
+      if (entry) this.matched.set(call._id, { call, entry });
+    }
+    if (final) return;
+    // The seconds before now are covered for the calls looked up; a switch to reading whole
+    // seconds starts after them, but never past one a call still waiting for its receipt needs.
+    const covered = youngest === undefined ? ended : minSecond(ended, secondBucket(new Date(bucketStart(youngest).getTime() - 2_000)));
+    if (covered > this.readUpTo) this.readUpTo = covered;
   }
 
   private async writeMatched(): Promise<void> {
@@ -292,4 +345,12 @@ export class CallSettler {
       this.logger.warn({ second: m.second, mark: m.id }, "settled the calls of a second another kernel replica left open");
     }
   }
+}
+
+function secondOf(call: CallRecord): string {
+  return call.lb ?? secondBucket(call.created_at);
+}
+
+function minSecond(a: string, b: string): string {
+  return a < b ? a : b;
 }

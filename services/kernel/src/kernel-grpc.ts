@@ -62,6 +62,7 @@ export function kernelServiceImpl(kernel: Kernel, edge: KernelEdge, rules = Requ
       (results) => ({
         results: results.map((r) => ({ result: r.$case === "ok" ? { $case: "begun", value: r.value } : { $case: "errorStatus", value: r.status } })),
       }),
+      (r) => kernel.acceptReceipts(r.receipts),
     ),
     completeCalls: kernelBatchHandler<CompleteCallsRequest, CompleteCallsResponse, CompleteCallRequest, CompleteCallResponse>(
       edge,

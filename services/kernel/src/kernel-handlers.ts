@@ -78,6 +78,8 @@ export function kernelBatchHandler<Req extends { calls: Item[] }, Res, Item, Ite
   item: { method: string; check: (item: Item) => KeycapError | undefined },
   fn: (item: Item, caller: Caller) => Promise<ItemRes>,
   toResponse: (results: ItemResult<ItemRes>[]) => Res,
+  /** What the request carries besides its items, taken once the caller is authenticated. */
+  onRequest?: (req: Req, caller: Caller) => void,
 ): Handler<Req, Res> {
   const itemMethod = item.method;
   return (call, callback) => {
@@ -88,6 +90,7 @@ export function kernelBatchHandler<Req extends { calls: Item[] }, Res, Item, Ite
       async (req) => {
         const who = await authenticate(edge, call);
         caller = who;
+        onRequest?.(req, who);
         const peer = call.getPeer();
         const results = await Promise.all(
           req.calls.map(async (one): Promise<ItemResult<ItemRes>> => {

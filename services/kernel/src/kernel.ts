@@ -1,4 +1,6 @@
 import { randomUUID } from "node:crypto";
+import type { CompletionReceipt } from "../../common/src/domain/completion-receipt";
+import type { Metrics } from "../../common/src/metrics";
 import type { DerivationClaim } from "../../capability/src";
 import type { Logger } from "../../common/src/logger";
 import { decodePageToken, encodePageToken, pageSize } from "../../common/src/paging";
@@ -26,6 +28,8 @@ export interface KernelDeps {
   logger: Logger;
   access: AccessPolicy;
   replay: ReplayMatcher;
+  /** Counters; undefined: not recorded. */
+  metrics?: Metrics | undefined;
 }
 
 /** BeginCall's input: the call as the runtime recorded it, and its run mode (ADR 0028). */
@@ -139,6 +143,22 @@ export class Kernel {
       items: page,
       nextPageToken: tools.length > limit && last ? encodePageToken({ after: last.definition.toolId }) : "",
     };
+  }
+
+  /**
+   * Completion receipts a runtime forwarded with its BeginCalls (ADR 0035). Never a refusal:
+   * a receipt that does not verify is ignored (its call is settled by reading its entry) and
+   * logged without its content.
+   */
+  acceptReceipts(receipts: readonly CompletionReceipt[]): void {
+    if (receipts.length === 0) return;
+    const tally = this.d.journal.acceptReceipts(receipts);
+    for (const result of ["settles", "unknown", "invalid"] as const) this.d.metrics?.completionReceipts(result, tally[result]);
+    if (tally.invalid > 0)
+      this.d.logger.warn(
+        { receipts: receipts.length, invalid: tally.invalid },
+        "completion receipts that do not verify were ignored (another deployment's, or altered)",
+      );
   }
 
   async beginCall(req: BeginCallInput, caller: Caller): Promise<BegunCall> {

@@ -70,7 +70,7 @@ export async function startKernel(deps: ServiceDeps): Promise<RunningService> {
     const positions = await ReplayPositions.open(mongo.db);
     const replay = new ReplayMatcher(journal, positions);
     scope.own(await startKernelRetention(mongo.db, config, { journal, positions, audit }, logger, deps.metrics), (s) => s.stop());
-    const kernel = new Kernel({ registry, journal, minter, keys, ledger, limits, logger, access: policy, replay });
+    const kernel = new Kernel({ registry, journal, minter, keys, ledger, limits, logger, access: policy, replay, metrics: deps.metrics });
     const access = new Access({ principals, grants, registry, policy, logger });
     const listener = await scope.listen({
       name: "kernel",

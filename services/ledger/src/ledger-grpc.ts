@@ -9,7 +9,7 @@ import { entryToProto } from "./ledger-proto";
 export function ledgerServiceImpl(ledger: Ledger, logger: Logger): LedgerServiceServer {
   return {
     write: unaryHandler(logger, "Write", async (req: WriteRequest, call: ServerUnaryCall<WriteRequest, WriteResponse>) => {
-      const { entry, duplicate, payloadMismatch, replayed, shadow, completesCall } = await ledger.write(req, callContext(call));
+      const { entry, duplicate, payloadMismatch, replayed, shadow, completesCall, completionReceipt } = await ledger.write(req, callContext(call));
       return {
         entry: entryToProto(entry),
         duplicate,
@@ -17,6 +17,7 @@ export function ledgerServiceImpl(ledger: Ledger, logger: Logger): LedgerService
         replayed: replayed === true,
         shadow: shadow === true,
         completesCall: completesCall === true,
+        completionReceipt: completionReceipt && { ...completionReceipt, mac: Buffer.from(completionReceipt.mac) },
       };
     }),
     lookupRequest: unaryHandler(

@@ -25,6 +25,7 @@ import type { ShadowStore } from "./shadow-store";
 import type { RejectionAudit } from "../../common/src/rejection-audit";
 import type { Metrics } from "../../common/src/metrics";
 import { writeCompletesCall } from "../../common/src/domain/call-completion";
+import { issueReceipt, type CompletionReceipt } from "../../common/src/domain/completion-receipt";
 
 export interface LedgerDeps {
   verifier: CapabilityVerifier;
@@ -39,6 +40,8 @@ export interface LedgerDeps {
   logger: Logger;
   /** Write outcomes and verification times; undefined: not recorded. */
   metrics?: Metrics | undefined;
+  /** The completion receipts' key (ADR 0035), shared with the kernel through the database. */
+  receiptKey: Uint8Array;
 }
 
 /** Who is calling: what the transport says, never the request body. */
@@ -67,6 +70,8 @@ export interface WriteOutcome {
   shadow?: boolean;
   /** The entry is the call's completion (ADR 0034): the caller need not send CompleteCall. */
   completesCall?: boolean;
+  /** With completesCall: the receipt the client forwards so the kernel need not read the entry (ADR 0035). */
+  completionReceipt?: CompletionReceipt;
 }
 
 /** The ledger's behaviour, independent of transport. */
@@ -104,7 +109,7 @@ export class Ledger {
     // retry storm cheaper than the original traffic. Unknown: the unique insert decides.
     if (!legacy && !this.d.entries.knownToExist(grant.effectId) && (await this.d.entries.insert(doc))) {
       this.d.metrics?.write(cap.tool_id, "new");
-      return { entry: doc, duplicate: false, payloadMismatch: false, completesCall: completes(cap, doc, false) };
+      return { entry: doc, duplicate: false, payloadMismatch: false, ...this.completion(cap, doc, false) };
     }
     if (grant.duplicateIsReuse || spentBefore) throw await this.refuseGrant("Write", ctx, cap, CAPABILITY_REUSED, attempted);
 
@@ -123,7 +128,14 @@ export class Ledger {
         "duplicate write carried a different payload; original kept, entry flagged",
       );
     }
-    return { entry, duplicate: true, payloadMismatch, completesCall: completes(cap, entry, payloadMismatch) };
+    return { entry, duplicate: true, payloadMismatch, ...this.completion(cap, entry, payloadMismatch) };
+  }
+
+  /** Whether the entry completes the capability's call, and then its receipt. */
+  private completion(cap: VerifiedCapability, entry: EntryDoc, payloadMismatch: boolean): Pick<WriteOutcome, "completesCall" | "completionReceipt"> {
+    if (!completes(cap, entry, payloadMismatch) || cap.key === undefined) return { completesCall: false };
+    const receipt = issueReceipt(this.d.receiptKey, cap.key, { callId: entry.call_id, recordedAtMs: entry.recorded_at.getTime() });
+    return { completesCall: true, completionReceipt: receipt };
   }
 
   /**

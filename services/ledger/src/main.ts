@@ -14,6 +14,7 @@ import { openKernelKeys } from "../../capability/src";
 import { Ledger } from "./ledger";
 import { ledgerServiceImpl } from "./ledger-grpc";
 import { startLedgerRetention } from "./ledger-retention";
+import { loadReceiptKey } from "../../common/src/receipt-key";
 
 export const LEDGER_SERVICE_NAME = "keycap.ledger.v1.LedgerService";
 export const LEDGER_ADMIN_SERVICE_NAME = "keycap.ledger.v1.LedgerAdminService";
@@ -58,6 +59,7 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
       clockToleranceSeconds: config.clockToleranceSeconds,
       logger,
       metrics: deps.metrics,
+      receiptKey: await loadReceiptKey(mongo.db),
     });
     await scope.listen({
       name: "ledger",

@@ -489,6 +489,76 @@ func (*Unsafe) Descriptor() ([]byte, []int) {
 	return file_keycap_effect_v1_effect_proto_rawDescGZIP(), []int{5}
 }
 
+// CompletionReceipt is the ledger's word that a live Idempotent write's entry completes
+// its call (ADR 0035): answered with that Write, forwarded unchanged by the client with its
+// next BeginCalls, so the kernel settles the call without reading the entry back. Opaque
+// to clients; a receipt that does not verify is ignored (the kernel then reads the entry
+// as it does for a client that forwards none).
+type CompletionReceipt struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call the entry completes.
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// When the entry was recorded, in milliseconds since the Unix epoch: exactly the value
+	// the MAC covers (and the completion's time).
+	RecordedAtMs int64 `protobuf:"varint,2,opt,name=recorded_at_ms,json=recordedAtMs,proto3" json:"recorded_at_ms,omitempty"`
+	// HMAC-SHA256 over the entry's effect id, the call id and recorded_at_ms, under a key
+	// the kernel and the ledger share through their database.
+	Mac           []byte `protobuf:"bytes,3,opt,name=mac,proto3" json:"mac,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompletionReceipt) Reset() {
+	*x = CompletionReceipt{}
+	mi := &file_keycap_effect_v1_effect_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompletionReceipt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompletionReceipt) ProtoMessage() {}
+
+func (x *CompletionReceipt) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_effect_v1_effect_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompletionReceipt.ProtoReflect.Descriptor instead.
+func (*CompletionReceipt) Descriptor() ([]byte, []int) {
+	return file_keycap_effect_v1_effect_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CompletionReceipt) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *CompletionReceipt) GetRecordedAtMs() int64 {
+	if x != nil {
+		return x.RecordedAtMs
+	}
+	return 0
+}
+
+func (x *CompletionReceipt) GetMac() []byte {
+	if x != nil {
+		return x.Mac
+	}
+	return nil
+}
+
 var File_keycap_effect_v1_effect_proto protoreflect.FileDescriptor
 
 const file_keycap_effect_v1_effect_proto_rawDesc = "" +
@@ -523,7 +593,11 @@ const file_keycap_effect_v1_effect_proto_rawDesc = "" +
 	"\x10request_id_field\x18\x01 \x01(\tBv\xbaH\x1ar\x18\x10\x012\x14^(/([^/~]|~[01])*)+$\xe2\xf9\x18+\n" +
 	"\x0estring.min_len\x12\x19REQUEST_ID_FIELD_REQUIRED\xe2\xf9\x18&\n" +
 	"\x0estring.pattern\x12\x14INVALID_JSON_POINTERR\x0erequestIdField\"\b\n" +
-	"\x06Unsafe*G\n" +
+	"\x06Unsafe\"d\n" +
+	"\x11CompletionReceipt\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12$\n" +
+	"\x0erecorded_at_ms\x18\x02 \x01(\x03R\frecordedAtMs\x12\x10\n" +
+	"\x03mac\x18\x03 \x01(\fR\x03mac*G\n" +
 	"\fContextField\x12\x1d\n" +
 	"\x19CONTEXT_FIELD_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14CONTEXT_FIELD_RUN_ID\x10\x01*x\n" +
@@ -547,16 +621,17 @@ func file_keycap_effect_v1_effect_proto_rawDescGZIP() []byte {
 }
 
 var file_keycap_effect_v1_effect_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_keycap_effect_v1_effect_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_keycap_effect_v1_effect_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_keycap_effect_v1_effect_proto_goTypes = []any{
-	(ContextField)(0),       // 0: keycap.effect.v1.ContextField
-	(EffectKind)(0),         // 1: keycap.effect.v1.EffectKind
-	(*EffectClass)(nil),     // 2: keycap.effect.v1.EffectClass
-	(*Idempotent)(nil),      // 3: keycap.effect.v1.Idempotent
-	(*KeyDerivation)(nil),   // 4: keycap.effect.v1.KeyDerivation
-	(*Queryable)(nil),       // 5: keycap.effect.v1.Queryable
-	(*RequestIdLookup)(nil), // 6: keycap.effect.v1.RequestIdLookup
-	(*Unsafe)(nil),          // 7: keycap.effect.v1.Unsafe
+	(ContextField)(0),         // 0: keycap.effect.v1.ContextField
+	(EffectKind)(0),           // 1: keycap.effect.v1.EffectKind
+	(*EffectClass)(nil),       // 2: keycap.effect.v1.EffectClass
+	(*Idempotent)(nil),        // 3: keycap.effect.v1.Idempotent
+	(*KeyDerivation)(nil),     // 4: keycap.effect.v1.KeyDerivation
+	(*Queryable)(nil),         // 5: keycap.effect.v1.Queryable
+	(*RequestIdLookup)(nil),   // 6: keycap.effect.v1.RequestIdLookup
+	(*Unsafe)(nil),            // 7: keycap.effect.v1.Unsafe
+	(*CompletionReceipt)(nil), // 8: keycap.effect.v1.CompletionReceipt
 }
 var file_keycap_effect_v1_effect_proto_depIdxs = []int32{
 	3, // 0: keycap.effect.v1.EffectClass.idempotent:type_name -> keycap.effect.v1.Idempotent
@@ -588,7 +663,7 @@ func file_keycap_effect_v1_effect_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keycap_effect_v1_effect_proto_rawDesc), len(file_keycap_effect_v1_effect_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1187,7 +1187,13 @@ func (x *CompleteCallResponse) GetAlreadyCompleted() bool {
 type BeginCallsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The calls to begin, 1 to 256; item i is answered by results[i].
-	Calls         []*BeginCallRequest `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	Calls []*BeginCallRequest `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	// Receipts of earlier writes whose entries completed their calls (WriteResponse's
+	// completion_receipt, ADR 0035), 0 to 1024, forwarded unchanged. The kernel settles each
+	// call it holds open from its receipt instead of reading the entry back; a receipt that
+	// does not verify, or names a call this replica does not hold, is ignored, never a
+	// refusal of the calls.
+	Receipts      []*v1.CompletionReceipt `protobuf:"bytes,2,rep,name=receipts,proto3" json:"receipts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1225,6 +1231,13 @@ func (*BeginCallsRequest) Descriptor() ([]byte, []int) {
 func (x *BeginCallsRequest) GetCalls() []*BeginCallRequest {
 	if x != nil {
 		return x.Calls
+	}
+	return nil
+}
+
+func (x *BeginCallsRequest) GetReceipts() []*v1.CompletionReceipt {
+	if x != nil {
+		return x.Receipts
 	}
 	return nil
 }
@@ -2823,12 +2836,14 @@ const file_keycap_kernel_v1_kernel_proto_rawDesc = "" +
 	"\x0estring.max_len\x12\x17OUTCOME_DETAIL_TOO_LONGR\routcomeDetail\"o\n" +
 	"\x14CompleteCallResponse\x12*\n" +
 	"\x04call\x18\x01 \x01(\v2\x16.keycap.kernel.v1.CallR\x04call\x12+\n" +
-	"\x11already_completed\x18\x02 \x01(\bR\x10alreadyCompleted\"\xae\x01\n" +
+	"\x11already_completed\x18\x02 \x01(\bR\x10alreadyCompleted\"\xa8\x02\n" +
 	"\x11BeginCallsRequest\x12\x98\x01\n" +
 	"\x05calls\x18\x01 \x03(\v2\".keycap.kernel.v1.BeginCallRequestB^\xbaH\r\x92\x01\n" +
 	"\b\x01\x10\x80\x02\"\x03\xd8\x01\x03\xe2\xf9\x18!\n" +
 	"\x12repeated.min_items\x12\vBATCH_EMPTY\xe2\xf9\x18%\n" +
-	"\x12repeated.max_items\x12\x0fBATCH_TOO_LARGER\x05calls\"Q\n" +
+	"\x12repeated.max_items\x12\x0fBATCH_TOO_LARGER\x05calls\x12x\n" +
+	"\breceipts\x18\x02 \x03(\v2#.keycap.effect.v1.CompletionReceiptB7\xbaH\v\x92\x01\b\x10\x80\b\"\x03\xd8\x01\x03\xe2\xf9\x18%\n" +
+	"\x12repeated.max_items\x12\x0fBATCH_TOO_LARGER\breceipts\"Q\n" +
 	"\x12BeginCallsResponse\x12;\n" +
 	"\aresults\x18\x01 \x03(\v2!.keycap.kernel.v1.BeginCallResultR\aresults\"}\n" +
 	"\x0fBeginCallResult\x12;\n" +
@@ -3037,6 +3052,7 @@ var file_keycap_kernel_v1_kernel_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil),          // 41: google.protobuf.Timestamp
 	(*v1.HttpDestination)(nil),             // 42: keycap.effect.v1.HttpDestination
 	(v1.EffectKind)(0),                     // 43: keycap.effect.v1.EffectKind
+	(*v1.CompletionReceipt)(nil),           // 44: keycap.effect.v1.CompletionReceipt
 }
 var file_keycap_kernel_v1_kernel_proto_depIdxs = []int32{
 	40, // 0: keycap.kernel.v1.Tool.effect_class:type_name -> keycap.effect.v1.EffectClass
@@ -3059,61 +3075,62 @@ var file_keycap_kernel_v1_kernel_proto_depIdxs = []int32{
 	2,  // 17: keycap.kernel.v1.CompleteCallRequest.outcome:type_name -> keycap.kernel.v1.CallOutcome
 	11, // 18: keycap.kernel.v1.CompleteCallResponse.call:type_name -> keycap.kernel.v1.Call
 	12, // 19: keycap.kernel.v1.BeginCallsRequest.calls:type_name -> keycap.kernel.v1.BeginCallRequest
-	18, // 20: keycap.kernel.v1.BeginCallsResponse.results:type_name -> keycap.kernel.v1.BeginCallResult
-	13, // 21: keycap.kernel.v1.BeginCallResult.begun:type_name -> keycap.kernel.v1.BeginCallResponse
-	14, // 22: keycap.kernel.v1.CompleteCallsRequest.calls:type_name -> keycap.kernel.v1.CompleteCallRequest
-	21, // 23: keycap.kernel.v1.CompleteCallsResponse.results:type_name -> keycap.kernel.v1.CompleteCallResult
-	15, // 24: keycap.kernel.v1.CompleteCallResult.completed:type_name -> keycap.kernel.v1.CompleteCallResponse
-	11, // 25: keycap.kernel.v1.ListPendingCallsResponse.calls:type_name -> keycap.kernel.v1.Call
-	11, // 26: keycap.kernel.v1.ListIndeterminateCallsResponse.calls:type_name -> keycap.kernel.v1.Call
-	11, // 27: keycap.kernel.v1.ResumeCallResponse.call:type_name -> keycap.kernel.v1.Call
-	3,  // 28: keycap.kernel.v1.ResumeCallResponse.action:type_name -> keycap.kernel.v1.ResumeAction
-	41, // 29: keycap.kernel.v1.ResumeCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
-	32, // 30: keycap.kernel.v1.ListRunCallsResponse.calls:type_name -> keycap.kernel.v1.RunCall
-	11, // 31: keycap.kernel.v1.RunCall.call:type_name -> keycap.kernel.v1.Call
-	11, // 32: keycap.kernel.v1.GetCallResponse.call:type_name -> keycap.kernel.v1.Call
-	36, // 33: keycap.kernel.v1.GetCallResponse.settlement:type_name -> keycap.kernel.v1.CallSettlement
-	37, // 34: keycap.kernel.v1.GetCallResponse.capability:type_name -> keycap.kernel.v1.CallCapability
-	35, // 35: keycap.kernel.v1.GetCallResponse.resumes:type_name -> keycap.kernel.v1.CallResume
-	41, // 36: keycap.kernel.v1.CallResume.at:type_name -> google.protobuf.Timestamp
-	41, // 37: keycap.kernel.v1.CallSettlement.completed_at:type_name -> google.protobuf.Timestamp
-	41, // 38: keycap.kernel.v1.CallSettlement.recovery_refused_at:type_name -> google.protobuf.Timestamp
-	41, // 39: keycap.kernel.v1.CallCapability.issued_at:type_name -> google.protobuf.Timestamp
-	41, // 40: keycap.kernel.v1.CallCapability.expires_at:type_name -> google.protobuf.Timestamp
-	11, // 41: keycap.kernel.v1.SearchCallsResponse.calls:type_name -> keycap.kernel.v1.Call
-	5,  // 42: keycap.kernel.v1.KernelService.RegisterTool:input_type -> keycap.kernel.v1.RegisterToolRequest
-	7,  // 43: keycap.kernel.v1.KernelService.GetTool:input_type -> keycap.kernel.v1.GetToolRequest
-	9,  // 44: keycap.kernel.v1.KernelService.ListTools:input_type -> keycap.kernel.v1.ListToolsRequest
-	12, // 45: keycap.kernel.v1.KernelService.BeginCall:input_type -> keycap.kernel.v1.BeginCallRequest
-	14, // 46: keycap.kernel.v1.KernelService.CompleteCall:input_type -> keycap.kernel.v1.CompleteCallRequest
-	16, // 47: keycap.kernel.v1.KernelService.BeginCalls:input_type -> keycap.kernel.v1.BeginCallsRequest
-	19, // 48: keycap.kernel.v1.KernelService.CompleteCalls:input_type -> keycap.kernel.v1.CompleteCallsRequest
-	22, // 49: keycap.kernel.v1.KernelService.ListPendingCalls:input_type -> keycap.kernel.v1.ListPendingCallsRequest
-	26, // 50: keycap.kernel.v1.KernelService.ResumeCall:input_type -> keycap.kernel.v1.ResumeCallRequest
-	24, // 51: keycap.kernel.v1.KernelService.ListIndeterminateCalls:input_type -> keycap.kernel.v1.ListIndeterminateCallsRequest
-	28, // 52: keycap.kernel.v1.KernelService.GetSigningKeys:input_type -> keycap.kernel.v1.GetSigningKeysRequest
-	30, // 53: keycap.kernel.v1.KernelService.ListRunCalls:input_type -> keycap.kernel.v1.ListRunCallsRequest
-	33, // 54: keycap.kernel.v1.KernelService.GetCall:input_type -> keycap.kernel.v1.GetCallRequest
-	38, // 55: keycap.kernel.v1.KernelService.SearchCalls:input_type -> keycap.kernel.v1.SearchCallsRequest
-	6,  // 56: keycap.kernel.v1.KernelService.RegisterTool:output_type -> keycap.kernel.v1.RegisterToolResponse
-	8,  // 57: keycap.kernel.v1.KernelService.GetTool:output_type -> keycap.kernel.v1.GetToolResponse
-	10, // 58: keycap.kernel.v1.KernelService.ListTools:output_type -> keycap.kernel.v1.ListToolsResponse
-	13, // 59: keycap.kernel.v1.KernelService.BeginCall:output_type -> keycap.kernel.v1.BeginCallResponse
-	15, // 60: keycap.kernel.v1.KernelService.CompleteCall:output_type -> keycap.kernel.v1.CompleteCallResponse
-	17, // 61: keycap.kernel.v1.KernelService.BeginCalls:output_type -> keycap.kernel.v1.BeginCallsResponse
-	20, // 62: keycap.kernel.v1.KernelService.CompleteCalls:output_type -> keycap.kernel.v1.CompleteCallsResponse
-	23, // 63: keycap.kernel.v1.KernelService.ListPendingCalls:output_type -> keycap.kernel.v1.ListPendingCallsResponse
-	27, // 64: keycap.kernel.v1.KernelService.ResumeCall:output_type -> keycap.kernel.v1.ResumeCallResponse
-	25, // 65: keycap.kernel.v1.KernelService.ListIndeterminateCalls:output_type -> keycap.kernel.v1.ListIndeterminateCallsResponse
-	29, // 66: keycap.kernel.v1.KernelService.GetSigningKeys:output_type -> keycap.kernel.v1.GetSigningKeysResponse
-	31, // 67: keycap.kernel.v1.KernelService.ListRunCalls:output_type -> keycap.kernel.v1.ListRunCallsResponse
-	34, // 68: keycap.kernel.v1.KernelService.GetCall:output_type -> keycap.kernel.v1.GetCallResponse
-	39, // 69: keycap.kernel.v1.KernelService.SearchCalls:output_type -> keycap.kernel.v1.SearchCallsResponse
-	56, // [56:70] is the sub-list for method output_type
-	42, // [42:56] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	44, // 20: keycap.kernel.v1.BeginCallsRequest.receipts:type_name -> keycap.effect.v1.CompletionReceipt
+	18, // 21: keycap.kernel.v1.BeginCallsResponse.results:type_name -> keycap.kernel.v1.BeginCallResult
+	13, // 22: keycap.kernel.v1.BeginCallResult.begun:type_name -> keycap.kernel.v1.BeginCallResponse
+	14, // 23: keycap.kernel.v1.CompleteCallsRequest.calls:type_name -> keycap.kernel.v1.CompleteCallRequest
+	21, // 24: keycap.kernel.v1.CompleteCallsResponse.results:type_name -> keycap.kernel.v1.CompleteCallResult
+	15, // 25: keycap.kernel.v1.CompleteCallResult.completed:type_name -> keycap.kernel.v1.CompleteCallResponse
+	11, // 26: keycap.kernel.v1.ListPendingCallsResponse.calls:type_name -> keycap.kernel.v1.Call
+	11, // 27: keycap.kernel.v1.ListIndeterminateCallsResponse.calls:type_name -> keycap.kernel.v1.Call
+	11, // 28: keycap.kernel.v1.ResumeCallResponse.call:type_name -> keycap.kernel.v1.Call
+	3,  // 29: keycap.kernel.v1.ResumeCallResponse.action:type_name -> keycap.kernel.v1.ResumeAction
+	41, // 30: keycap.kernel.v1.ResumeCallResponse.capability_expires_at:type_name -> google.protobuf.Timestamp
+	32, // 31: keycap.kernel.v1.ListRunCallsResponse.calls:type_name -> keycap.kernel.v1.RunCall
+	11, // 32: keycap.kernel.v1.RunCall.call:type_name -> keycap.kernel.v1.Call
+	11, // 33: keycap.kernel.v1.GetCallResponse.call:type_name -> keycap.kernel.v1.Call
+	36, // 34: keycap.kernel.v1.GetCallResponse.settlement:type_name -> keycap.kernel.v1.CallSettlement
+	37, // 35: keycap.kernel.v1.GetCallResponse.capability:type_name -> keycap.kernel.v1.CallCapability
+	35, // 36: keycap.kernel.v1.GetCallResponse.resumes:type_name -> keycap.kernel.v1.CallResume
+	41, // 37: keycap.kernel.v1.CallResume.at:type_name -> google.protobuf.Timestamp
+	41, // 38: keycap.kernel.v1.CallSettlement.completed_at:type_name -> google.protobuf.Timestamp
+	41, // 39: keycap.kernel.v1.CallSettlement.recovery_refused_at:type_name -> google.protobuf.Timestamp
+	41, // 40: keycap.kernel.v1.CallCapability.issued_at:type_name -> google.protobuf.Timestamp
+	41, // 41: keycap.kernel.v1.CallCapability.expires_at:type_name -> google.protobuf.Timestamp
+	11, // 42: keycap.kernel.v1.SearchCallsResponse.calls:type_name -> keycap.kernel.v1.Call
+	5,  // 43: keycap.kernel.v1.KernelService.RegisterTool:input_type -> keycap.kernel.v1.RegisterToolRequest
+	7,  // 44: keycap.kernel.v1.KernelService.GetTool:input_type -> keycap.kernel.v1.GetToolRequest
+	9,  // 45: keycap.kernel.v1.KernelService.ListTools:input_type -> keycap.kernel.v1.ListToolsRequest
+	12, // 46: keycap.kernel.v1.KernelService.BeginCall:input_type -> keycap.kernel.v1.BeginCallRequest
+	14, // 47: keycap.kernel.v1.KernelService.CompleteCall:input_type -> keycap.kernel.v1.CompleteCallRequest
+	16, // 48: keycap.kernel.v1.KernelService.BeginCalls:input_type -> keycap.kernel.v1.BeginCallsRequest
+	19, // 49: keycap.kernel.v1.KernelService.CompleteCalls:input_type -> keycap.kernel.v1.CompleteCallsRequest
+	22, // 50: keycap.kernel.v1.KernelService.ListPendingCalls:input_type -> keycap.kernel.v1.ListPendingCallsRequest
+	26, // 51: keycap.kernel.v1.KernelService.ResumeCall:input_type -> keycap.kernel.v1.ResumeCallRequest
+	24, // 52: keycap.kernel.v1.KernelService.ListIndeterminateCalls:input_type -> keycap.kernel.v1.ListIndeterminateCallsRequest
+	28, // 53: keycap.kernel.v1.KernelService.GetSigningKeys:input_type -> keycap.kernel.v1.GetSigningKeysRequest
+	30, // 54: keycap.kernel.v1.KernelService.ListRunCalls:input_type -> keycap.kernel.v1.ListRunCallsRequest
+	33, // 55: keycap.kernel.v1.KernelService.GetCall:input_type -> keycap.kernel.v1.GetCallRequest
+	38, // 56: keycap.kernel.v1.KernelService.SearchCalls:input_type -> keycap.kernel.v1.SearchCallsRequest
+	6,  // 57: keycap.kernel.v1.KernelService.RegisterTool:output_type -> keycap.kernel.v1.RegisterToolResponse
+	8,  // 58: keycap.kernel.v1.KernelService.GetTool:output_type -> keycap.kernel.v1.GetToolResponse
+	10, // 59: keycap.kernel.v1.KernelService.ListTools:output_type -> keycap.kernel.v1.ListToolsResponse
+	13, // 60: keycap.kernel.v1.KernelService.BeginCall:output_type -> keycap.kernel.v1.BeginCallResponse
+	15, // 61: keycap.kernel.v1.KernelService.CompleteCall:output_type -> keycap.kernel.v1.CompleteCallResponse
+	17, // 62: keycap.kernel.v1.KernelService.BeginCalls:output_type -> keycap.kernel.v1.BeginCallsResponse
+	20, // 63: keycap.kernel.v1.KernelService.CompleteCalls:output_type -> keycap.kernel.v1.CompleteCallsResponse
+	23, // 64: keycap.kernel.v1.KernelService.ListPendingCalls:output_type -> keycap.kernel.v1.ListPendingCallsResponse
+	27, // 65: keycap.kernel.v1.KernelService.ResumeCall:output_type -> keycap.kernel.v1.ResumeCallResponse
+	25, // 66: keycap.kernel.v1.KernelService.ListIndeterminateCalls:output_type -> keycap.kernel.v1.ListIndeterminateCallsResponse
+	29, // 67: keycap.kernel.v1.KernelService.GetSigningKeys:output_type -> keycap.kernel.v1.GetSigningKeysResponse
+	31, // 68: keycap.kernel.v1.KernelService.ListRunCalls:output_type -> keycap.kernel.v1.ListRunCallsResponse
+	34, // 69: keycap.kernel.v1.KernelService.GetCall:output_type -> keycap.kernel.v1.GetCallResponse
+	39, // 70: keycap.kernel.v1.KernelService.SearchCalls:output_type -> keycap.kernel.v1.SearchCallsResponse
+	57, // [57:71] is the sub-list for method output_type
+	43, // [43:57] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_keycap_kernel_v1_kernel_proto_init() }

@@ -290,8 +290,12 @@ type WriteResponse struct {
 	// entry carries this capability's call id (written now, or by the same call before).
 	// The caller need not send CompleteCall for a call whose outcome is "succeeded".
 	CompletesCall bool `protobuf:"varint,6,opt,name=completes_call,json=completesCall,proto3" json:"completes_call,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Set when completes_call is: the receipt a client forwards with its next BeginCalls
+	// (ADR 0035) so the kernel need not read this entry back to settle the call. A client
+	// that forwards nothing loses nothing: the kernel reads the entry instead.
+	CompletionReceipt *v1.CompletionReceipt `protobuf:"bytes,7,opt,name=completion_receipt,json=completionReceipt,proto3" json:"completion_receipt,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *WriteResponse) Reset() {
@@ -364,6 +368,13 @@ func (x *WriteResponse) GetCompletesCall() bool {
 		return x.CompletesCall
 	}
 	return false
+}
+
+func (x *WriteResponse) GetCompletionReceipt() *v1.CompletionReceipt {
+	if x != nil {
+		return x.CompletionReceipt
+	}
+	return nil
 }
 
 // Request of LookupRequest.
@@ -496,14 +507,15 @@ const file_keycap_ledger_v1_ledger_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x18\n" +
-	"\apayload\x18\x03 \x01(\fR\apayload\"\xe2\x01\n" +
+	"\apayload\x18\x03 \x01(\fR\apayload\"\xb6\x02\n" +
 	"\rWriteResponse\x12-\n" +
 	"\x05entry\x18\x01 \x01(\v2\x17.keycap.ledger.v1.EntryR\x05entry\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12)\n" +
 	"\x10payload_mismatch\x18\x03 \x01(\bR\x0fpayloadMismatch\x12\x1a\n" +
 	"\breplayed\x18\x04 \x01(\bR\breplayed\x12\x16\n" +
 	"\x06shadow\x18\x05 \x01(\bR\x06shadow\x12%\n" +
-	"\x0ecompletes_call\x18\x06 \x01(\bR\rcompletesCall\"5\n" +
+	"\x0ecompletes_call\x18\x06 \x01(\bR\rcompletesCall\x12R\n" +
+	"\x12completion_receipt\x18\a \x01(\v2#.keycap.effect.v1.CompletionReceiptR\x11completionReceipt\"5\n" +
 	"\x14LookupRequestRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"\\\n" +
@@ -535,21 +547,23 @@ var file_keycap_ledger_v1_ledger_proto_goTypes = []any{
 	(*LookupRequestResponse)(nil), // 4: keycap.ledger.v1.LookupRequestResponse
 	(v1.EffectKind)(0),            // 5: keycap.effect.v1.EffectKind
 	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*v1.CompletionReceipt)(nil),  // 7: keycap.effect.v1.CompletionReceipt
 }
 var file_keycap_ledger_v1_ledger_proto_depIdxs = []int32{
 	5, // 0: keycap.ledger.v1.Entry.effect_kind:type_name -> keycap.effect.v1.EffectKind
 	6, // 1: keycap.ledger.v1.Entry.recorded_at:type_name -> google.protobuf.Timestamp
 	0, // 2: keycap.ledger.v1.WriteResponse.entry:type_name -> keycap.ledger.v1.Entry
-	0, // 3: keycap.ledger.v1.LookupRequestResponse.entry:type_name -> keycap.ledger.v1.Entry
-	1, // 4: keycap.ledger.v1.LedgerService.Write:input_type -> keycap.ledger.v1.WriteRequest
-	3, // 5: keycap.ledger.v1.LedgerService.LookupRequest:input_type -> keycap.ledger.v1.LookupRequestRequest
-	2, // 6: keycap.ledger.v1.LedgerService.Write:output_type -> keycap.ledger.v1.WriteResponse
-	4, // 7: keycap.ledger.v1.LedgerService.LookupRequest:output_type -> keycap.ledger.v1.LookupRequestResponse
-	6, // [6:8] is the sub-list for method output_type
-	4, // [4:6] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	7, // 3: keycap.ledger.v1.WriteResponse.completion_receipt:type_name -> keycap.effect.v1.CompletionReceipt
+	0, // 4: keycap.ledger.v1.LookupRequestResponse.entry:type_name -> keycap.ledger.v1.Entry
+	1, // 5: keycap.ledger.v1.LedgerService.Write:input_type -> keycap.ledger.v1.WriteRequest
+	3, // 6: keycap.ledger.v1.LedgerService.LookupRequest:input_type -> keycap.ledger.v1.LookupRequestRequest
+	2, // 7: keycap.ledger.v1.LedgerService.Write:output_type -> keycap.ledger.v1.WriteResponse
+	4, // 8: keycap.ledger.v1.LedgerService.LookupRequest:output_type -> keycap.ledger.v1.LookupRequestResponse
+	7, // [7:9] is the sub-list for method output_type
+	5, // [5:7] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_keycap_ledger_v1_ledger_proto_init() }

@@ -67,3 +67,13 @@ class RequestIdLookup(_message.Message):
 class Unsafe(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class CompletionReceipt(_message.Message):
+    __slots__ = ("call_id", "recorded_at_ms", "mac")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    RECORDED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    MAC_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    recorded_at_ms: int
+    mac: bytes
+    def __init__(self, call_id: _Optional[str] = ..., recorded_at_ms: _Optional[int] = ..., mac: _Optional[bytes] = ...) -> None: ...

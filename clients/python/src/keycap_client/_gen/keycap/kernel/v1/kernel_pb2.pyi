@@ -208,10 +208,12 @@ class CompleteCallResponse(_message.Message):
     def __init__(self, call: _Optional[_Union[Call, _Mapping]] = ..., already_completed: _Optional[bool] = ...) -> None: ...
 
 class BeginCallsRequest(_message.Message):
-    __slots__ = ("calls",)
+    __slots__ = ("calls", "receipts")
     CALLS_FIELD_NUMBER: _ClassVar[int]
+    RECEIPTS_FIELD_NUMBER: _ClassVar[int]
     calls: _containers.RepeatedCompositeFieldContainer[BeginCallRequest]
-    def __init__(self, calls: _Optional[_Iterable[_Union[BeginCallRequest, _Mapping]]] = ...) -> None: ...
+    receipts: _containers.RepeatedCompositeFieldContainer[_effect_pb2.CompletionReceipt]
+    def __init__(self, calls: _Optional[_Iterable[_Union[BeginCallRequest, _Mapping]]] = ..., receipts: _Optional[_Iterable[_Union[_effect_pb2.CompletionReceipt, _Mapping]]] = ...) -> None: ...
 
 class BeginCallsResponse(_message.Message):
     __slots__ = ("results",)

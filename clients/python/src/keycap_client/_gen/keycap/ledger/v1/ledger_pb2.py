@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from keycap_client._gen.keycap.effect.v1 import effect_pb2 as keycap_dot_effect_dot_v1_dot_effect__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dkeycap/ledger/v1/ledger.proto\x12\x10keycap.ledger.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dkeycap/effect/v1/effect.proto\"\xf7\x02\n\x05\x45ntry\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\t\x12\x0f\n\x07tool_id\x18\x02 \x01(\t\x12\x31\n\x0b\x65\x66\x66\x65\x63t_kind\x18\x03 \x01(\x0e\x32\x1c.keycap.effect.v1.EffectKind\x12\x0f\n\x07\x63\x61ll_id\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\r\x12\x15\n\rcapability_id\x18\x06 \x01(\t\x12\x0b\n\x03key\x18\x07 \x01(\t\x12\x12\n\nrequest_id\x18\x08 \x01(\t\x12\x0f\n\x07payload\x18\t \x01(\x0c\x12\x16\n\x0epayload_sha256\x18\n \x01(\t\x12/\n\x0brecorded_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0f\x64uplicate_count\x18\x0c \x01(\x04\x12\x18\n\x10payload_mismatch\x18\r \x01(\x08\x12\x1e\n\x16payload_mismatch_count\x18\x0e \x01(\x04\x12\x11\n\tprincipal\x18\x0f \x01(\t\"@\n\x0cWriteRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\"\x9e\x01\n\rWriteResponse\x12&\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x17.keycap.ledger.v1.Entry\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x18\n\x10payload_mismatch\x18\x03 \x01(\x08\x12\x10\n\x08replayed\x18\x04 \x01(\x08\x12\x0e\n\x06shadow\x18\x05 \x01(\x08\x12\x16\n\x0e\x63ompletes_call\x18\x06 \x01(\x08\"*\n\x14LookupRequestRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"N\n\x15LookupRequestResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12&\n\x05\x65ntry\x18\x02 \x01(\x0b\x32\x17.keycap.ledger.v1.Entry2\xbb\x01\n\rLedgerService\x12H\n\x05Write\x12\x1e.keycap.ledger.v1.WriteRequest\x1a\x1f.keycap.ledger.v1.WriteResponse\x12`\n\rLookupRequest\x12&.keycap.ledger.v1.LookupRequestRequest\x1a\'.keycap.ledger.v1.LookupRequestResponseBCZAgithub.com/keycap/keycap/clients/go/gen/keycap/ledger/v1;ledgerv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dkeycap/ledger/v1/ledger.proto\x12\x10keycap.ledger.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dkeycap/effect/v1/effect.proto\"\xf7\x02\n\x05\x45ntry\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\t\x12\x0f\n\x07tool_id\x18\x02 \x01(\t\x12\x31\n\x0b\x65\x66\x66\x65\x63t_kind\x18\x03 \x01(\x0e\x32\x1c.keycap.effect.v1.EffectKind\x12\x0f\n\x07\x63\x61ll_id\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\r\x12\x15\n\rcapability_id\x18\x06 \x01(\t\x12\x0b\n\x03key\x18\x07 \x01(\t\x12\x12\n\nrequest_id\x18\x08 \x01(\t\x12\x0f\n\x07payload\x18\t \x01(\x0c\x12\x16\n\x0epayload_sha256\x18\n \x01(\t\x12/\n\x0brecorded_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0f\x64uplicate_count\x18\x0c \x01(\x04\x12\x18\n\x10payload_mismatch\x18\r \x01(\x08\x12\x1e\n\x16payload_mismatch_count\x18\x0e \x01(\x04\x12\x11\n\tprincipal\x18\x0f \x01(\t\"@\n\x0cWriteRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\"\xdf\x01\n\rWriteResponse\x12&\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x17.keycap.ledger.v1.Entry\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x18\n\x10payload_mismatch\x18\x03 \x01(\x08\x12\x10\n\x08replayed\x18\x04 \x01(\x08\x12\x0e\n\x06shadow\x18\x05 \x01(\x08\x12\x16\n\x0e\x63ompletes_call\x18\x06 \x01(\x08\x12?\n\x12\x63ompletion_receipt\x18\x07 \x01(\x0b\x32#.keycap.effect.v1.CompletionReceipt\"*\n\x14LookupRequestRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"N\n\x15LookupRequestResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12&\n\x05\x65ntry\x18\x02 \x01(\x0b\x32\x17.keycap.ledger.v1.Entry2\xbb\x01\n\rLedgerService\x12H\n\x05Write\x12\x1e.keycap.ledger.v1.WriteRequest\x1a\x1f.keycap.ledger.v1.WriteResponse\x12`\n\rLookupRequest\x12&.keycap.ledger.v1.LookupRequestRequest\x1a\'.keycap.ledger.v1.LookupRequestResponseBCZAgithub.com/keycap/keycap/clients/go/gen/keycap/ledger/v1;ledgerv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,11 +39,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WRITEREQUEST']._serialized_start=493
   _globals['_WRITEREQUEST']._serialized_end=557
   _globals['_WRITERESPONSE']._serialized_start=560
-  _globals['_WRITERESPONSE']._serialized_end=718
-  _globals['_LOOKUPREQUESTREQUEST']._serialized_start=720
-  _globals['_LOOKUPREQUESTREQUEST']._serialized_end=762
-  _globals['_LOOKUPREQUESTRESPONSE']._serialized_start=764
-  _globals['_LOOKUPREQUESTRESPONSE']._serialized_end=842
-  _globals['_LEDGERSERVICE']._serialized_start=845
-  _globals['_LEDGERSERVICE']._serialized_end=1032
+  _globals['_WRITERESPONSE']._serialized_end=783
+  _globals['_LOOKUPREQUESTREQUEST']._serialized_start=785
+  _globals['_LOOKUPREQUESTREQUEST']._serialized_end=827
+  _globals['_LOOKUPREQUESTRESPONSE']._serialized_start=829
+  _globals['_LOOKUPREQUESTRESPONSE']._serialized_end=907
+  _globals['_LEDGERSERVICE']._serialized_start=910
+  _globals['_LEDGERSERVICE']._serialized_end=1097
 # @@protoc_insertion_point(module_scope)

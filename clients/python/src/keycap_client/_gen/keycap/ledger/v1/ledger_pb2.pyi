@@ -54,20 +54,22 @@ class WriteRequest(_message.Message):
     def __init__(self, key: _Optional[str] = ..., request_id: _Optional[str] = ..., payload: _Optional[bytes] = ...) -> None: ...
 
 class WriteResponse(_message.Message):
-    __slots__ = ("entry", "duplicate", "payload_mismatch", "replayed", "shadow", "completes_call")
+    __slots__ = ("entry", "duplicate", "payload_mismatch", "replayed", "shadow", "completes_call", "completion_receipt")
     ENTRY_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_MISMATCH_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_FIELD_NUMBER: _ClassVar[int]
     SHADOW_FIELD_NUMBER: _ClassVar[int]
     COMPLETES_CALL_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_RECEIPT_FIELD_NUMBER: _ClassVar[int]
     entry: Entry
     duplicate: bool
     payload_mismatch: bool
     replayed: bool
     shadow: bool
     completes_call: bool
-    def __init__(self, entry: _Optional[_Union[Entry, _Mapping]] = ..., duplicate: _Optional[bool] = ..., payload_mismatch: _Optional[bool] = ..., replayed: _Optional[bool] = ..., shadow: _Optional[bool] = ..., completes_call: _Optional[bool] = ...) -> None: ...
+    completion_receipt: _effect_pb2.CompletionReceipt
+    def __init__(self, entry: _Optional[_Union[Entry, _Mapping]] = ..., duplicate: _Optional[bool] = ..., payload_mismatch: _Optional[bool] = ..., replayed: _Optional[bool] = ..., shadow: _Optional[bool] = ..., completes_call: _Optional[bool] = ..., completion_receipt: _Optional[_Union[_effect_pb2.CompletionReceipt, _Mapping]] = ...) -> None: ...
 
 class LookupRequestRequest(_message.Message):
     __slots__ = ("request_id",)
