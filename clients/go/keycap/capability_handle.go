@@ -93,6 +93,9 @@ func (h *CapabilityHandle) Write(ctx context.Context, payload []byte) (*ledgerv1
 	if err == nil && res.GetCompletesCall() {
 		h.completedByWrite.Store(true)
 	}
+	if receipt := res.GetCompletionReceipt(); err == nil && receipt != nil && h.kernel != nil && h.kernel.begins != nil {
+		h.kernel.receipts.add(receipt)
+	}
 	return res, err
 }
 

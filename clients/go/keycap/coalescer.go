@@ -163,7 +163,7 @@ func (c *KernelClient) beginCoalescer() *coalescer[*kernelv1.BeginCallRequest, *
 			return invoke(ctx, c.o.callTimeout, "", c.raw.BeginCall, req)
 		},
 		batch: func(ctx context.Context, reqs []*kernelv1.BeginCallRequest) ([]itemAnswer[*kernelv1.BeginCallResponse], error) {
-			res, err := invoke(ctx, c.o.callTimeout, "", c.raw.BeginCalls, &kernelv1.BeginCallsRequest{Calls: reqs})
+			res, err := invoke(ctx, c.o.callTimeout, "", c.raw.BeginCalls, &kernelv1.BeginCallsRequest{Calls: reqs, Receipts: c.receipts.take()})
 			return answersOf(res.GetResults(), (*kernelv1.BeginCallResult).GetBegun), err
 		},
 	}

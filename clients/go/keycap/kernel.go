@@ -65,6 +65,8 @@ type KernelClient struct {
 	// WithoutBatching.
 	begins    *coalescer[*kernelv1.BeginCallRequest, *kernelv1.BeginCallResponse]
 	completes *coalescer[*kernelv1.CompleteCallRequest, *kernelv1.CompleteCallResponse]
+	// The ledger's completion receipts for the next BeginCalls (ADR 0035).
+	receipts receipts
 }
 
 // NewKernelClient connects (lazily) to the kernel at address. Pass WithLedger

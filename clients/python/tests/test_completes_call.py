@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -34,6 +35,9 @@ class FakeKeycap:
         self.completes_call = completes_call
         self.seen: Counter[str] = Counter()
         self.completed: list[kernel_pb2.CompleteCallRequest] = []
+        #: The receipts each BeginCalls carried (ADR 0035), by call id.
+        self.receipts: list[str] = []
+        self.begin_delay_s = 0.0
         self._lock = threading.Lock()
 
     def _count(self, method: str) -> None:
@@ -42,6 +46,11 @@ class FakeKeycap:
 
     def begin_call(self, request: kernel_pb2.BeginCallRequest, context: grpc.ServicerContext) -> kernel_pb2.BeginCallResponse:
         self._count("BeginCall")
+        return self._begun(request)
+
+    def _begun(self, request: kernel_pb2.BeginCallRequest) -> kernel_pb2.BeginCallResponse:
+        # Slow enough that concurrent calls queue behind the one in flight and go as a batch.
+        time.sleep(self.begin_delay_s)
         call = kernel_pb2.Call(
             call_id=request.call_id,
             tool_id=request.tool_id,
@@ -51,6 +60,13 @@ class FakeKeycap:
             attempt=1,
         )
         return kernel_pb2.BeginCallResponse(call=call, capability="cap")
+
+    def begin_calls(self, request: kernel_pb2.BeginCallsRequest, context: grpc.ServicerContext) -> kernel_pb2.BeginCallsResponse:
+        with self._lock:
+            self.receipts.extend(r.call_id for r in request.receipts)
+        self._count("BeginCalls")
+        results = [kernel_pb2.BeginCallResult(begun=self._begun(c)) for c in request.calls]
+        return kernel_pb2.BeginCallsResponse(results=results)
 
     def _completion(self, request: kernel_pb2.CompleteCallRequest) -> kernel_pb2.CompleteCallResponse:
         with self._lock:
@@ -79,7 +95,11 @@ class FakeKeycap:
     def write(self, request: ledger_pb2.WriteRequest, context: grpc.ServicerContext) -> ledger_pb2.WriteResponse:
         self._count("Write")
         entry = ledger_pb2.Entry(key=request.key, payload=request.payload)
-        return ledger_pb2.WriteResponse(entry=entry, completes_call=self.completes_call)
+        if not self.completes_call:
+            return ledger_pb2.WriteResponse(entry=entry, completes_call=False)
+        call_id = request.key.removeprefix("idem:")
+        receipt = effect_pb2.CompletionReceipt(call_id=call_id, recorded_at_ms=1, mac=b"m" * 32)
+        return ledger_pb2.WriteResponse(entry=entry, completes_call=True, completion_receipt=receipt)
 
 
 def _unary(fn: Callable[[Any, grpc.ServicerContext], Any], req: type[Message], res: type[Message]) -> grpc.RpcMethodHandler[Any, Any]:
@@ -98,6 +118,7 @@ def _serve(fake: FakeKeycap) -> tuple[grpc.Server, str]:
         "keycap.kernel.v1.KernelService",
         {
             "BeginCall": _unary(fake.begin_call, kernel_pb2.BeginCallRequest, kernel_pb2.BeginCallResponse),
+            "BeginCalls": _unary(fake.begin_calls, kernel_pb2.BeginCallsRequest, kernel_pb2.BeginCallsResponse),
             "CompleteCall": _unary(fake.complete_call, kernel_pb2.CompleteCallRequest, kernel_pb2.CompleteCallResponse),
             "CompleteCalls": _unary(fake.complete_calls, kernel_pb2.CompleteCallsRequest, kernel_pb2.CompleteCallsResponse),
         },
@@ -235,3 +256,54 @@ def test_the_asyncio_handle_does_the_same(completes_call: bool) -> None:
 
         asyncio.run(failed())
         assert _completes(fake) == (1 if completes_call else 2), fake.seen
+
+
+def test_concurrent_calls_forward_the_ledger_receipts_with_their_next_begin_calls(completing: tuple[FakeKeycap, str]) -> None:
+    """ADR 0035: each receipt rides once on a later BeginCalls, unchanged."""
+    fake, address = completing
+    fake.begin_delay_s = 0.01
+    written: list[str] = []
+    lock = threading.Lock()
+    with KernelClient(address, ledger_address=address, token="t", timeout=10) as kernel:
+
+        def one(i: int) -> None:
+            handle = kernel.begin("payments.charge", {"order_id": f"o-{i}"})
+            handle.write(b"charged")
+            with lock:
+                written.append(handle.call_id)
+
+        with futures.ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(one, range(64)))
+    assert fake.seen["BeginCalls"] > 0, fake.seen
+    assert fake.receipts, "no BeginCalls carried a receipt"
+    assert len(fake.receipts) == len(set(fake.receipts)), "a receipt rode twice"
+    assert set(fake.receipts) <= set(written)
+
+
+def test_without_batching_no_receipt_is_sent(completing: tuple[FakeKeycap, str]) -> None:
+    fake, address = completing
+    with KernelClient(address, ledger_address=address, token="t", timeout=10, batching=False) as kernel:
+        for i in range(3):
+            kernel.begin("payments.charge", {"order_id": f"o-{i}"}).write(b"charged")
+    assert (fake.seen["BeginCalls"], fake.receipts) == (0, []), fake.seen
+
+
+def test_the_asyncio_client_forwards_receipts_too(completing: tuple[FakeKeycap, str]) -> None:
+    fake, address = completing
+    fake.begin_delay_s = 0.01
+
+    async def scenario() -> list[str]:
+        async with AsyncKernelClient(address, ledger_address=address, token="t", timeout=10) as kernel:
+
+            async def one(i: int) -> str:
+                handle = await kernel.begin("payments.charge", {"order_id": f"o-{i}"})
+                await handle.write(b"charged")
+                return handle.call_id
+
+            first = await asyncio.gather(*(one(i) for i in range(16)))
+            await asyncio.gather(*(one(100 + i) for i in range(16)))
+            return first
+
+    first = asyncio.run(scenario())
+    assert fake.receipts, fake.seen
+    assert set(first) & set(fake.receipts), "the first round's receipts rode on the second round's BeginCalls"

@@ -88,6 +88,8 @@ class Batcher:
         self._lock = threading.Lock()
         self._queues: dict[str, batching.BatchQueue[_Waiting]] = {m: batching.BatchQueue() for m in batching.BATCHED}
         self._unsupported = False
+        #: Completion receipts for the next BeginCalls (ADR 0035).
+        self.receipts = batching.Receipts()
 
     def call(self, rpc: Rpc, timeout: float | None) -> Any:
         if self._unsupported:
@@ -126,7 +128,8 @@ class Batcher:
     def _send(self, method: str, batch: list[_Waiting]) -> None:
         if len(batch) == 1 or self._unsupported:
             return self._each_alone(batch)
-        name, request = batching.batch_request(method, [w.rpc.request for w in batch])
+        receipts = self.receipts.take() if method == "BeginCall" else []
+        name, request = batching.batch_request(method, [w.rpc.request for w in batch], receipts)
         try:
             response = call_unary(getattr(self._stub, name), request, bearer=batch[0].rpc.bearer, timeout=self._timeout, endpoint=self._endpoint)
         except KeycapError as err:

@@ -12,6 +12,7 @@ from google.protobuf import timestamp_pb2
 from keycap_client._core.call import DEFAULT_TIMEOUT_S
 from keycap_client._core.handle import handle_parts
 from keycap_client._core.kernel import BeginItem, KernelCore
+from keycap_client._gen.keycap.effect.v1 import effect_pb2
 from keycap_client._gen.keycap.kernel.v1 import kernel_pb2, kernel_pb2_grpc
 from keycap_client._rpc import Batcher, ChannelClient
 from keycap_client.capability_handle import CapabilityHandle
@@ -118,6 +119,13 @@ class KernelClient(ChannelClient):
         """
         flow = self._core.begin(tool_id, args, call_id=call_id, run_id=run_id, mode=mode)
         return self.handle_for(*self._run(flow, timeout))
+
+    def _forward_receipt(self, receipt: effect_pb2.CompletionReceipt) -> None:
+        """Keeps the ledger's completion receipt of a handle's write for the next BeginCalls
+        (ADR 0035). Only batches carry receipts: without batching there is nothing to ride on,
+        and the kernel reads the entry instead."""
+        if self._batcher is not None:
+            self._batcher.receipts.add(receipt)
 
     def begin_many(
         self, items: Sequence[BeginItem], *, mode: RunMode | None = None, timeout: float | None = None

@@ -9,11 +9,14 @@ waits no longer than before. The sync and asyncio runtimes (:mod:`keycap_client.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Sequence
 from typing import Generic, Literal, TypeVar
 
 import grpc
 from google.protobuf.message import Message
 
+from keycap_client._gen.keycap.effect.v1 import effect_pb2
 from keycap_client._gen.keycap.kernel.v1 import kernel_pb2
 from keycap_client.errors import KeycapError
 
@@ -23,7 +26,33 @@ MAX_BATCH_CALLS = 256
 #: The unary RPCs that travel in batches, with their batch RPC and the result's case.
 BATCHED: dict[str, tuple[str, str]] = {"BeginCall": ("BeginCalls", "begun"), "CompleteCall": ("CompleteCalls", "completed")}
 
+#: Completion receipts held for the next BeginCalls at most (the kernel's limit per request).
+MAX_RECEIPTS = 1024
+
 W = TypeVar("W")
+
+
+class Receipts:
+    """The ledger's completion receipts (ADR 0035) waiting to ride on the next BeginCalls, so the
+    kernel settles those calls without reading their entries back. Beyond MAX_RECEIPTS the
+    oldest are dropped: a dropped receipt costs the kernel a read, never a call. Thread-safe."""
+
+    __slots__ = ("_lock", "_held")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: list[effect_pb2.CompletionReceipt] = []
+
+    def add(self, receipt: effect_pb2.CompletionReceipt) -> None:
+        with self._lock:
+            self._held.append(receipt)
+            if len(self._held) > MAX_RECEIPTS:
+                del self._held[: len(self._held) - MAX_RECEIPTS]
+
+    def take(self) -> list[effect_pb2.CompletionReceipt]:
+        with self._lock:
+            taken, self._held = self._held, []
+        return taken
 
 
 class BatchQueue(Generic[W]):
@@ -52,10 +81,11 @@ class BatchQueue(Generic[W]):
         return batch
 
 
-def batch_request(method: str, requests: list[Message]) -> tuple[str, Message]:
-    """The batch RPC's name and request for unary requests of ``method``."""
+def batch_request(method: str, requests: list[Message], receipts: Sequence[effect_pb2.CompletionReceipt] = ()) -> tuple[str, Message]:
+    """The batch RPC's name and request for unary requests of ``method``; a BeginCalls carries ``receipts``."""
     if method == "BeginCall":
-        return "BeginCalls", kernel_pb2.BeginCallsRequest(calls=[r for r in requests if isinstance(r, kernel_pb2.BeginCallRequest)])
+        calls = [r for r in requests if isinstance(r, kernel_pb2.BeginCallRequest)]
+        return "BeginCalls", kernel_pb2.BeginCallsRequest(calls=calls, receipts=receipts)
     return "CompleteCalls", kernel_pb2.CompleteCallsRequest(calls=[r for r in requests if isinstance(r, kernel_pb2.CompleteCallRequest)])
 
 

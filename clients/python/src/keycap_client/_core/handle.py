@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Generic, TypedDict, TypeVar
+from typing import Generic, Protocol, TypedDict, TypeVar
 
 from google.protobuf import timestamp_pb2
 
@@ -27,8 +27,14 @@ class WriteTarget(TypedDict):
     retry: bool
 
 
+class ReceiptForwarder(Protocol):
+    """What a handle needs of its kernel client: somewhere to leave the ledger's receipts."""
+
+    def _forward_receipt(self, receipt: effect_pb2.CompletionReceipt) -> None: ...
+
+
 _Ledger = TypeVar("_Ledger")
-_Kernel = TypeVar("_Kernel")
+_Kernel = TypeVar("_Kernel", bound=ReceiptForwarder)
 
 
 def handle_parts(
@@ -130,6 +136,9 @@ class HandleBase(Generic[_Ledger, _Kernel]):
         """``write``'s answer, after remembering whether its entry completes the call."""
         if res.completes_call:
             self._completed_by_write = True
+        if res.HasField("completion_receipt"):
+            # Rides on the client's next BeginCalls: the kernel need not read the entry (ADR 0035).
+            self._kernel._forward_receipt(res.completion_receipt)
         return res
 
     def _local_completion(self, outcome: str, detail: str) -> kernel_pb2.CompleteCallResponse | None:

@@ -83,6 +83,8 @@ class AsyncBatcher:
         self._timeout = timeout
         self._queues: dict[str, batching.BatchQueue[_Waiting]] = {m: batching.BatchQueue() for m in batching.BATCHED}
         self._unsupported = False
+        #: Completion receipts for the next BeginCalls (ADR 0035).
+        self.receipts = batching.Receipts()
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def call(self, rpc: Rpc, timeout: float | None) -> Any:
@@ -120,7 +122,8 @@ class AsyncBatcher:
     async def _send(self, method: str, batch: list[_Waiting]) -> None:
         if len(batch) == 1 or self._unsupported:
             return await self._each_alone(batch)
-        name, request = batching.batch_request(method, [w.rpc.request for w in batch])
+        receipts = self.receipts.take() if method == "BeginCall" else []
+        name, request = batching.batch_request(method, [w.rpc.request for w in batch], receipts)
         try:
             response = await call_unary(getattr(self._stub, name), request, bearer=batch[0].rpc.bearer, timeout=self._timeout, endpoint=self._endpoint)
         except KeycapError as err:
