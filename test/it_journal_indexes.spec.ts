@@ -18,8 +18,8 @@ const RANGE_KEYS: Record<string, 1 | -1>[] = [
   { principal: 1, created_at: -1, _id: -1 },
 ];
 
-async function indexKeys(db: Db): Promise<string[]> {
-  return (await db.collection("calls").listIndexes().toArray()).map((ix) => JSON.stringify(ix["key"]));
+async function indexKeys(db: Db, collection = "calls"): Promise<string[]> {
+  return (await db.collection(collection).listIndexes().toArray()).map((ix) => JSON.stringify(ix["key"]));
 }
 
 describe("call journal: the indexes its server reads with", () => {
@@ -36,16 +36,24 @@ describe("call journal: the indexes its server reads with", () => {
     const db = client.db(freshDatabaseName("jix"));
     // What an earlier version created, before this one opens the journal.
     for (const key of RANGE_KEYS) await db.collection("calls").createIndex(key);
+    await db.collection("call_completions").createIndex({ completed_at: 1 }, { name: "completed_at" });
     const journal = await CallJournal.open(db, createLogger("test", "warn"));
     try {
       const keys = await indexKeys(db);
       for (const field of ["run_id", "key", "state", "lb"]) expect(keys, field).to.include(JSON.stringify({ [field]: 1 }));
       const ranges = RANGE_KEYS.map((k) => JSON.stringify(k)).filter((k) => keys.includes(k));
-      if (await isFerretDB(db)) expect(ranges, "range indexes on FerretDB").to.deep.equal([]);
-      else expect(ranges, "range indexes on MongoDB").to.have.length(3);
+      const byTime = (await indexKeys(db, "call_completions")).includes(JSON.stringify({ completed_at: 1 }));
+      if (await isFerretDB(db)) {
+        expect(ranges, "range indexes on FerretDB").to.deep.equal([]);
+        expect(byTime, "completions by time on FerretDB").to.equal(false);
+      } else {
+        expect(ranges, "range indexes on MongoDB").to.have.length(3);
+        expect(byTime, "completions by time on MongoDB").to.equal(true);
+      }
       // Opening again (a restart) finds nothing to drop and nothing to create.
       await (await CallJournal.open(db, createLogger("test", "warn"))).close();
       expect(await indexKeys(db)).to.have.members(keys);
+      expect((await indexKeys(db, "call_completions")).includes(JSON.stringify({ completed_at: 1 }))).to.equal(byTime);
     } finally {
       await journal.close();
     }

@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import type { Collection, Db, Filter, IndexSpecification } from "mongodb";
+import type { Collection, Db, Document, Filter, IndexSpecification } from "mongodb";
 import { createListingIndex, listingBucketOf, listNewestFirst, ListingMarks, sweepBucketsBefore, type Scope } from "../../common/src/bucketed-listing";
 import { KeycapError } from "../../common/src/errors";
 import { indexesOf, isDatabaseUnavailable, isDuplicateKey, isFerretDB } from "../../common/src/mongo";
@@ -46,20 +46,31 @@ const RANGE_INDEXES: readonly Record<string, 1 | -1>[] = [
 ];
 
 /**
- * Creates the range indexes on MongoDB. FerretDB reads the same calls by equality alone (the
- * `eq_` indexes) and sorts them in the service, so there they would cost every journal insert
- * (≈ 50 µs of its ≈ 250 on FerretDB/PostgreSQL) and serve no read: not created, and dropped
- * where an earlier version created them.
+ * Creates range indexes on MongoDB. FerretDB reads the same documents by equality alone (the
+ * `eq_` indexes, the `lb` buckets) and sorts them in the service, so there they would cost every
+ * insert (≈ 50 µs of a journal insert's ≈ 250 on FerretDB/PostgreSQL) and serve no read: not
+ * created, and dropped where an earlier version created them.
  */
-async function rangeIndexes(calls: Collection<CallRecord>, ferret: boolean): Promise<void> {
+async function rangeIndexes<T extends Document>(
+  coll: Collection<T>,
+  keys: readonly Record<string, 1 | -1>[],
+  ferret: boolean,
+  names: readonly (string | undefined)[] = [],
+): Promise<void> {
   if (!ferret) {
-    for (const key of RANGE_INDEXES) await calls.createIndex(key as IndexSpecification);
+    for (const [i, key] of keys.entries()) await coll.createIndex(key as IndexSpecification, names[i] !== undefined ? { name: names[i] } : {});
     return;
   }
-  const existing = await indexesOf(calls);
+  const existing = await indexesOf(coll);
   const same = (a: unknown, b: Record<string, number>): boolean => JSON.stringify(a) === JSON.stringify(b);
-  for (const ix of existing) if (RANGE_INDEXES.some((k) => same(ix["key"], k))) await calls.dropIndex(String(ix["name"]));
+  for (const ix of existing) if (keys.some((k) => same(ix["key"], k))) await coll.dropIndex(String(ix["name"]));
 }
+
+/**
+ * Completions by time: read only by retention's sweep of completions from before `lb` was kept,
+ * a range (ADR 0031); the buckets serve every other read.
+ */
+const COMPLETION_RANGE_INDEXES: readonly Record<string, 1 | -1>[] = [{ completed_at: 1 }];
 
 /** The journal insert's batches (ADR 0020, amended 2026-12-06). */
 export const JOURNAL_BATCHES = { inFlight: 2, maxDocs: 32 } as const;
@@ -198,7 +209,8 @@ export class CallJournal {
     // command (see EntryStore.open).
     // `call_completions` is only read by `_id`; `calls` by `_id`, and by run for a run's
     // listing and a replay's matching (ADR 0028: an equality filter, then the run's order).
-    await rangeIndexes(calls, await isFerretDB(db));
+    const ferret = await isFerretDB(db);
+    await rangeIndexes(calls, RANGE_INDEXES, ferret);
     // The same reads on FerretDB/PostgreSQL, which pushes down only top-level equality and
     // serves it from an `eq_` index's GIN twin (ADR 0033): a run's or a key's calls, the
     // indeterminate calls, and a principal's calls one second (`lb`) at a time.
@@ -208,8 +220,8 @@ export class CallJournal {
     await createListingIndex(calls);
     await pending.createIndex({ created_at: 1, _id: 1 });
     await pending.createIndex({ tool_id: 1, created_at: 1, _id: 1 });
-    // Retention (ADR 0031) finds completed calls by the time of their completion.
-    await completions.createIndex({ completed_at: 1 }, { name: "completed_at" });
+    // Retention (ADR 0031) finds the completions from before `lb` by their time, a range.
+    await rangeIndexes(completions, COMPLETION_RANGE_INDEXES, ferret, ["completed_at"]);
     return new CallJournal(
       calls,
       completions,
