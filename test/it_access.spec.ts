@@ -17,22 +17,13 @@ import { loadOrCreateSigningKeys } from "../services/kernel/src/signing-keys";
 import { refusal } from "./support/refusal";
 import { runCli, serviceEnv, startService, TEST_RUNTIME_TOKEN, type ServiceProcess } from "./support/processes";
 import { createTestPki, type TestPki } from "./support/tls-certs";
+import { eventually } from "./support/eventually";
 
 const ADMIN = "access-test-admin-token-0123456789";
 
 function claimsOf(capability: string): Record<string, unknown> {
   const part = capability.split(".")[1] ?? "";
   return JSON.parse(Buffer.from(part, "base64url").toString("utf8")) as Record<string, unknown>;
-}
-
-async function eventually<T>(fn: () => Promise<T | undefined>, ms = 8000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v !== undefined) return v;
-    if (Date.now() > end) throw new Error("condition not met in time");
-    await new Promise((r) => setTimeout(r, 100));
-  }
 }
 
 describe("access: who may mint a capability (issue 10)", function () {

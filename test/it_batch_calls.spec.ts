@@ -26,6 +26,7 @@ import type { Rejection } from "../gen/ts/keycap/ledger/v1/ledger_admin";
 import { scrape, sumOf } from "./support/prometheus";
 import { refusal } from "./support/refusal";
 import { serviceEnv, startService, TEST_RUNTIME_TOKEN, type ServiceProcess } from "./support/processes";
+import { eventually } from "./support/eventually";
 
 const ADMIN = "batch-calls-test-admin-token-0123456789";
 const charge = defineTool({
@@ -39,16 +40,6 @@ function itemOf<R>(r: { result?: { $case: string; value: unknown } | undefined }
   if (r.result?.$case === okCase) return r.result.value as R;
   if (r.result?.$case === "errorStatus") return errorOf(r.result.value as Buffer);
   throw new Error(`batch result with neither case: ${JSON.stringify(r)}`);
-}
-
-async function eventually<T>(fn: () => Promise<T | undefined>, ms = 8000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v !== undefined) return v;
-    if (Date.now() > end) throw new Error("condition not met in time");
-    await new Promise((r) => setTimeout(r, 100));
-  }
 }
 
 describe("batched BeginCall / CompleteCall: each call answered on its own (ADR 0022)", function () {

@@ -12,22 +12,13 @@ import { CallState, RunMode, type BeginCallRequest } from "../gen/ts/keycap/kern
 import { scrape, sumOf } from "./support/prometheus";
 import { refusal } from "./support/refusal";
 import { serviceEnv, startService, TEST_RUNTIME_TOKEN, type ServiceProcess } from "./support/processes";
+import { eventually } from "./support/eventually";
 
 const charge = defineTool({
   id: "receipts.charge",
   effect: { kind: "idempotent", key: { fields: ["/order"] } },
   argumentsSchema: { type: "object", properties: { order: { type: "string" } }, required: ["order"] },
 });
-
-async function eventually<T>(fn: () => Promise<T | undefined>, ms = 8000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v !== undefined) return v;
-    if (Date.now() > end) throw new Error("condition not met in time");
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 describe("completion receipts: the kernel settles a call without reading its entry (ADR 0035)", function () {
   this.timeout(120_000);

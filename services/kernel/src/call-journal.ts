@@ -13,7 +13,8 @@ import { PendingCopySweeper } from "./pending-copy-sweeper";
 import type { CompletionReceipt } from "../../common/src/domain/completion-receipt";
 import { loadReceiptKey } from "../../common/src/receipt-key";
 import { CallSettler, type EntryRef, type SettlerOptions } from "./call-settler";
-import { LEDGER_ENTRIES, MongoSettleStore, UNSETTLED_SECONDS, type UnsettledMark } from "./settle-store";
+import { MongoSettleStore, type UnsettledMark } from "./settle-store";
+import { CALL_COMPLETIONS, JOURNAL_CALLS, LEDGER_ENTRIES, UNSETTLED_SECONDS } from "../../common/src/shared-collections";
 import { Reasons, refuse } from "../../common/src/refuse";
 import type { CapabilityClaims } from "../../capability/src";
 import { RESUMES_KEPT, type CallOutcomeName, type CallRecord, type CallResume, type CallStateName } from "./call-record";
@@ -202,8 +203,8 @@ export class CallJournal {
   }
 
   static async open(db: Db, logger: Logger, opts: JournalOptions = {}): Promise<CallJournal> {
-    const calls = db.collection<CallRecord>("calls");
-    const completions = db.collection<CompletionDoc>("call_completions");
+    const calls = db.collection<CallRecord>(JOURNAL_CALLS);
+    const completions = db.collection<CompletionDoc>(CALL_COMPLETIONS);
     const pending = db.collection<CallRecord>("pending_calls");
     // Awaited at start: a failure stops the start (no fire-and-forget indexes). One index per
     // command (see EntryStore.open).

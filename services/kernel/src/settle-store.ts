@@ -23,12 +23,6 @@ export interface UnsettledMark {
   at: Date;
 }
 
-/** The collection of the marks: also read by the torture's checker. */
-export const UNSETTLED_SECONDS = "unsettled_seconds";
-
-/** The ledger's collection of effects (services/ledger/src/entry-store.ts); kernel and ledger share the database. */
-export const LEDGER_ENTRIES = "entries";
-
 export interface SettleStoreDeps {
   instance: string;
   marks: Collection<UnsettledMark>;

@@ -8,6 +8,7 @@
  * Exactly-once rests on MongoDB refusing a second document with the same `_id`
  * (error 11000), never on a read before the write.
  */
+import { LEDGER_ENTRIES } from "../../common/src/shared-collections";
 import { randomUUID } from "node:crypto";
 import { Binary, type Collection, type Db, type Document, type IndexSpecification } from "mongodb";
 import { InsertBatcher } from "../../common/src/insert-batcher";
@@ -148,7 +149,7 @@ export class EntryStore {
 
   /** Opens the collections and creates their indexes; a failure stops the start. */
   static async open(db: Db, logger?: Logger): Promise<EntryStore> {
-    const entries = db.collection<EntryDoc>("entries");
+    const entries = db.collection<EntryDoc>(LEDGER_ENTRIES);
     const uses = db.collection<CapabilityUseDoc>("capability_uses");
     const duplicates = db.collection<DuplicateDoc>("entry_duplicates");
     // One index per command: FerretDB v1.24 drops the connection when a multi-index

@@ -3,6 +3,7 @@
  * capability ids once their capability has expired, refusal records (shared with the kernel:
  * whichever holds the `rejections` lease sweeps them), shadow runs' would-be effects and, only when an operator sets a retention for them, entries.
  */
+import { CALL_COMPLETIONS, JOURNAL_CALLS, UNSETTLED_SECONDS } from "../../common/src/shared-collections";
 import type { Db } from "mongodb";
 import type { KeycapConfig } from "../../common/src/config";
 import type { Logger } from "../../common/src/logger";
@@ -66,7 +67,7 @@ export async function unfinishedEntries(db: Db, entries: readonly UnfinishedProb
       .find({ $or: [{ _id: { $in: callIds } }, { key: { $in: keys } }, { request_id: { $in: requests } }] }, only)
       .toArray(),
     db
-      .collection<Probe>("calls")
+      .collection<Probe>(JOURNAL_CALLS)
       .find({ _id: { $in: callIds }, state: "indeterminate" }, only)
       .toArray(),
     openCalls(db),
@@ -75,7 +76,7 @@ export async function unfinishedEntries(db: Db, entries: readonly UnfinishedProb
     marked.length
       ? (
           await db
-            .collection<Probe>("call_completions")
+            .collection<Probe>(CALL_COMPLETIONS)
             .find({ _id: { $in: marked.map((c) => c._id) } }, only)
             .toArray()
         ).map((c) => c._id)
@@ -96,7 +97,7 @@ async function openCalls(db: Db): Promise<Array<{ _id: string; key?: string; req
   const seconds = new Set(
     (
       await db
-        .collection<{ lb: string }>("unsettled_seconds")
+        .collection<{ lb: string }>(UNSETTLED_SECONDS)
         .find({}, { projection: { lb: 1 } })
         .toArray()
     ).map((m) => m.lb),
@@ -104,10 +105,10 @@ async function openCalls(db: Db): Promise<Array<{ _id: string; key?: string; req
   const out: Array<{ _id: string; key?: string; request_id?: string }> = [];
   for (const lb of seconds) {
     const calls = await db
-      .collection<{ _id: string; key?: string; request_id?: string; state: string; lb: string }>("calls")
+      .collection<{ _id: string; key?: string; request_id?: string; state: string; lb: string }>(JOURNAL_CALLS)
       .find({ lb, state: "pending" }, { projection: { _id: 1, key: 1, request_id: 1 } })
       .toArray();
-    for (const c of calls) if (!(await db.collection<{ _id: string }>("call_completions").findOne({ _id: c._id }, { projection: { _id: 1 } }))) out.push(c);
+    for (const c of calls) if (!(await db.collection<{ _id: string }>(CALL_COMPLETIONS).findOne({ _id: c._id }, { projection: { _id: 1 } }))) out.push(c);
   }
   return out;
 }
