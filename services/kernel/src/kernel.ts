@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { CompletionReceipt } from "../../common/src/domain/completion-receipt";
 import type { Metrics } from "../../common/src/metrics";
+import { SummarizedWarning } from "../../common/src/summarized-warning";
 import type { DerivationClaim } from "../../capability/src";
 import type { Logger } from "../../common/src/logger";
 import { decodePageToken, encodePageToken, pageSize } from "../../common/src/paging";
@@ -93,7 +94,15 @@ export interface PageRequest {
  * minted.
  */
 export class Kernel {
-  constructor(private readonly d: KernelDeps) {}
+  /** Receipts that do not verify can come with every BeginCalls of a misconfigured client: summed, not one line each. */
+  private readonly invalidReceipts: SummarizedWarning;
+
+  constructor(private readonly d: KernelDeps) {
+    this.invalidReceipts = new SummarizedWarning(
+      d.logger,
+      "completion receipts that do not verify were ignored: another deployment's (its kernel and ledger on another database) or altered; those calls are settled by reading their entries",
+    );
+  }
 
   /**
    * Signs with newly loaded keys from now on (SIGHUP after `keycap keys rotate`).
@@ -147,18 +156,14 @@ export class Kernel {
 
   /**
    * Completion receipts a runtime forwarded with its BeginCalls (ADR 0035). Never a refusal:
-   * a receipt that does not verify is ignored (its call is settled by reading its entry) and
-   * logged without its content.
+   * a receipt that does not verify is ignored (its call is settled by reading its entry),
+   * counted, and logged without its content, summed at most once a minute.
    */
   acceptReceipts(receipts: readonly CompletionReceipt[]): void {
     if (receipts.length === 0) return;
     const tally = this.d.journal.acceptReceipts(receipts);
     for (const result of ["settles", "unknown", "invalid"] as const) this.d.metrics?.completionReceipts(result, tally[result]);
-    if (tally.invalid > 0)
-      this.d.logger.warn(
-        { receipts: receipts.length, invalid: tally.invalid },
-        "completion receipts that do not verify were ignored (another deployment's, or altered)",
-      );
+    this.invalidReceipts.add(tally.invalid);
   }
 
   async beginCall(req: BeginCallInput, caller: Caller): Promise<BegunCall> {
