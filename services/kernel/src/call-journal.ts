@@ -36,14 +36,20 @@ interface CompletionDoc {
 /** Completions in the listing marks: swept by bucket, never listed (ADR 0033). */
 const COMPLETIONS = "call_completions";
 
+/** An index only MongoDB reads with (a range or a sort); `name` when an earlier version named it. */
+interface RangeIndex {
+  key: Record<string, 1 | -1>;
+  name?: string;
+}
+
 /**
  * The journal's reads in order on MongoDB: a run's calls (ADR 0028), an operator's search by
  * key or principal, newest first (SearchCalls, ADR 0032).
  */
-const RANGE_INDEXES: readonly Record<string, 1 | -1>[] = [
-  { run_id: 1, created_at: 1, _id: 1 },
-  { key: 1, created_at: -1, _id: -1 },
-  { principal: 1, created_at: -1, _id: -1 },
+const RANGE_INDEXES: readonly RangeIndex[] = [
+  { key: { run_id: 1, created_at: 1, _id: 1 } },
+  { key: { key: 1, created_at: -1, _id: -1 } },
+  { key: { principal: 1, created_at: -1, _id: -1 } },
 ];
 
 /**
@@ -52,26 +58,21 @@ const RANGE_INDEXES: readonly Record<string, 1 | -1>[] = [
  * insert (≈ 50 µs of a journal insert's ≈ 250 on FerretDB/PostgreSQL) and serve no read: not
  * created, and dropped where an earlier version created them.
  */
-async function rangeIndexes<T extends Document>(
-  coll: Collection<T>,
-  keys: readonly Record<string, 1 | -1>[],
-  ferret: boolean,
-  names: readonly (string | undefined)[] = [],
-): Promise<void> {
+async function rangeIndexes<T extends Document>(coll: Collection<T>, indexes: readonly RangeIndex[], ferret: boolean): Promise<void> {
   if (!ferret) {
-    for (const [i, key] of keys.entries()) await coll.createIndex(key as IndexSpecification, names[i] !== undefined ? { name: names[i] } : {});
+    for (const { key, name } of indexes) await coll.createIndex(key as IndexSpecification, name !== undefined ? { name } : {});
     return;
   }
   const existing = await indexesOf(coll);
   const same = (a: unknown, b: Record<string, number>): boolean => JSON.stringify(a) === JSON.stringify(b);
-  for (const ix of existing) if (keys.some((k) => same(ix["key"], k))) await coll.dropIndex(String(ix["name"]));
+  for (const ix of existing) if (indexes.some(({ key }) => same(ix["key"], key))) await coll.dropIndex(String(ix["name"]));
 }
 
 /**
  * Completions by time: read only by retention's sweep of completions from before `lb` was kept,
  * a range (ADR 0031); the buckets serve every other read.
  */
-const COMPLETION_RANGE_INDEXES: readonly Record<string, 1 | -1>[] = [{ completed_at: 1 }];
+const COMPLETION_RANGE_INDEXES: readonly RangeIndex[] = [{ key: { completed_at: 1 }, name: "completed_at" }];
 
 /** The journal insert's batches (ADR 0020, amended 2026-12-06). */
 export const JOURNAL_BATCHES = { inFlight: 2, maxDocs: 32 } as const;
@@ -158,7 +159,7 @@ export class CallJournal {
     private readonly listTimeMs: number | undefined = undefined,
     settle: SettlerOptions = {},
     /** The completion receipts' key (ADR 0035), shared with the ledger through the database. */
-    private readonly receiptKey: Uint8Array = new Uint8Array(0),
+    private readonly receiptKey: Uint8Array,
   ) {
     this.sweeper = new PendingCopySweeper(
       { deleteMany: async (ids) => void (await this.pending.deleteMany({ _id: { $in: ids } }, MAJORITY)) },
@@ -222,7 +223,7 @@ export class CallJournal {
     await pending.createIndex({ created_at: 1, _id: 1 });
     await pending.createIndex({ tool_id: 1, created_at: 1, _id: 1 });
     // Retention (ADR 0031) finds the completions from before `lb` by their time, a range.
-    await rangeIndexes(completions, COMPLETION_RANGE_INDEXES, ferret, ["completed_at"]);
+    await rangeIndexes(completions, COMPLETION_RANGE_INDEXES, ferret);
     return new CallJournal(
       calls,
       completions,

@@ -184,14 +184,19 @@ export class CallSettler {
    * "invalid" (not issued under `secret` for this call's entry).
    */
   receipt(r: CompletionReceipt, secret: Uint8Array): "settles" | "unknown" | "invalid" {
-    const at = this.where.get(r.callId);
-    const call = at === undefined ? undefined : this.open.get(at)?.calls.get(r.callId);
+    const call = this.openCall(r.callId);
     if (!call) return "unknown";
     if (call.key === undefined || !receiptHolds(secret, call.key, r)) return "invalid";
     const entry: EntryRef = { _id: idempotentEffectId(call.key), call_id: r.callId, recorded_at: new Date(r.recordedAtMs) };
     if (!entryCompletes(call, entry)) return "invalid";
     this.matched.set(call._id, { call, entry });
     return "settles";
+  }
+
+  /** The call this replica holds open under `callId`, if any. */
+  private openCall(callId: string): CallRecord | undefined {
+    const second = this.where.get(callId);
+    return second === undefined ? undefined : this.open.get(second)?.calls.get(callId);
   }
 
   /** Whether this replica holds the call open (begun here, not settled yet). */
@@ -268,8 +273,7 @@ export class CallSettler {
     for (let n = 0; next <= last && n < this.maxSecondsPerTick; next += 1_000, n++) {
       const second = secondBucket(new Date(next));
       for (const entry of await this.store.entriesOf(second)) {
-        const at = this.where.get(entry.call_id);
-        const call = at === undefined ? undefined : this.open.get(at)?.calls.get(entry.call_id);
+        const call = this.openCall(entry.call_id);
         if (call && entryCompletes(call, entry)) this.matched.set(call._id, { call, entry });
       }
       if (!final || next <= now - 1_000 - ENTRIES_GRACE_MS) this.readUpTo = second;
