@@ -577,7 +577,9 @@ async function main(): Promise<void> {
     const scenarios = all.filter((s) => !opts.scenarios || opts.scenarios.includes(s.name));
 
     if (opts.profile) {
-      const target = scenarios.find((s) => s.name === (opts.profileService === "kernel" ? "call" : "ledger-write"))!;
+      // The first of --scenarios when given (the ledger under the whole call: --scenarios call).
+      const name = opts.scenarios?.[0] ?? (opts.profileService === "kernel" ? "call" : "ledger-write");
+      const target = scenarios.find((s) => s.name === name)!;
       log(`profile: warm-up, then ${target.name} at c=64 for ${opts.seconds} s with --cpu-prof on the ${opts.profileService}`);
       await bench.measure(target, 16, opts.warmupSeconds);
       const m = await bench.measure(target, 64, opts.seconds);

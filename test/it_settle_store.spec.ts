@@ -11,13 +11,15 @@ import { createLogger } from "../services/common/src/logger";
 import type { CallRecord } from "../services/kernel/src/call-journal";
 import type { EntryRef } from "../services/kernel/src/call-settler";
 import { MongoSettleStore, type UnsettledMark } from "../services/kernel/src/settle-store";
+import { toStored, type StoredCall } from "../services/kernel/src/stored-call";
 import { freshDatabaseName, testMongoUri } from "./support/mongo";
 
 const SECOND = "20261206184900";
 
-function call(id: string): CallRecord {
+function call(id: string): StoredCall {
   const at = new Date("2026-12-06T18:49:00.500Z");
-  return {
+  const iat = Math.floor(at.getTime() / 1000);
+  return toStored({
     _id: id,
     tool_id: "rt.tool",
     arguments_json: "{}",
@@ -29,7 +31,21 @@ function call(id: string): CallRecord {
     created_at: at,
     updated_at: at,
     lb: SECOND,
-  } as CallRecord;
+    capability: {
+      iss: "keycap-kernel",
+      aud: "keycap-ledger",
+      sub: "rt",
+      tool_id: "rt.tool",
+      effect: "idempotent",
+      call_id: id,
+      attempt: 1,
+      jti: `jti-${id}`,
+      key: `key-${id}`,
+      mode: "shadow",
+      iat,
+      exp: iat + 300,
+    },
+  } as CallRecord);
 }
 
 describe("settle store: a second's open calls while retention sweeps", () => {
@@ -46,13 +62,13 @@ describe("settle store: a second's open calls while retention sweeps", () => {
 
   /** A store whose completion read comes after retention removed `swept` (its journal document, then its completion). */
   function storeSweepingBetweenReads(swept: string): MongoSettleStore {
-    const calls = db.collection<CallRecord>("calls");
+    const calls = db.collection<StoredCall>("calls");
     return new MongoSettleStore({
       instance: "replica-a",
       marks: db.collection<UnsettledMark>("unsettled_seconds"),
       calls,
       entries: db.collection<EntryRef>("entries"),
-      copies: new InsertBatcher(db.collection<CallRecord>("pending_calls"), {
+      copies: new InsertBatcher(db.collection<StoredCall>("pending_calls"), {
         writeConcern: { w: "majority" },
         unacknowledged: () => new Error("unacknowledged"),
       }),
@@ -69,12 +85,12 @@ describe("settle store: a second's open calls while retention sweeps", () => {
   }
 
   it("leaves out a call swept between the two reads, keeps the one still open, and copies only that one when it settles the second", async () => {
-    await db.collection<CallRecord>("calls").insertMany([call("swept-1"), call("open-1")]);
+    await db.collection<StoredCall>("calls").insertMany([call("swept-1"), call("open-1")]);
     await db.collection("call_completions").insertOne({ _id: "swept-1" } as never);
     const store = storeSweepingBetweenReads("swept-1");
     expect((await store.openCallsOf(SECOND)).map((o) => o.call._id).sort()).to.deep.equal(["open-1"]);
 
-    await db.collection<CallRecord>("calls").insertOne(call("swept-2"));
+    await db.collection<StoredCall>("calls").insertOne(call("swept-2"));
     await db.collection("call_completions").insertOne({ _id: "swept-2" } as never);
     await db.collection<UnsettledMark>("unsettled_seconds").insertOne({ _id: `dead/${SECOND}/0`, lb: SECOND, instance: "dead", at: new Date(0) });
     await storeSweepingBetweenReads("swept-2").settleFromDatabase(SECOND, `dead/${SECOND}/0`);

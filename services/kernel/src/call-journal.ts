@@ -9,6 +9,7 @@ import { InsertBatcher } from "../../common/src/insert-batcher";
 import type { Logger } from "../../common/src/logger";
 import { BegunCalls } from "./begun-calls";
 import { byId } from "./reads-by-id";
+import { callOf, fromStored, toStored, type StoredCall } from "./stored-call";
 import { PendingCopySweeper } from "./pending-copy-sweeper";
 import type { CompletionReceipt } from "../../common/src/domain/completion-receipt";
 import { loadReceiptKey } from "../../common/src/receipt-key";
@@ -136,8 +137,8 @@ export class CallJournal {
   /** Pending copies of completed calls, deleted in batches after CompleteCall has answered. */
   private readonly sweeper: PendingCopySweeper;
   /** The hot path's inserts, each collection's concurrent ones sharing a command (group commit, ADR 0020). */
-  private readonly copyInserts: InsertBatcher<CallRecord>;
-  private readonly journalInserts: InsertBatcher<CallRecord>;
+  private readonly copyInserts: InsertBatcher<StoredCall>;
+  private readonly journalInserts: InsertBatcher<StoredCall>;
   private readonly completionInserts: InsertBatcher<CompletionDoc>;
   /** Completed calls whose leftover pending copy retention just removed: their removal waits until then (ms). */
   private readonly settling = new Map<string, number>();
@@ -148,9 +149,9 @@ export class CallJournal {
   private readonly settleStore: MongoSettleStore;
 
   private constructor(
-    private readonly calls: Collection<CallRecord>,
+    private readonly calls: Collection<StoredCall>,
     private readonly completions: Collection<CompletionDoc>,
-    private readonly pending: Collection<CallRecord>,
+    private readonly pending: Collection<StoredCall>,
     private readonly logger: Logger,
     private readonly marks: ListingMarks,
     unsettled: Collection<UnsettledMark>,
@@ -171,7 +172,7 @@ export class CallJournal {
     );
     const unacknowledged = (): Error => refuse(Reasons.JOURNAL_WRITE_UNACKNOWLEDGED, "the call journal did not acknowledge the write; retry");
     // Worst case 3 UTF-8 bytes per UTF-16 unit of the arguments, plus the rest of the record.
-    const sizeOf = (c: CallRecord): number => 3 * c.arguments_json.length + 2048;
+    const sizeOf = (c: StoredCall): number => 3 * c.arguments_json.length + 2048;
     this.copyInserts = new InsertBatcher(pending, { ...MAJORITY, sizeOf, unacknowledged });
     // Two commands of 32 at most: a burst of BeginCalls (64 clients in lockstep) is journaled in
     // two commands side by side, not one the next burst waits behind (bench/README, "What
@@ -204,9 +205,9 @@ export class CallJournal {
   }
 
   static async open(db: Db, logger: Logger, opts: JournalOptions = {}): Promise<CallJournal> {
-    const calls = db.collection<CallRecord>(JOURNAL_CALLS);
+    const calls = db.collection<StoredCall>(JOURNAL_CALLS);
     const completions = db.collection<CompletionDoc>(CALL_COMPLETIONS);
-    const pending = db.collection<CallRecord>("pending_calls");
+    const pending = db.collection<StoredCall>("pending_calls");
     // Awaited at start: a failure stops the start (no fire-and-forget indexes). One index per
     // command (see EntryStore.open).
     // `call_completions` is only read by `_id`; `calls` by `_id`, and by run for a run's
@@ -275,12 +276,12 @@ export class CallJournal {
     const copyInserted = settle ? false : await this.insertPendingCopy(record);
     faultPoint("journal.begin.before-journal");
     try {
-      await this.journalInserts.insert(record);
+      await this.journalInserts.insert(toStored(record));
       settle?.(true);
       faultPoint("journal.begin.after-journal");
       // A copy was already there: left by an earlier BeginCall of this id that crashed
       // before its journal write; the journal now says what the call is.
-      if (!settle && !copyInserted) await this.pending.replaceOne({ _id: record._id }, record, MAJORITY);
+      if (!settle && !copyInserted) await this.pending.replaceOne({ _id: record._id }, toStored(record), MAJORITY);
       this.begun.remember(record);
       return { call: record, existing: false };
     } catch (err) {
@@ -335,7 +336,8 @@ export class CallJournal {
 
   /** The call with its completion merged in, or undefined. Two reads by `_id`, in parallel. */
   async get(callId: string): Promise<CallRecord | undefined> {
-    const [call, completion] = await Promise.all([this.calls.findOne({ _id: callId }), this.completions.findOne({ _id: callId })]);
+    const [found, completion] = await Promise.all([this.calls.findOne({ _id: callId }), this.completions.findOne({ _id: callId })]);
+    const call = callOf(found);
     if (!call) return undefined;
     return completion ? withCompletion(call, completion) : this.withEntry(call);
   }
@@ -367,7 +369,7 @@ export class CallJournal {
   async require(callId: string): Promise<CallRecord> {
     let call = await this.get(callId);
     if (!call) {
-      const copy = await this.pending.findOne({ _id: callId });
+      const copy = callOf(await this.pending.findOne({ _id: callId }));
       call = copy ? await this.heal(copy) : undefined;
       if (!call) throw notFound(callId);
     }
@@ -390,7 +392,7 @@ export class CallJournal {
     // The call must exist before a completion can be recorded for its id: this replica
     // having begun it, its journal document (most calls have no pending copy, ADR 0034), or a
     // pending copy whose journal write a crash prevented proves it.
-    const call = this.begun.get(callId) ?? (await this.calls.findOne({ _id: callId })) ?? (await this.pending.findOne({ _id: callId }));
+    const call = this.begun.get(callId) ?? callOf(await this.calls.findOne({ _id: callId })) ?? callOf(await this.pending.findOne({ _id: callId }));
     if (!call) throw notFound(callId);
     await opts.mayComplete?.(call);
     const completion: CompletionDoc = {
@@ -429,19 +431,22 @@ export class CallJournal {
   async advanceAttempt(call: CallRecord, claims: CapabilityClaims, by: string): Promise<CallRecord> {
     const now = new Date();
     const resume: CallResume = { attempt: claims.attempt, capability_id: claims.jti, at: now, by };
-    const updated = await this.calls.findOneAndUpdate(
+    const stored = await this.calls.findOneAndUpdate(
       { _id: call._id, state: "pending", attempt: call.attempt },
       {
-        $set: { attempt: claims.attempt, capability: claims, updated_at: now },
+        // A document from before ADR 0036 loses its claims object: the string replaces it.
+        $set: { attempt: claims.attempt, capability_json: JSON.stringify(claims), updated_at: now },
+        $unset: { capability: "" },
         $push: { resumes: { $each: [resume], $slice: -RESUMES_KEPT } },
       },
       { returnDocument: "after", ...MAJORITY },
     );
+    const updated = callOf(stored);
     if (!updated || (await this.completions.findOne({ _id: call._id }))) {
       throw refuse(Reasons.CONCURRENT_RESUME, `call ${call._id} was resumed or completed concurrently; list it again`, { call_id: call._id });
     }
     // Keep the pending copy current (never re-created: a completion may have removed it).
-    await this.pending.replaceOne({ _id: call._id }, updated, MAJORITY);
+    await this.pending.replaceOne({ _id: call._id }, toStored(updated), MAJORITY);
     this.begun.remember(updated);
     this.settler.updated(updated);
     return updated;
@@ -474,8 +479,9 @@ export class CallJournal {
    */
   async read(callId: string): Promise<CallRecord | undefined> {
     const limited = this.operatorRead();
-    const [call, completion] = await Promise.all([this.calls.findOne({ _id: callId }, limited), this.completions.findOne({ _id: callId }, limited)]);
-    if (!call) return (await this.pending.findOne({ _id: callId }, limited)) ?? undefined;
+    const [found, completion] = await Promise.all([this.calls.findOne({ _id: callId }, limited), this.completions.findOne({ _id: callId }, limited)]);
+    const call = callOf(found);
+    if (!call) return callOf(await this.pending.findOne({ _id: callId }, limited));
     return completion ? withCompletion(call, completion) : this.withEntry(call);
   }
 
@@ -490,11 +496,11 @@ export class CallJournal {
   async search(criterion: CallCriterion, tools: readonly string[] | undefined, after: JournalCursor | undefined, limit: number): Promise<PendingPage> {
     // No tool visible: nothing to find (and no walk over a principal's seconds to find it).
     if (tools && tools.length === 0) return { calls: [] };
-    const filter: Filter<CallRecord> = { [criterion.field]: criterion.value };
+    const filter: Filter<StoredCall> = { [criterion.field]: criterion.value };
     // Not pushed down by FerretDB: applied to the equality read's matches.
     if (tools) filter.tool_id = { $in: [...tools] };
     const limited = this.operatorRead();
-    let found: CallRecord[];
+    let found: StoredCall[];
     if (criterion.field === "principal") {
       found = await listNewestFirst(this.marks, this.calls, {
         name: LISTED_AS,
@@ -506,14 +512,14 @@ export class CallJournal {
         maxTimeMS: this.listTimeMs ?? UNLIMITED_PAGE_MS,
       });
     } else {
-      if (after) filter.$or = afterKeyset<CallRecord>("created_at", new Date(after.createdAt), after.id, "newest-first");
+      if (after) filter.$or = afterKeyset<StoredCall>("created_at", new Date(after.createdAt), after.id, "newest-first");
       found = await this.calls
         .find(filter, limited)
         .sort({ created_at: -1, _id: -1 })
         .limit(limit + 1)
         .toArray();
     }
-    const page = found.slice(0, limit);
+    const page = found.slice(0, limit).map(fromStored);
     const ids = page.map((c) => c._id);
     const done = await this.completionsOf(ids, limited);
     const last = page[page.length - 1];
@@ -534,7 +540,7 @@ export class CallJournal {
   async listPending(toolId: string | readonly string[], after: JournalCursor | undefined, limit: number): Promise<PendingPage> {
     const { page, completed, next } = await this.pageOf(this.pending, {}, toolId, after, limit);
     const ids = page.filter((c) => !completed.has(c._id)).map((c) => c._id);
-    const journaled = await byId(ids, (id) => this.calls.findOne({ _id: id }));
+    const journaled = await byId(ids, async (id) => callOf(await this.calls.findOne({ _id: id })));
     const calls: CallRecord[] = [];
     for (const copy of page) {
       if (completed.has(copy._id)) {
@@ -595,7 +601,7 @@ export class CallJournal {
   async listRun(runId: string, skip: number, limit: number, opts: { operator?: boolean } = {}): Promise<CallRecord[]> {
     // An operator's listing is stopped at the operator time limit; a replay's match is not an operator read.
     const limited = opts.operator === true ? this.operatorRead() : {};
-    const calls = await this.calls.find({ run_id: runId }, limited).sort({ created_at: 1, _id: 1 }).skip(skip).limit(limit).toArray();
+    const calls = (await this.calls.find({ run_id: runId }, limited).sort({ created_at: 1, _id: 1 }).skip(skip).limit(limit).toArray()).map(fromStored);
     const done = await this.completionsOf(calls.map((c) => c._id));
     return calls.map((c) => {
       const completion = done.get(c._id);
@@ -697,7 +703,7 @@ export class CallJournal {
     const rest = callIds.filter((id) => !out.has(id));
     const marked = rest.length > 0 ? new Set(await this.settleStore.markedSeconds()) : new Set<string>();
     if (marked.size === 0) return out;
-    const calls = await byId(rest, (id) => this.calls.findOne({ _id: id }));
+    const calls = await byId(rest, async (id) => callOf(await this.calls.findOne({ _id: id })));
     for (const call of calls.values()) {
       if (call.state !== "pending" || call.lb === undefined || !marked.has(call.lb)) continue;
       // The journal document is in hand: only its completion and entry are left to read.
@@ -715,24 +721,24 @@ export class CallJournal {
 
   /** One keyset page of `coll` (oldest first), with which of its calls have a completion. */
   private async pageOf(
-    coll: Collection<CallRecord>,
-    base: Filter<CallRecord>,
+    coll: Collection<StoredCall>,
+    base: Filter<StoredCall>,
     toolId: string | readonly string[],
     after: JournalCursor | undefined,
     limit: number,
   ): Promise<{ page: CallRecord[]; completed: Set<string>; next: Pick<PendingPage, "next"> }> {
-    const filter: Filter<CallRecord> = { ...base };
+    const filter: Filter<StoredCall> = { ...base };
     // A list: the tools a runtime may see (possibly none).
     if (typeof toolId !== "string") filter.tool_id = { $in: [...toolId] };
     else if (toolId) filter.tool_id = toolId;
-    if (after) filter.$or = afterKeyset<CallRecord>("created_at", new Date(after.createdAt), after.id, "oldest-first");
+    if (after) filter.$or = afterKeyset<StoredCall>("created_at", new Date(after.createdAt), after.id, "oldest-first");
     // A listing over a large journal is stopped at its limit (OPERATOR_QUERY_TIMEOUT) rather than run on.
     const found = await coll
       .find(filter, this.operatorRead())
       .sort({ created_at: 1, _id: 1 })
       .limit(limit + 1)
       .toArray();
-    const page = found.slice(0, limit);
+    const page = found.slice(0, limit).map(fromStored);
     const ids = page.map((c) => c._id);
     const completed = new Set((await this.completionsOf(ids, { projection: { _id: 1 } })).keys());
     const last = page[page.length - 1];
@@ -756,7 +762,7 @@ export class CallJournal {
   /** Inserts the call's pending copy. @returns false when one was already there. */
   private async insertPendingCopy(call: CallRecord): Promise<boolean> {
     try {
-      await this.copyInserts.insert({ ...call });
+      await this.copyInserts.insert(toStored(call));
       return true;
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;
@@ -777,7 +783,7 @@ export class CallJournal {
       // A copy written before `lb` was kept gets it here; its marks go first, as in begin.
       const call = { ...copy, lb: listingBucketOf(copy.created_at) };
       await this.markListings(call);
-      await this.calls.insertOne(call, MAJORITY);
+      await this.calls.insertOne(toStored(call), MAJORITY);
       this.logger.warn({ call_id: copy._id, tool_id: copy.tool_id }, "journaled a call whose BeginCall crashed between its two writes");
     } catch (err) {
       if (!isDuplicateKey(err)) throw err;

@@ -12,6 +12,7 @@ import type { Logger } from "../../common/src/logger";
 import type { CallRecord } from "./call-record";
 import type { EntryRef, SettleStore } from "./call-settler";
 import { byId } from "./reads-by-id";
+import { fromStored, toStored, type StoredCall } from "./stored-call";
 
 /** One replica's mark of a second whose calls it has not settled yet. */
 export interface UnsettledMark {
@@ -26,9 +27,9 @@ export interface UnsettledMark {
 export interface SettleStoreDeps {
   instance: string;
   marks: Collection<UnsettledMark>;
-  calls: Collection<CallRecord>;
+  calls: Collection<StoredCall>;
   entries: Collection<EntryRef>;
-  copies: InsertBatcher<CallRecord>;
+  copies: InsertBatcher<StoredCall>;
   /** Writes completions of calls from the entries that completed them (the journal's completion insert). */
   complete(done: ReadonlyArray<{ call: CallRecord; entry: EntryRef }>): Promise<void>;
   /** Whether the call has a completion document. */
@@ -66,7 +67,7 @@ export class MongoSettleStore implements SettleStore {
   }
 
   async copyPending(calls: readonly CallRecord[]): Promise<void> {
-    const results = await Promise.allSettled(calls.map((c) => this.d.copies.insert({ ...c })));
+    const results = await Promise.allSettled(calls.map((c) => this.d.copies.insert(toStored(c))));
     for (const r of results) if (r.status === "rejected" && !isDuplicateKey(r.reason)) throw r.reason;
   }
 
@@ -98,7 +99,9 @@ export class MongoSettleStore implements SettleStore {
    * completes each, if the ledger holds it.
    */
   async openCallsOf(second: string, toolFilter?: (toolId: string) => boolean): Promise<Array<{ call: CallRecord; entry?: EntryRef }>> {
-    const calls = (await this.d.calls.find({ lb: second }).toArray()).filter((c) => c.state === "pending" && (!toolFilter || toolFilter(c.tool_id)));
+    const calls = (await this.d.calls.find({ lb: second }).toArray())
+      .map(fromStored)
+      .filter((c) => c.state === "pending" && (!toolFilter || toolFilter(c.tool_id)));
     // A second at load holds thousands of calls: their reads by `_id` go a bounded number at once.
     const byCallId = new Map(calls.map((c) => [c._id, c]));
     const open = await byId([...byCallId.keys()], async (id) => {
