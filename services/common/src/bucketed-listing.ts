@@ -12,6 +12,8 @@ export { scopesOf, type Scope } from "./domain/time-buckets";
 
 /** Mark ids one process remembers having written; past this the memory starts over (a repeat insert is harmless). */
 const MEMO_MAX = 50_000;
+/** (Collection, second, scopes) sets remembered; a repeat after the memory starts over builds its marks again. */
+const RECENT_MAX = 4_096;
 /** Most seconds read at once while filling a page: one first (a busy second fills a page alone), then twice as many each round. */
 const SECONDS_IN_FLIGHT = 8;
 
@@ -26,6 +28,8 @@ export async function createListingIndex<T extends Document>(coll: Collection<T>
 /** The directory of non-empty buckets (`listing_marks`), shared by every listed collection. */
 export class ListingMarks {
   private readonly written = new Map<string, Promise<void>>();
+  /** The wait of each (collection, second, scopes) asked for lately. */
+  private readonly recent = new Map<string, Promise<void>>();
 
   private constructor(private readonly marks: Collection<MarkDoc>) {}
 
@@ -40,6 +44,22 @@ export class ListingMarks {
    * has them. Once per process and mark; concurrent writers of one bucket share one insert.
    */
   ensure(coll: string, at: Date, scopes: readonly Scope[]): Promise<void> {
+    // A busy writer lists hundreds of records a second under the same few scopes: those after
+    // the first of a second share its wait without building its marks again.
+    let key = `${coll}\u0000${Math.floor(at.getTime() / 1000)}`;
+    for (const s of scopes) key += `\u0000${s.scope}\u0001${s.value}`;
+    const same = this.recent.get(key);
+    if (same) return same;
+    if (this.recent.size >= RECENT_MAX) this.recent.clear();
+    const wait = this.ensureMarks(coll, at, scopes);
+    this.recent.set(key, wait);
+    wait.catch(() => {
+      if (this.recent.get(key) === wait) this.recent.delete(key);
+    });
+    return wait;
+  }
+
+  private ensureMarks(coll: string, at: Date, scopes: readonly Scope[]): Promise<void> {
     const waits: Promise<void>[] = [];
     const missing: MarkDoc[] = [];
     for (const m of marksFor(coll, at, scopes)) {

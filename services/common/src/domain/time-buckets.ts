@@ -16,9 +16,16 @@ export type Level = (typeof LEVELS)[number]["level"];
 
 /** `YYYYMMDDHHmmss` of a time, UTC (the second bucket; every coarser bucket is a prefix). */
 export function secondBucket(at: Date): string {
+  // Every write of a busy service asks for the current second: the last one is remembered.
+  const second = Math.floor(at.getTime() / 1000);
+  if (second === lastSecond.at) return lastSecond.bucket;
   const iso = at.toISOString(); // YYYY-MM-DDTHH:mm:ss.sssZ, always UTC
-  return iso.slice(0, 4) + iso.slice(5, 7) + iso.slice(8, 10) + iso.slice(11, 13) + iso.slice(14, 16) + iso.slice(17, 19);
+  const bucket = iso.slice(0, 4) + iso.slice(5, 7) + iso.slice(8, 10) + iso.slice(11, 13) + iso.slice(14, 16) + iso.slice(17, 19);
+  lastSecond = { at: second, bucket };
+  return bucket;
 }
+
+let lastSecond = { at: Number.NaN, bucket: "" };
 
 /** The start of a bucket of any level (a prefix of a second bucket). */
 export function bucketStart(bucket: string): Date {
