@@ -1,8 +1,8 @@
 /**
- * Client-side group commit for BeginCall and CompleteCall (docs/decisions/0022): the calls
- * a client makes while one of its requests of the same kind is in flight go together in
- * the next one, as a BeginCalls / CompleteCalls batch, each answered on its own exactly as
- * the unary RPC would have answered it.
+ * Client-side group commit for BeginCall and CompleteCall (docs/decisions/0022) and the
+ * ledger's Write (0037): the calls a client makes while one of its requests of the same kind
+ * is in flight go together in the next one, as a BeginCalls / CompleteCalls / Writes batch,
+ * each answered on its own exactly as the unary RPC would have answered it.
  *
  * Why: at load the whole call's cost is per message, not per byte — each RPC is HTTP/2
  * frames, a socket write and a wake-up in the client and in the kernel, and an
@@ -69,16 +69,16 @@ export class CallCoalescer<Item, Res> {
     try {
       answers = await this.sendBatch(batch.map((w) => w.item));
       if (answers.length !== batch.length)
-        throw new KeycapClientError(status.INTERNAL, "BATCH_ANSWER_MISMATCH", `the kernel answered ${answers.length} results for ${batch.length} calls`, {});
+        throw new KeycapClientError(status.INTERNAL, "BATCH_ANSWER_MISMATCH", `the server answered ${answers.length} results for ${batch.length} calls`, {});
     } catch (err) {
       const e = KeycapClientError.from(err);
       if (e.code === status.UNIMPLEMENTED) {
         this.batchUnsupported = true;
         return this.alone(batch);
       }
-      // Refused as a whole for something in its bytes (an item the decoding refused): each
-      // call alone gets the answer that is its own.
-      if (e.code === status.INVALID_ARGUMENT) return this.alone(batch);
+      // Refused as a whole for something in its bytes (an item the decoding refused) or its
+      // size (a server with a smaller message limit): each call alone gets its own answer.
+      if (e.code === status.INVALID_ARGUMENT || e.code === status.RESOURCE_EXHAUSTED) return this.alone(batch);
       for (const w of batch) w.reject(e);
       return;
     }
@@ -111,4 +111,11 @@ export function errorOf(encoded: Uint8Array): KeycapClientError {
   const metadata = new Metadata();
   metadata.set("grpc-status-details-bin", Buffer.from(encoded));
   return KeycapClientError.from({ code: st.code, details: st.message, metadata });
+}
+
+/** A batch result as the coalescer's answer; a result with neither case set is a defect of `server`. */
+export function batchAnswer<Res>(value: Res | undefined, errorStatus: Uint8Array | undefined, server: string): BatchAnswer<Res> {
+  if (value !== undefined) return { ok: true, value };
+  if (errorStatus !== undefined) return { ok: false, status: errorStatus };
+  throw new KeycapClientError(status.INTERNAL, "BATCH_ANSWER_EMPTY", `${server} answered a batch item with neither a result nor an error`, {});
 }

@@ -19,12 +19,12 @@ import {
 } from "../gen/keycap/kernel/v1/kernel";
 import type { ToolValid } from "../gen/keycap/kernel/v1/kernel.valid";
 import type { CompletionReceipt } from "../gen/keycap/effect/v1/effect";
-import { CallCoalescer, type BatchAnswer } from "./call-coalescer";
+import { batchAnswer, CallCoalescer } from "./call-coalescer";
 import { CapabilityHandle } from "./capability-handle";
 import { KeycapClientError } from "./errors";
 import { channelCredentials, runtimeTokenFromEnv, type TlsOptions } from "./credentials";
 import { LedgerClient } from "./ledger-client";
-import { callUnary, collectPages, type CallSettings } from "./rpc";
+import { callUnary, collectPages, hasOwnSettings, type CallSettings } from "./rpc";
 import { toolToProto, type ToolDefinition } from "./tool-definition";
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
@@ -111,7 +111,7 @@ export class KernelClient {
   ) {
     const creds = opts.credentials ?? channelCredentials(opts.tls);
     this.raw = new KernelServiceClient(address, creds);
-    this.ledger = opts.ledgerAddress ? new LedgerClient(opts.ledgerAddress, creds) : undefined;
+    this.ledger = opts.ledgerAddress ? new LedgerClient(opts.ledgerAddress, creds, { coalesce: opts.coalesce !== false }) : undefined;
     const token = opts.token ?? runtimeTokenFromEnv();
     this.token = token === "" ? undefined : token;
     if (opts.coalesce !== false) {
@@ -119,7 +119,7 @@ export class KernelClient {
         (req) => callUnary(this.raw.beginCall, this.raw, req, this.token),
         async (calls) =>
           (await callUnary(this.raw.beginCalls, this.raw, { calls, receipts: this.takeReceipts() }, this.token)).results.map((r) =>
-            answer(r.result?.$case === "begun" ? r.result.value : undefined, r.result?.$case === "errorStatus" ? r.result.value : undefined),
+            batchAnswer(r.result?.$case === "begun" ? r.result.value : undefined, r.result?.$case === "errorStatus" ? r.result.value : undefined, "the kernel"),
           ),
         CALL_BATCHES,
       );
@@ -127,7 +127,11 @@ export class KernelClient {
         (req) => callUnary(this.raw.completeCall, this.raw, req, this.token),
         async (calls) =>
           (await callUnary(this.raw.completeCalls, this.raw, { calls }, this.token)).results.map((r) =>
-            answer(r.result?.$case === "completed" ? r.result.value : undefined, r.result?.$case === "errorStatus" ? r.result.value : undefined),
+            batchAnswer(
+              r.result?.$case === "completed" ? r.result.value : undefined,
+              r.result?.$case === "errorStatus" ? r.result.value : undefined,
+              "the kernel",
+            ),
           ),
         CALL_BATCHES,
       );
@@ -302,16 +306,4 @@ export class KernelClient {
     this.raw.close();
     this.ledger?.close();
   }
-}
-
-/** Whether a call was given settings of its own (then it is sent alone, under them). */
-function hasOwnSettings(s: CallSettings | undefined): boolean {
-  return s !== undefined && (s.timeoutMs !== undefined || s.signal !== undefined || s.retry !== undefined);
-}
-
-/** A batch result as the coalescer's answer; a result with neither case set is a kernel defect. */
-function answer<Res>(value: Res | undefined, errorStatus: Uint8Array | undefined): BatchAnswer<Res> {
-  if (value !== undefined) return { ok: true, value };
-  if (errorStatus !== undefined) return { ok: false, status: errorStatus };
-  throw new KeycapClientError(status.INTERNAL, "BATCH_ANSWER_EMPTY", "the kernel answered a batch item with neither a result nor an error", {});
 }

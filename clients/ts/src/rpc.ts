@@ -46,6 +46,11 @@ function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
  * HTTP/2 layer resets the stream before any handler sees it, so the caller would
  * get a bare INTERNAL and nothing would be recorded. Refused here instead.
  */
+/** Whether a call was given settings of its own (then it is sent alone, under them, never in a batch). */
+export function hasOwnSettings(s: CallSettings | undefined): boolean {
+  return s !== undefined && (s.timeoutMs !== undefined || s.signal !== undefined || s.retry !== undefined);
+}
+
 export const MAX_BEARER_BYTES = 16 * 1024;
 
 function tooLarge(bytes: number): KeycapClientError {

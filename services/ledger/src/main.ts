@@ -70,8 +70,9 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
       metrics: deps.metrics,
       // Room above the payload limit, so an oversized payload reaches the ledger and is
       // refused (and recorded) as PAYLOAD_TOO_LARGE rather than cut off by the transport.
-      maxReceiveBytes: 2 * config.maxPayloadBytes + 64 * 1024,
-      services: [{ name: LEDGER_SERVICE_NAME, definition: LedgerServiceService, implementation: ledgerServiceImpl(ledger, logger) }],
+      // And room for a Writes batch, whose writes clients keep small (ADR 0037).
+      maxReceiveBytes: Math.max(2 * config.maxPayloadBytes, WRITES_BATCH_ROOM_BYTES) + 64 * 1024,
+      services: [{ name: LEDGER_SERVICE_NAME, definition: LedgerServiceService, implementation: ledgerServiceImpl(ledger, logger, audit) }],
     });
     const admin = new LedgerAdmin(store, audit, { queryTimeMs: config.operatorQueryTimeoutMs, readTotals: (ms) => readTotals(mongo.db, ms) });
     await scope.listen({
@@ -90,5 +91,11 @@ export async function startLedger(deps: ServiceDeps): Promise<RunningService> {
     };
   });
 }
+
+/**
+ * What a Writes batch may carry at least, whatever the payload limit: the TypeScript client
+ * batches up to 32 writes of at most 16 KiB each (clients/ts/src/ledger-client.ts).
+ */
+const WRITES_BATCH_ROOM_BYTES = 1024 * 1024;
 
 if (require.main === module) void runServices("ledger", [startLedger]);

@@ -11,7 +11,9 @@
 package ledgerv1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	v1 "github.com/keycap/keycap/clients/go/gen/keycap/effect/v1"
+	_ "github.com/keycap/keycap/clients/go/gen/keycap/rules/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -478,11 +480,248 @@ func (x *LookupRequestResponse) GetEntry() *Entry {
 	return nil
 }
 
+// Request of Writes.
+type WritesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The writes, 1 to 256; item i is answered by results[i].
+	Writes        []*CapabilityWrite `protobuf:"bytes,1,rep,name=writes,proto3" json:"writes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WritesRequest) Reset() {
+	*x = WritesRequest{}
+	mi := &file_keycap_ledger_v1_ledger_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WritesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WritesRequest) ProtoMessage() {}
+
+func (x *WritesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_ledger_v1_ledger_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WritesRequest.ProtoReflect.Descriptor instead.
+func (*WritesRequest) Descriptor() ([]byte, []int) {
+	return file_keycap_ledger_v1_ledger_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *WritesRequest) GetWrites() []*CapabilityWrite {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
+// One write of a Writes: what Write carries, its capability included.
+type CapabilityWrite struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The capability, exactly as Write's `authorization: Bearer <capability>` would carry it
+	// after "Bearer ". Empty: refused as a Write without a capability is.
+	Capability string `protobuf:"bytes,1,opt,name=capability,proto3" json:"capability,omitempty"`
+	// The write.
+	Write         *WriteRequest `protobuf:"bytes,2,opt,name=write,proto3" json:"write,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CapabilityWrite) Reset() {
+	*x = CapabilityWrite{}
+	mi := &file_keycap_ledger_v1_ledger_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CapabilityWrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CapabilityWrite) ProtoMessage() {}
+
+func (x *CapabilityWrite) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_ledger_v1_ledger_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CapabilityWrite.ProtoReflect.Descriptor instead.
+func (*CapabilityWrite) Descriptor() ([]byte, []int) {
+	return file_keycap_ledger_v1_ledger_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CapabilityWrite) GetCapability() string {
+	if x != nil {
+		return x.Capability
+	}
+	return ""
+}
+
+func (x *CapabilityWrite) GetWrite() *WriteRequest {
+	if x != nil {
+		return x.Write
+	}
+	return nil
+}
+
+// Response of Writes: one result per write, in request order.
+type WritesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// results[i] answers writes[i].
+	Results       []*WriteResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WritesResponse) Reset() {
+	*x = WritesResponse{}
+	mi := &file_keycap_ledger_v1_ledger_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WritesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WritesResponse) ProtoMessage() {}
+
+func (x *WritesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_ledger_v1_ledger_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WritesResponse.ProtoReflect.Descriptor instead.
+func (*WritesResponse) Descriptor() ([]byte, []int) {
+	return file_keycap_ledger_v1_ledger_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *WritesResponse) GetResults() []*WriteResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// The answer to one write of a Writes.
+type WriteResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What Write would have answered for this write alone.
+	//
+	// Types that are valid to be assigned to Result:
+	//
+	//	*WriteResult_Written
+	//	*WriteResult_ErrorStatus
+	Result        isWriteResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteResult) Reset() {
+	*x = WriteResult{}
+	mi := &file_keycap_ledger_v1_ledger_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteResult) ProtoMessage() {}
+
+func (x *WriteResult) ProtoReflect() protoreflect.Message {
+	mi := &file_keycap_ledger_v1_ledger_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteResult.ProtoReflect.Descriptor instead.
+func (*WriteResult) Descriptor() ([]byte, []int) {
+	return file_keycap_ledger_v1_ledger_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *WriteResult) GetResult() isWriteResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *WriteResult) GetWritten() *WriteResponse {
+	if x != nil {
+		if x, ok := x.Result.(*WriteResult_Written); ok {
+			return x.Written
+		}
+	}
+	return nil
+}
+
+func (x *WriteResult) GetErrorStatus() []byte {
+	if x != nil {
+		if x, ok := x.Result.(*WriteResult_ErrorStatus); ok {
+			return x.ErrorStatus
+		}
+	}
+	return nil
+}
+
+type isWriteResult_Result interface {
+	isWriteResult_Result()
+}
+
+type WriteResult_Written struct {
+	// Write's response.
+	Written *WriteResponse `protobuf:"bytes,1,opt,name=written,proto3,oneof"`
+}
+
+type WriteResult_ErrorStatus struct {
+	// The write was refused or failed: a google.rpc.Status, encoded exactly as the
+	// grpc-status-details-bin trailer Write would have carried (code, message, ErrorInfo
+	// with the reason, RetryInfo for UNAVAILABLE).
+	ErrorStatus []byte `protobuf:"bytes,2,opt,name=error_status,json=errorStatus,proto3,oneof"`
+}
+
+func (*WriteResult_Written) isWriteResult_Result() {}
+
+func (*WriteResult_ErrorStatus) isWriteResult_Result() {}
+
 var File_keycap_ledger_v1_ledger_proto protoreflect.FileDescriptor
 
 const file_keycap_ledger_v1_ledger_proto_rawDesc = "" +
 	"\n" +
-	"\x1dkeycap/ledger/v1/ledger.proto\x12\x10keycap.ledger.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dkeycap/effect/v1/effect.proto\"\xa9\x04\n" +
+	"\x1dkeycap/ledger/v1/ledger.proto\x12\x10keycap.ledger.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dkeycap/effect/v1/effect.proto\x1a\x1dkeycap/rules/v1/refusal.proto\"\xa9\x04\n" +
 	"\x05Entry\x12\x19\n" +
 	"\bentry_id\x18\x01 \x01(\tR\aentryId\x12\x17\n" +
 	"\atool_id\x18\x02 \x01(\tR\x06toolId\x12=\n" +
@@ -521,10 +760,27 @@ const file_keycap_ledger_v1_ledger_proto_rawDesc = "" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"\\\n" +
 	"\x15LookupRequestResponse\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12-\n" +
-	"\x05entry\x18\x02 \x01(\v2\x17.keycap.ledger.v1.EntryR\x05entry2\xbb\x01\n" +
+	"\x05entry\x18\x02 \x01(\v2\x17.keycap.ledger.v1.EntryR\x05entry\"\xab\x01\n" +
+	"\rWritesRequest\x12\x99\x01\n" +
+	"\x06writes\x18\x01 \x03(\v2!.keycap.ledger.v1.CapabilityWriteB^\xbaH\r\x92\x01\n" +
+	"\b\x01\x10\x80\x02\"\x03\xd8\x01\x03\xe2\xf9\x18!\n" +
+	"\x12repeated.min_items\x12\vBATCH_EMPTY\xe2\xf9\x18%\n" +
+	"\x12repeated.max_items\x12\x0fBATCH_TOO_LARGER\x06writes\"g\n" +
+	"\x0fCapabilityWrite\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x01 \x01(\tR\n" +
+	"capability\x124\n" +
+	"\x05write\x18\x02 \x01(\v2\x1e.keycap.ledger.v1.WriteRequestR\x05write\"I\n" +
+	"\x0eWritesResponse\x127\n" +
+	"\aresults\x18\x01 \x03(\v2\x1d.keycap.ledger.v1.WriteResultR\aresults\"y\n" +
+	"\vWriteResult\x12;\n" +
+	"\awritten\x18\x01 \x01(\v2\x1f.keycap.ledger.v1.WriteResponseH\x00R\awritten\x12#\n" +
+	"\ferror_status\x18\x02 \x01(\fH\x00R\verrorStatusB\b\n" +
+	"\x06result2\x88\x02\n" +
 	"\rLedgerService\x12H\n" +
 	"\x05Write\x12\x1e.keycap.ledger.v1.WriteRequest\x1a\x1f.keycap.ledger.v1.WriteResponse\x12`\n" +
-	"\rLookupRequest\x12&.keycap.ledger.v1.LookupRequestRequest\x1a'.keycap.ledger.v1.LookupRequestResponseBCZAgithub.com/keycap/keycap/clients/go/gen/keycap/ledger/v1;ledgerv1b\x06proto3"
+	"\rLookupRequest\x12&.keycap.ledger.v1.LookupRequestRequest\x1a'.keycap.ledger.v1.LookupRequestResponse\x12K\n" +
+	"\x06Writes\x12\x1f.keycap.ledger.v1.WritesRequest\x1a .keycap.ledger.v1.WritesResponseBCZAgithub.com/keycap/keycap/clients/go/gen/keycap/ledger/v1;ledgerv1b\x06proto3"
 
 var (
 	file_keycap_ledger_v1_ledger_proto_rawDescOnce sync.Once
@@ -538,32 +794,42 @@ func file_keycap_ledger_v1_ledger_proto_rawDescGZIP() []byte {
 	return file_keycap_ledger_v1_ledger_proto_rawDescData
 }
 
-var file_keycap_ledger_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_keycap_ledger_v1_ledger_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_keycap_ledger_v1_ledger_proto_goTypes = []any{
 	(*Entry)(nil),                 // 0: keycap.ledger.v1.Entry
 	(*WriteRequest)(nil),          // 1: keycap.ledger.v1.WriteRequest
 	(*WriteResponse)(nil),         // 2: keycap.ledger.v1.WriteResponse
 	(*LookupRequestRequest)(nil),  // 3: keycap.ledger.v1.LookupRequestRequest
 	(*LookupRequestResponse)(nil), // 4: keycap.ledger.v1.LookupRequestResponse
-	(v1.EffectKind)(0),            // 5: keycap.effect.v1.EffectKind
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
-	(*v1.CompletionReceipt)(nil),  // 7: keycap.effect.v1.CompletionReceipt
+	(*WritesRequest)(nil),         // 5: keycap.ledger.v1.WritesRequest
+	(*CapabilityWrite)(nil),       // 6: keycap.ledger.v1.CapabilityWrite
+	(*WritesResponse)(nil),        // 7: keycap.ledger.v1.WritesResponse
+	(*WriteResult)(nil),           // 8: keycap.ledger.v1.WriteResult
+	(v1.EffectKind)(0),            // 9: keycap.effect.v1.EffectKind
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*v1.CompletionReceipt)(nil),  // 11: keycap.effect.v1.CompletionReceipt
 }
 var file_keycap_ledger_v1_ledger_proto_depIdxs = []int32{
-	5, // 0: keycap.ledger.v1.Entry.effect_kind:type_name -> keycap.effect.v1.EffectKind
-	6, // 1: keycap.ledger.v1.Entry.recorded_at:type_name -> google.protobuf.Timestamp
-	0, // 2: keycap.ledger.v1.WriteResponse.entry:type_name -> keycap.ledger.v1.Entry
-	7, // 3: keycap.ledger.v1.WriteResponse.completion_receipt:type_name -> keycap.effect.v1.CompletionReceipt
-	0, // 4: keycap.ledger.v1.LookupRequestResponse.entry:type_name -> keycap.ledger.v1.Entry
-	1, // 5: keycap.ledger.v1.LedgerService.Write:input_type -> keycap.ledger.v1.WriteRequest
-	3, // 6: keycap.ledger.v1.LedgerService.LookupRequest:input_type -> keycap.ledger.v1.LookupRequestRequest
-	2, // 7: keycap.ledger.v1.LedgerService.Write:output_type -> keycap.ledger.v1.WriteResponse
-	4, // 8: keycap.ledger.v1.LedgerService.LookupRequest:output_type -> keycap.ledger.v1.LookupRequestResponse
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	9,  // 0: keycap.ledger.v1.Entry.effect_kind:type_name -> keycap.effect.v1.EffectKind
+	10, // 1: keycap.ledger.v1.Entry.recorded_at:type_name -> google.protobuf.Timestamp
+	0,  // 2: keycap.ledger.v1.WriteResponse.entry:type_name -> keycap.ledger.v1.Entry
+	11, // 3: keycap.ledger.v1.WriteResponse.completion_receipt:type_name -> keycap.effect.v1.CompletionReceipt
+	0,  // 4: keycap.ledger.v1.LookupRequestResponse.entry:type_name -> keycap.ledger.v1.Entry
+	6,  // 5: keycap.ledger.v1.WritesRequest.writes:type_name -> keycap.ledger.v1.CapabilityWrite
+	1,  // 6: keycap.ledger.v1.CapabilityWrite.write:type_name -> keycap.ledger.v1.WriteRequest
+	8,  // 7: keycap.ledger.v1.WritesResponse.results:type_name -> keycap.ledger.v1.WriteResult
+	2,  // 8: keycap.ledger.v1.WriteResult.written:type_name -> keycap.ledger.v1.WriteResponse
+	1,  // 9: keycap.ledger.v1.LedgerService.Write:input_type -> keycap.ledger.v1.WriteRequest
+	3,  // 10: keycap.ledger.v1.LedgerService.LookupRequest:input_type -> keycap.ledger.v1.LookupRequestRequest
+	5,  // 11: keycap.ledger.v1.LedgerService.Writes:input_type -> keycap.ledger.v1.WritesRequest
+	2,  // 12: keycap.ledger.v1.LedgerService.Write:output_type -> keycap.ledger.v1.WriteResponse
+	4,  // 13: keycap.ledger.v1.LedgerService.LookupRequest:output_type -> keycap.ledger.v1.LookupRequestResponse
+	7,  // 14: keycap.ledger.v1.LedgerService.Writes:output_type -> keycap.ledger.v1.WritesResponse
+	12, // [12:15] is the sub-list for method output_type
+	9,  // [9:12] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_keycap_ledger_v1_ledger_proto_init() }
@@ -571,13 +837,17 @@ func file_keycap_ledger_v1_ledger_proto_init() {
 	if File_keycap_ledger_v1_ledger_proto != nil {
 		return
 	}
+	file_keycap_ledger_v1_ledger_proto_msgTypes[8].OneofWrappers = []any{
+		(*WriteResult_Written)(nil),
+		(*WriteResult_ErrorStatus)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keycap_ledger_v1_ledger_proto_rawDesc), len(file_keycap_ledger_v1_ledger_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

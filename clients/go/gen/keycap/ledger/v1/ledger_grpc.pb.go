@@ -25,6 +25,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	LedgerService_Write_FullMethodName         = "/keycap.ledger.v1.LedgerService/Write"
 	LedgerService_LookupRequest_FullMethodName = "/keycap.ledger.v1.LedgerService/LookupRequest"
+	LedgerService_Writes_FullMethodName        = "/keycap.ledger.v1.LedgerService/Writes"
 )
 
 // LedgerServiceClient is the client API for LedgerService service.
@@ -46,6 +47,11 @@ type LedgerServiceClient interface {
 	// Whether the effect for a request id took effect. Authorised by a Queryable
 	// capability for that request id.
 	LookupRequest(ctx context.Context, in *LookupRequestRequest, opts ...grpc.CallOption) (*LookupRequestResponse, error)
+	// Records several effects, each under its own capability (ADR 0037): the writes a client
+	// makes while one of its Writes is in flight go together, and each is answered exactly as
+	// Write would have answered it alone (refusals recorded the same). The capabilities travel
+	// in the items; `authorization` metadata is not read.
+	Writes(ctx context.Context, in *WritesRequest, opts ...grpc.CallOption) (*WritesResponse, error)
 }
 
 type ledgerServiceClient struct {
@@ -76,6 +82,16 @@ func (c *ledgerServiceClient) LookupRequest(ctx context.Context, in *LookupReque
 	return out, nil
 }
 
+func (c *ledgerServiceClient) Writes(ctx context.Context, in *WritesRequest, opts ...grpc.CallOption) (*WritesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WritesResponse)
+	err := c.cc.Invoke(ctx, LedgerService_Writes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LedgerServiceServer is the server API for LedgerService service.
 // All implementations must embed UnimplementedLedgerServiceServer
 // for forward compatibility.
@@ -95,6 +111,11 @@ type LedgerServiceServer interface {
 	// Whether the effect for a request id took effect. Authorised by a Queryable
 	// capability for that request id.
 	LookupRequest(context.Context, *LookupRequestRequest) (*LookupRequestResponse, error)
+	// Records several effects, each under its own capability (ADR 0037): the writes a client
+	// makes while one of its Writes is in flight go together, and each is answered exactly as
+	// Write would have answered it alone (refusals recorded the same). The capabilities travel
+	// in the items; `authorization` metadata is not read.
+	Writes(context.Context, *WritesRequest) (*WritesResponse, error)
 	mustEmbedUnimplementedLedgerServiceServer()
 }
 
@@ -110,6 +131,9 @@ func (UnimplementedLedgerServiceServer) Write(context.Context, *WriteRequest) (*
 }
 func (UnimplementedLedgerServiceServer) LookupRequest(context.Context, *LookupRequestRequest) (*LookupRequestResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method LookupRequest not implemented")
+}
+func (UnimplementedLedgerServiceServer) Writes(context.Context, *WritesRequest) (*WritesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Writes not implemented")
 }
 func (UnimplementedLedgerServiceServer) mustEmbedUnimplementedLedgerServiceServer() {}
 func (UnimplementedLedgerServiceServer) testEmbeddedByValue()                       {}
@@ -168,6 +192,24 @@ func _LedgerService_LookupRequest_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LedgerService_Writes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WritesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LedgerServiceServer).Writes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LedgerService_Writes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LedgerServiceServer).Writes(ctx, req.(*WritesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LedgerService_ServiceDesc is the grpc.ServiceDesc for LedgerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -182,6 +224,10 @@ var LedgerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "LookupRequest",
 			Handler:    _LedgerService_LookupRequest_Handler,
+		},
+		{
+			MethodName: "Writes",
+			Handler:    _LedgerService_Writes_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -24,9 +24,10 @@ _sym_db = _symbol_database.Default()
 
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from keycap_client._gen.keycap.effect.v1 import effect_pb2 as keycap_dot_effect_dot_v1_dot_effect__pb2
+from keycap_client._gen.keycap.rules.v1 import refusal_pb2 as keycap_dot_rules_dot_v1_dot_refusal__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dkeycap/ledger/v1/ledger.proto\x12\x10keycap.ledger.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dkeycap/effect/v1/effect.proto\"\xf7\x02\n\x05\x45ntry\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\t\x12\x0f\n\x07tool_id\x18\x02 \x01(\t\x12\x31\n\x0b\x65\x66\x66\x65\x63t_kind\x18\x03 \x01(\x0e\x32\x1c.keycap.effect.v1.EffectKind\x12\x0f\n\x07\x63\x61ll_id\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\r\x12\x15\n\rcapability_id\x18\x06 \x01(\t\x12\x0b\n\x03key\x18\x07 \x01(\t\x12\x12\n\nrequest_id\x18\x08 \x01(\t\x12\x0f\n\x07payload\x18\t \x01(\x0c\x12\x16\n\x0epayload_sha256\x18\n \x01(\t\x12/\n\x0brecorded_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0f\x64uplicate_count\x18\x0c \x01(\x04\x12\x18\n\x10payload_mismatch\x18\r \x01(\x08\x12\x1e\n\x16payload_mismatch_count\x18\x0e \x01(\x04\x12\x11\n\tprincipal\x18\x0f \x01(\t\"@\n\x0cWriteRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\"\xdf\x01\n\rWriteResponse\x12&\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x17.keycap.ledger.v1.Entry\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x18\n\x10payload_mismatch\x18\x03 \x01(\x08\x12\x10\n\x08replayed\x18\x04 \x01(\x08\x12\x0e\n\x06shadow\x18\x05 \x01(\x08\x12\x16\n\x0e\x63ompletes_call\x18\x06 \x01(\x08\x12?\n\x12\x63ompletion_receipt\x18\x07 \x01(\x0b\x32#.keycap.effect.v1.CompletionReceipt\"*\n\x14LookupRequestRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"N\n\x15LookupRequestResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12&\n\x05\x65ntry\x18\x02 \x01(\x0b\x32\x17.keycap.ledger.v1.Entry2\xbb\x01\n\rLedgerService\x12H\n\x05Write\x12\x1e.keycap.ledger.v1.WriteRequest\x1a\x1f.keycap.ledger.v1.WriteResponse\x12`\n\rLookupRequest\x12&.keycap.ledger.v1.LookupRequestRequest\x1a\'.keycap.ledger.v1.LookupRequestResponseBCZAgithub.com/keycap/keycap/clients/go/gen/keycap/ledger/v1;ledgerv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dkeycap/ledger/v1/ledger.proto\x12\x10keycap.ledger.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dkeycap/effect/v1/effect.proto\x1a\x1dkeycap/rules/v1/refusal.proto\"\xf7\x02\n\x05\x45ntry\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\t\x12\x0f\n\x07tool_id\x18\x02 \x01(\t\x12\x31\n\x0b\x65\x66\x66\x65\x63t_kind\x18\x03 \x01(\x0e\x32\x1c.keycap.effect.v1.EffectKind\x12\x0f\n\x07\x63\x61ll_id\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\r\x12\x15\n\rcapability_id\x18\x06 \x01(\t\x12\x0b\n\x03key\x18\x07 \x01(\t\x12\x12\n\nrequest_id\x18\x08 \x01(\t\x12\x0f\n\x07payload\x18\t \x01(\x0c\x12\x16\n\x0epayload_sha256\x18\n \x01(\t\x12/\n\x0brecorded_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0f\x64uplicate_count\x18\x0c \x01(\x04\x12\x18\n\x10payload_mismatch\x18\r \x01(\x08\x12\x1e\n\x16payload_mismatch_count\x18\x0e \x01(\x04\x12\x11\n\tprincipal\x18\x0f \x01(\t\"@\n\x0cWriteRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\"\xdf\x01\n\rWriteResponse\x12&\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x17.keycap.ledger.v1.Entry\x12\x11\n\tduplicate\x18\x02 \x01(\x08\x12\x18\n\x10payload_mismatch\x18\x03 \x01(\x08\x12\x10\n\x08replayed\x18\x04 \x01(\x08\x12\x0e\n\x06shadow\x18\x05 \x01(\x08\x12\x16\n\x0e\x63ompletes_call\x18\x06 \x01(\x08\x12?\n\x12\x63ompletion_receipt\x18\x07 \x01(\x0b\x32#.keycap.effect.v1.CompletionReceipt\"*\n\x14LookupRequestRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"N\n\x15LookupRequestResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12&\n\x05\x65ntry\x18\x02 \x01(\x0b\x32\x17.keycap.ledger.v1.Entry\"\xa3\x01\n\rWritesRequest\x12\x91\x01\n\x06writes\x18\x01 \x03(\x0b\x32!.keycap.ledger.v1.CapabilityWriteB^\xe2\xf9\x18!\n\x12repeated.min_items\x12\x0b\x42\x41TCH_EMPTY\xe2\xf9\x18%\n\x12repeated.max_items\x12\x0f\x42\x41TCH_TOO_LARGE\xbaH\r\x92\x01\n\x08\x01\x10\x80\x02\"\x03\xd8\x01\x03\"T\n\x0f\x43\x61pabilityWrite\x12\x12\n\ncapability\x18\x01 \x01(\t\x12-\n\x05write\x18\x02 \x01(\x0b\x32\x1e.keycap.ledger.v1.WriteRequest\"@\n\x0eWritesResponse\x12.\n\x07results\x18\x01 \x03(\x0b\x32\x1d.keycap.ledger.v1.WriteResult\"c\n\x0bWriteResult\x12\x32\n\x07written\x18\x01 \x01(\x0b\x32\x1f.keycap.ledger.v1.WriteResponseH\x00\x12\x16\n\x0c\x65rror_status\x18\x02 \x01(\x0cH\x00\x42\x08\n\x06result2\x88\x02\n\rLedgerService\x12H\n\x05Write\x12\x1e.keycap.ledger.v1.WriteRequest\x1a\x1f.keycap.ledger.v1.WriteResponse\x12`\n\rLookupRequest\x12&.keycap.ledger.v1.LookupRequestRequest\x1a\'.keycap.ledger.v1.LookupRequestResponse\x12K\n\x06Writes\x12\x1f.keycap.ledger.v1.WritesRequest\x1a .keycap.ledger.v1.WritesResponseBCZAgithub.com/keycap/keycap/clients/go/gen/keycap/ledger/v1;ledgerv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,16 +35,26 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'keycap.ledger.v1.ledger_pb2
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'ZAgithub.com/keycap/keycap/clients/go/gen/keycap/ledger/v1;ledgerv1'
-  _globals['_ENTRY']._serialized_start=116
-  _globals['_ENTRY']._serialized_end=491
-  _globals['_WRITEREQUEST']._serialized_start=493
-  _globals['_WRITEREQUEST']._serialized_end=557
-  _globals['_WRITERESPONSE']._serialized_start=560
-  _globals['_WRITERESPONSE']._serialized_end=783
-  _globals['_LOOKUPREQUESTREQUEST']._serialized_start=785
-  _globals['_LOOKUPREQUESTREQUEST']._serialized_end=827
-  _globals['_LOOKUPREQUESTRESPONSE']._serialized_start=829
-  _globals['_LOOKUPREQUESTRESPONSE']._serialized_end=907
-  _globals['_LEDGERSERVICE']._serialized_start=910
-  _globals['_LEDGERSERVICE']._serialized_end=1097
+  _globals['_WRITESREQUEST'].fields_by_name['writes']._loaded_options = None
+  _globals['_WRITESREQUEST'].fields_by_name['writes']._serialized_options = b'\342\371\030!\n\022repeated.min_items\022\013BATCH_EMPTY\342\371\030%\n\022repeated.max_items\022\017BATCH_TOO_LARGE\272H\r\222\001\n\010\001\020\200\002\"\003\330\001\003'
+  _globals['_ENTRY']._serialized_start=147
+  _globals['_ENTRY']._serialized_end=522
+  _globals['_WRITEREQUEST']._serialized_start=524
+  _globals['_WRITEREQUEST']._serialized_end=588
+  _globals['_WRITERESPONSE']._serialized_start=591
+  _globals['_WRITERESPONSE']._serialized_end=814
+  _globals['_LOOKUPREQUESTREQUEST']._serialized_start=816
+  _globals['_LOOKUPREQUESTREQUEST']._serialized_end=858
+  _globals['_LOOKUPREQUESTRESPONSE']._serialized_start=860
+  _globals['_LOOKUPREQUESTRESPONSE']._serialized_end=938
+  _globals['_WRITESREQUEST']._serialized_start=941
+  _globals['_WRITESREQUEST']._serialized_end=1104
+  _globals['_CAPABILITYWRITE']._serialized_start=1106
+  _globals['_CAPABILITYWRITE']._serialized_end=1190
+  _globals['_WRITESRESPONSE']._serialized_start=1192
+  _globals['_WRITESRESPONSE']._serialized_end=1256
+  _globals['_WRITERESULT']._serialized_start=1258
+  _globals['_WRITERESULT']._serialized_end=1357
+  _globals['_LEDGERSERVICE']._serialized_start=1360
+  _globals['_LEDGERSERVICE']._serialized_end=1624
 # @@protoc_insertion_point(module_scope)

@@ -2,9 +2,11 @@ import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from keycap_client._gen.keycap.effect.v1 import effect_pb2 as _effect_pb2
+from keycap_client._gen.keycap.rules.v1 import refusal_pb2 as _refusal_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -84,3 +86,31 @@ class LookupRequestResponse(_message.Message):
     found: bool
     entry: Entry
     def __init__(self, found: _Optional[bool] = ..., entry: _Optional[_Union[Entry, _Mapping]] = ...) -> None: ...
+
+class WritesRequest(_message.Message):
+    __slots__ = ("writes",)
+    WRITES_FIELD_NUMBER: _ClassVar[int]
+    writes: _containers.RepeatedCompositeFieldContainer[CapabilityWrite]
+    def __init__(self, writes: _Optional[_Iterable[_Union[CapabilityWrite, _Mapping]]] = ...) -> None: ...
+
+class CapabilityWrite(_message.Message):
+    __slots__ = ("capability", "write")
+    CAPABILITY_FIELD_NUMBER: _ClassVar[int]
+    WRITE_FIELD_NUMBER: _ClassVar[int]
+    capability: str
+    write: WriteRequest
+    def __init__(self, capability: _Optional[str] = ..., write: _Optional[_Union[WriteRequest, _Mapping]] = ...) -> None: ...
+
+class WritesResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[WriteResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[WriteResult, _Mapping]]] = ...) -> None: ...
+
+class WriteResult(_message.Message):
+    __slots__ = ("written", "error_status")
+    WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    ERROR_STATUS_FIELD_NUMBER: _ClassVar[int]
+    written: WriteResponse
+    error_status: bytes
+    def __init__(self, written: _Optional[_Union[WriteResponse, _Mapping]] = ..., error_status: _Optional[bytes] = ...) -> None: ...

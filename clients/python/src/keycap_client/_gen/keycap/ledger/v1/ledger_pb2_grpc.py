@@ -50,6 +50,11 @@ class LedgerServiceStub:
                 request_serializer=keycap_dot_ledger_dot_v1_dot_ledger__pb2.LookupRequestRequest.SerializeToString,
                 response_deserializer=keycap_dot_ledger_dot_v1_dot_ledger__pb2.LookupRequestResponse.FromString,
                 _registered_method=True)
+        self.Writes = channel.unary_unary(
+                '/keycap.ledger.v1.LedgerService/Writes',
+                request_serializer=keycap_dot_ledger_dot_v1_dot_ledger__pb2.WritesRequest.SerializeToString,
+                response_deserializer=keycap_dot_ledger_dot_v1_dot_ledger__pb2.WritesResponse.FromString,
+                _registered_method=True)
 
 
 class LedgerServiceServicer:
@@ -79,6 +84,16 @@ class LedgerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Writes(self, request, context):
+        """Records several effects, each under its own capability (ADR 0037): the writes a client
+        makes while one of its Writes is in flight go together, and each is answered exactly as
+        Write would have answered it alone (refusals recorded the same). The capabilities travel
+        in the items; `authorization` metadata is not read.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LedgerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -91,6 +106,11 @@ def add_LedgerServiceServicer_to_server(servicer, server):
                     servicer.LookupRequest,
                     request_deserializer=keycap_dot_ledger_dot_v1_dot_ledger__pb2.LookupRequestRequest.FromString,
                     response_serializer=keycap_dot_ledger_dot_v1_dot_ledger__pb2.LookupRequestResponse.SerializeToString,
+            ),
+            'Writes': grpc.unary_unary_rpc_method_handler(
+                    servicer.Writes,
+                    request_deserializer=keycap_dot_ledger_dot_v1_dot_ledger__pb2.WritesRequest.FromString,
+                    response_serializer=keycap_dot_ledger_dot_v1_dot_ledger__pb2.WritesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -153,6 +173,33 @@ class LedgerService:
             '/keycap.ledger.v1.LedgerService/LookupRequest',
             keycap_dot_ledger_dot_v1_dot_ledger__pb2.LookupRequestRequest.SerializeToString,
             keycap_dot_ledger_dot_v1_dot_ledger__pb2.LookupRequestResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Writes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/keycap.ledger.v1.LedgerService/Writes',
+            keycap_dot_ledger_dot_v1_dot_ledger__pb2.WritesRequest.SerializeToString,
+            keycap_dot_ledger_dot_v1_dot_ledger__pb2.WritesResponse.FromString,
             options,
             channel_credentials,
             insecure,
