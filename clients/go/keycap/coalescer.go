@@ -1,9 +1,9 @@
 package keycap
 
-// Client-side group commit for BeginCall and CompleteCall (ADR 0022), as the
-// TypeScript client does it: a call made while a request of its kind is in
-// flight waits for that request and goes with the others that waited, as one
-// BeginCalls / CompleteCalls batch; each is answered on its own, exactly as
+// Client-side group commit for BeginCall and CompleteCall (ADR 0022) and the
+// ledger's Write (ADR 0037), as the TypeScript client does it: a call made
+// while a request of its kind is in flight waits for that request and goes with
+// the others that waited, as one BeginCalls / CompleteCalls / Writes batch; each is answered on its own, exactly as
 // the unary RPC would have answered it. With nothing in flight a call is sent
 // at once, alone, so an unloaded caller waits no longer than before; under
 // load each waits at most for the request ahead of it, and the kernel sees one
@@ -112,16 +112,17 @@ func (c *coalescer[Req, Res]) send(batch []*waiter[Req, Res]) {
 	answers, err := c.batch(ctx, reqs)
 	if err == nil && len(answers) != len(batch) {
 		err = &Error{Code: codes.Internal, Reason: "BATCH_ANSWER_MISMATCH", Domain: ClientDomain, Metadata: map[string]string{},
-			Message: "the kernel answered a batch with another number of results than calls"}
+			Message: "the server answered a batch with another number of results than calls"}
 	}
 	if err != nil {
 		switch FromError(err).Code {
 		case codes.Unimplemented:
 			c.unsupported.Store(true)
 			c.alone(batch)
-		case codes.InvalidArgument:
-			// Refused as a whole for something in its bytes: each call alone
-			// gets the answer that is its own.
+		case codes.InvalidArgument, codes.ResourceExhausted:
+			// Refused as a whole for something in its bytes or its size (a
+			// server with a smaller message limit): each call alone gets the
+			// answer that is its own.
 			c.alone(batch)
 		default:
 			for _, w := range batch {

@@ -93,7 +93,7 @@ func NewKernelClient(address string, opts ...Option) (*KernelClient, error) {
 		c.begins, c.completes = c.beginCoalescer(), c.completeCoalescer()
 	}
 	if o.ledgerAddress != "" {
-		if c.ledger, err = NewLedgerClient(o.ledgerAddress, opts...); err != nil {
+		if c.ledger, err = NewLedgerClient(o.ledgerAddress, append(opts[:len(opts):len(opts)], WithBatchedWrites())...); err != nil {
 			_ = conn.Close()
 			return nil, err
 		}

@@ -24,6 +24,7 @@ type options struct {
 	tls           *TLSFiles
 	runMode       RunMode
 	noBatching    bool
+	batchWrites   bool
 }
 
 // WithDialOptions adds gRPC dial options (keepalive, interceptors, or your own
@@ -41,11 +42,21 @@ func WithCallTimeout(d time.Duration) Option {
 	return func(o *options) { o.callTimeout = d }
 }
 
-// WithoutBatching sends every BeginCall and CompleteCall as its own RPC. By
-// default calls made while one of their kind is in flight go together in the
-// next BeginCalls / CompleteCalls (ADR 0022), each answered as if alone.
+// WithoutBatching sends every BeginCall, CompleteCall and handle Write as its
+// own RPC. By default calls made while one of their kind is in flight go
+// together in the next BeginCalls / CompleteCalls (ADR 0022) / Writes (ADR
+// 0037), each answered as if alone.
 func WithoutBatching() Option {
 	return func(o *options) { o.noBatching = true }
+}
+
+// WithBatchedWrites makes a LedgerClient send the writes made while one is in
+// flight together, as one Writes (ADR 0037), each answered as if alone.
+// Single-use capabilities' writes (WriteWithCapabilityOnce) and payloads above
+// 16 KiB always go alone. A KernelClient's handles write this way unless it was
+// given WithoutBatching.
+func WithBatchedWrites() Option {
+	return func(o *options) { o.batchWrites = true }
 }
 
 // WithLedger gives a KernelClient the ledger address its capability handles

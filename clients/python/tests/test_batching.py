@@ -1,7 +1,8 @@
-"""Issue 33 (ADR 0022 for Python): the begins and completes that concurrent threads (sync
-client) or tasks (asyncio client) make travel in BeginCalls / CompleteCalls batches against
-the real kernel, each answered as if it had been sent alone (a refused call among them gets
-its own refusal); ``batching=False`` sends one RPC per call. The RPCs are counted on the
+"""Issue 33 (ADR 0022 for Python) and ADR 0037: the begins, completes and writes that concurrent
+threads (sync client) or tasks (asyncio client) make travel in BeginCalls / CompleteCalls /
+Writes batches against the real kernel and ledger, each answered as if it had been sent alone
+(a refused call among them gets its own refusal, a write its own entry); ``batching=False``
+sends one RPC per call. The RPCs are counted on the
 client's channel (an interceptor on the channel the client opens).
 """
 
@@ -78,10 +79,13 @@ def _check(results: list[object], seen: Counter[str], batched: bool) -> None:
             assert isinstance(r, KeycapError) and (r.code, r.reason) == (grpc.StatusCode.NOT_FOUND, "TOOL_NOT_FOUND"), r
         else:
             assert r == "ok", r
+    written = sum(1 for r in results if r == "ok")
     if batched:
         assert seen["BeginCalls"] >= 1 and seen["CompleteCalls"] >= 1 and seen["BeginCall"] < CALLS, seen
+        assert seen["Writes"] >= 1 and seen["Write"] < written, seen
     else:
         assert (seen["BeginCalls"], seen["CompleteCalls"], seen["BeginCall"]) == (0, 0, CALLS), seen
+        assert (seen["Writes"], seen["Write"]) == (0, written), seen
 
 
 @pytest.mark.parametrize("batched", [True, False], ids=["batched by default", "batching=False"])
@@ -94,7 +98,8 @@ def test_concurrent_threads_calls_travel_in_batches_each_answered_alone(stack: S
             start.wait()
             try:
                 handle = kernel.begin(_tool_of(i, charge), {"order_id": uuid.uuid4().hex})
-                handle.write(b"charged")
+                w = handle.write(b"charged")
+                assert (w.entry.call_id, w.duplicate) == (handle.call_id, False), w
                 handle.complete("succeeded", DETAIL)
                 results[i] = "ok"
             except KeycapError as err:
@@ -116,7 +121,8 @@ def test_concurrent_tasks_calls_travel_in_batches_each_answered_alone(stack: Sta
             async def one(i: int) -> object:
                 try:
                     handle = await kernel.begin(_tool_of(i, charge), {"order_id": uuid.uuid4().hex})
-                    await handle.write(b"charged")
+                    w = await handle.write(b"charged")
+                    assert (w.entry.call_id, w.duplicate) == (handle.call_id, False), w
                     await handle.complete("succeeded", DETAIL)
                     return "ok"
                 except KeycapError as err:

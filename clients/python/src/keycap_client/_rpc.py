@@ -58,7 +58,7 @@ def run(flow: Flow[T], stub: Any, timeout: float | None, endpoint: Endpoint | No
         except StopIteration as done:
             result: T = done.value
             return result
-        if batcher is not None and rpc.method in batching.BATCHED:
+        if batcher is not None and batching.batchable(rpc):
             res = batcher.call(rpc, timeout)
             continue
         method = getattr(stub, rpc.method)
@@ -129,9 +129,10 @@ class Batcher:
         if len(batch) == 1 or self._unsupported:
             return self._each_alone(batch)
         receipts = self.receipts.take() if method == "BeginCall" else []
-        name, request = batching.batch_request(method, [w.rpc.request for w in batch], receipts)
+        bearers = [w.rpc.bearer for w in batch]
+        name, request = batching.batch_request(method, [w.rpc.request for w in batch], receipts, bearers)
         try:
-            response = call_unary(getattr(self._stub, name), request, bearer=batch[0].rpc.bearer, timeout=self._timeout, endpoint=self._endpoint)
+            response = call_unary(getattr(self._stub, name), request, bearer=batching.batch_bearer(method, bearers), timeout=self._timeout, endpoint=self._endpoint)
         except KeycapError as err:
             then = batching.after_batch_refused(err)
             self._unsupported = self._unsupported or then == "unsupported"

@@ -37,7 +37,7 @@ class KernelClient(ChannelClient):
     (default insecure, for loopback). ``timeout``: each call's deadline in seconds
     (default 10). ``mode``: the run mode of every call begun without one of its own
     (default live; ``Replay("run-1")`` or ``Shadow()``, :mod:`keycap_client.run_modes`).
-    ``batching``: begins and completes that threads make while one of their kind is in flight
+    ``batching``: begins, completes and writes that threads make while one of their kind is in flight
     go together in the next BeginCalls / CompleteCalls, each answered as if alone (ADR 0022;
     False: one RPC per call).
     Every error is a :class:`~keycap_client.KeycapError`.
@@ -68,7 +68,7 @@ class KernelClient(ChannelClient):
         if batching:
             self._batcher = Batcher(self.raw, self._endpoint, timeout)
         self._ledger = (
-            LedgerClient(ledger_address, credentials=credentials, timeout=timeout) if ledger_address else None
+            LedgerClient(ledger_address, credentials=credentials, timeout=timeout, batching=batching) if ledger_address else None
         )
 
     def register_tool(

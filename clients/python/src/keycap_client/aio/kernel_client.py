@@ -60,7 +60,7 @@ class AsyncKernelClient(AsyncChannelClient):
         if batching:
             self._batcher = AsyncBatcher(self.raw, self._endpoint, timeout)
         self._ledger = (
-            AsyncLedgerClient(ledger_address, credentials=credentials, timeout=timeout) if ledger_address else None
+            AsyncLedgerClient(ledger_address, credentials=credentials, timeout=timeout, batching=batching) if ledger_address else None
         )
 
     async def register_tool(

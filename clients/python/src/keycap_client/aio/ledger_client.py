@@ -7,7 +7,7 @@ import grpc
 from keycap_client._gen.keycap.ledger.v1 import ledger_pb2, ledger_pb2_grpc
 from keycap_client._core import ledger
 from keycap_client._core.call import DEFAULT_TIMEOUT_S
-from keycap_client.aio._rpc import AsyncChannelClient
+from keycap_client.aio._rpc import AsyncBatcher, AsyncChannelClient
 from keycap_client.credentials import TlsOptions, resolve_credentials
 
 __all__ = ["AsyncLedgerClient"]
@@ -26,9 +26,13 @@ class AsyncLedgerClient(AsyncChannelClient):
         tls: TlsOptions | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
+        batching: bool = False,
     ) -> None:
         credentials = resolve_credentials(tls, credentials)
         self.raw = self._connect(address, credentials, timeout, ledger_pb2_grpc.LedgerServiceStub)
+        if batching:
+            # Writes made while one is in flight go together in one Writes (ADR 0037).
+            self._batcher = AsyncBatcher(self.raw, self._endpoint, timeout)
 
     async def write_with_capability(
         self,
