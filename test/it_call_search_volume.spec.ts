@@ -21,6 +21,7 @@ import { marksFor, type MarkDoc } from "../services/common/src/domain/time-bucke
 import { createLogger } from "../services/common/src/logger";
 import { encodePageToken } from "../services/common/src/paging";
 import { CallJournal, type CallRecord } from "../services/kernel/src/call-journal";
+import { journaledCall } from "./support/journaled-call";
 import { testMongoBackend } from "./support/mongo";
 import { runCli, serviceEnv, startService, type ServiceProcess } from "./support/processes";
 
@@ -268,29 +269,7 @@ describe("the kernel's operator reads at volume: SearchCalls by principal walks 
 
 /** A call as the journal stores it, its capability's claims filled in (unsigned). */
 function journaled(id: string, at: Date, sub: string, extra: Partial<CallRecord> = {}): CallRecord {
-  return {
-    _id: id,
-    tool_id: "volume.preloaded",
-    run_id: "",
-    arguments_json: "{}",
-    effect: "idempotent",
-    key: `key-${id}`,
-    attempt: 1,
-    state: "pending",
-    capability: {
-      iss: "keycap-kernel",
-      aud: "keycap-ledger",
-      sub,
-      tool_id: "volume.preloaded",
-      effect: "idempotent",
-      call_id: id,
-      attempt: 1,
-      jti: `jti-${id}`,
-      iat: 1,
-      exp: 2,
-    },
-    created_at: at,
-    updated_at: at,
-    ...extra,
-  };
+  // No principal field unless `extra` gives one (a call without a principal gets no marks).
+  const { principal: _principal, ...call } = journaledCall(id, { at, principal: sub, toolId: "volume.preloaded", runId: "", argumentsJson: "{}" });
+  return { ...call, ...extra };
 }

@@ -8,38 +8,12 @@ import { expect } from "chai";
 import { MongoClient, type Db } from "mongodb";
 import { createLogger } from "../services/common/src/logger";
 import { CallJournal, type CallRecord } from "../services/kernel/src/call-journal";
+import { journaledCall } from "./support/journaled-call";
 import { freshDatabaseName, testMongoUri } from "./support/mongo";
 
 function call(id: string): CallRecord {
-  const now = new Date();
-  const iat = Math.floor(now.getTime() / 1000);
-  return {
-    _id: id,
-    tool_id: "doc.tool",
-    run_id: "run-doc",
-    arguments_json: JSON.stringify({ order: id }),
-    effect: "idempotent",
-    key: `key-${id}`,
-    attempt: 1,
-    state: "pending",
-    capability: {
-      iss: "keycap-kernel",
-      aud: "keycap-ledger",
-      sub: "rt",
-      tool_id: "doc.tool",
-      effect: "idempotent",
-      call_id: id,
-      attempt: 1,
-      jti: `jti-${id}`,
-      key: `key-${id}`,
-      derivation: { version: 1, fields: ["/order"], context: {} },
-      iat,
-      exp: iat + 300,
-    },
-    created_at: now,
-    updated_at: now,
-    principal: "rt",
-  };
+  const c = journaledCall(id, { toolId: "doc.tool", runId: "run-doc" });
+  return { ...c, capability: { ...c.capability, derivation: { version: 1, fields: ["/order"], context: {} } } };
 }
 
 describe("call journal: the stored document", () => {

@@ -10,35 +10,11 @@ import { MongoClient } from "mongodb";
 import { targetOf, viaTap, WireTap } from "../bench/wire-tap";
 import { createLogger } from "../services/common/src/logger";
 import { CallJournal, type CallRecord } from "../services/kernel/src/call-journal";
+import { journaledCall } from "./support/journaled-call";
 import { freshDatabaseName, testMongoUri } from "./support/mongo";
 
 function record(id: string, now = new Date()): CallRecord {
-  return {
-    _id: id,
-    tool_id: "rt.tool",
-    run_id: "run-1",
-    arguments_json: JSON.stringify({ order: id }),
-    effect: "idempotent",
-    key: `key-${id}`,
-    attempt: 1,
-    state: "pending",
-    capability: {
-      iss: "keycap-kernel",
-      aud: "keycap-ledger",
-      sub: "rt",
-      tool_id: "rt.tool",
-      effect: "idempotent",
-      call_id: id,
-      attempt: 1,
-      jti: `jti-${id}`,
-      iat: 1,
-      exp: 2,
-      key: `key-${id}`,
-    },
-    created_at: now,
-    updated_at: now,
-    principal: "rt",
-  };
+  return journaledCall(id, { at: now });
 }
 
 const QUIET = { tickMs: 3_600_000 };

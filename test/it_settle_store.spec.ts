@@ -8,44 +8,17 @@ import { expect } from "chai";
 import { MongoClient, type Db } from "mongodb";
 import { InsertBatcher } from "../services/common/src/insert-batcher";
 import { createLogger } from "../services/common/src/logger";
-import type { CallRecord } from "../services/kernel/src/call-journal";
 import type { EntryRef } from "../services/kernel/src/call-settler";
 import { MongoSettleStore, type UnsettledMark } from "../services/kernel/src/settle-store";
 import { toStored, type StoredCall } from "../services/kernel/src/stored-call";
+import { journaledCall } from "./support/journaled-call";
 import { freshDatabaseName, testMongoUri } from "./support/mongo";
 
 const SECOND = "20261206184900";
 
 function call(id: string): StoredCall {
   const at = new Date("2026-12-06T18:49:00.500Z");
-  const iat = Math.floor(at.getTime() / 1000);
-  return toStored({
-    _id: id,
-    tool_id: "rt.tool",
-    arguments_json: "{}",
-    effect: "idempotent",
-    key: `key-${id}`,
-    attempt: 1,
-    state: "pending",
-    mode: "shadow",
-    created_at: at,
-    updated_at: at,
-    lb: SECOND,
-    capability: {
-      iss: "keycap-kernel",
-      aud: "keycap-ledger",
-      sub: "rt",
-      tool_id: "rt.tool",
-      effect: "idempotent",
-      call_id: id,
-      attempt: 1,
-      jti: `jti-${id}`,
-      key: `key-${id}`,
-      mode: "shadow",
-      iat,
-      exp: iat + 300,
-    },
-  } as CallRecord);
+  return toStored(journaledCall(id, { at, argumentsJson: "{}" }, { mode: "shadow", lb: SECOND }));
 }
 
 describe("settle store: a second's open calls while retention sweeps", () => {
