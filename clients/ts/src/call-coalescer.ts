@@ -35,6 +35,14 @@ export interface CoalescerOptions {
   inFlight?: number;
 }
 
+/**
+ * The batches the clients send (begins, completes, writes): two of 32 calls at most in flight,
+ * so a burst of concurrent calls (a closed loop of 64 moves in lockstep) reaches the service as
+ * two requests it works on side by side, and the next burst need not wait behind one
+ * (bench/README, "What limits the two-write call").
+ */
+export const CALL_BATCHES: CoalescerOptions = { maxBatch: 32, inFlight: 2 };
+
 export class CallCoalescer<Item, Res> {
   private readonly batches: TurnBatches<Waiting<Item, Res>>;
   /** Set once a kernel answered UNIMPLEMENTED to the batch RPC (older than ADR 0022): unary from then on. */

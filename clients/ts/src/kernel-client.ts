@@ -19,7 +19,7 @@ import {
 } from "../gen/keycap/kernel/v1/kernel";
 import type { ToolValid } from "../gen/keycap/kernel/v1/kernel.valid";
 import type { CompletionReceipt } from "../gen/keycap/effect/v1/effect";
-import { batchAnswer, CallCoalescer } from "./call-coalescer";
+import { batchAnswer, CALL_BATCHES, CallCoalescer } from "./call-coalescer";
 import { CapabilityHandle } from "./capability-handle";
 import { KeycapClientError } from "./errors";
 import { channelCredentials, runtimeTokenFromEnv, type TlsOptions } from "./credentials";
@@ -76,14 +76,6 @@ const RUN_MODES: Record<RunModeOption, RunMode> = {
   shadow: RunMode.RUN_MODE_SHADOW,
   replay: RunMode.RUN_MODE_REPLAY,
 };
-
-/**
- * The coalescer's batches: two of 32 calls at most in flight, so a burst of concurrent calls
- * (a closed loop of 64 moves in lockstep) reaches the kernel as two requests it works on side
- * by side, and the next burst need not wait behind one (bench/README, "What limits the
- * two-write call").
- */
-const CALL_BATCHES = { maxBatch: 32, inFlight: 2 } as const;
 
 /**
  * Completion receipts held for the next BeginCalls (ADR 0035), at most the kernel's limit per

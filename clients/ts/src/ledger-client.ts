@@ -1,6 +1,6 @@
 import { credentials, type ChannelCredentials } from "@grpc/grpc-js";
 import { LedgerServiceClient, type LookupRequestResponse, type WriteRequest, type WriteResponse } from "../gen/keycap/ledger/v1/ledger";
-import { CallCoalescer, batchAnswer, type CoalescerOptions } from "./call-coalescer";
+import { batchAnswer, CALL_BATCHES, CallCoalescer } from "./call-coalescer";
 import { callUnary, hasOwnSettings, type CallSettings } from "./rpc";
 
 /** Options of {@link LedgerClient}. */
@@ -17,9 +17,6 @@ export interface LedgerClientOptions {
 
 /** The largest payload a write may have to go in a batch: 32 of them stay far below the ledger's floor for a batch (1 MiB). */
 export const MAX_BATCHED_PAYLOAD_BYTES = 16 * 1024;
-
-/** As the kernel's batches: two of 32 writes at most in flight (bench/README, "What limits the two-write call"). */
-const WRITE_BATCHES: CoalescerOptions = { maxBatch: 32, inFlight: 2 };
 
 interface CapabilityWriteItem {
   capability: string | undefined;
@@ -54,7 +51,7 @@ export class LedgerClient {
               "the ledger",
             ),
           ),
-        WRITE_BATCHES,
+        CALL_BATCHES,
       );
     }
   }

@@ -117,7 +117,7 @@ def batch_request(
     if method == "Write":
         writes = [
             ledger_pb2.CapabilityWrite(capability=b or "", write=r)
-            for r, b in zip(requests, bearers)
+            for r, b in zip(requests, bearers, strict=True)  # a bearer for each write, never a shorter batch
             if isinstance(r, ledger_pb2.WriteRequest)
         ]
         return "Writes", ledger_pb2.WritesRequest(writes=writes)
