@@ -312,8 +312,23 @@ export function wholeEffectMarkdown(rec: BenchRecord): string {
   return lines.join("\n");
 }
 
-/** Checks the issue's targets against a run. */
-export function checkTargets(runs: RunResult[], micro: MicroResult[], soak: BenchRecord["soak"], roundTrips?: RoundTripReport): TargetCheck[] {
+/**
+ * Each repetition's own p99, in the order they ran (` (repetitions 39.7, 38.3, 50.1 ms)`), or ""
+ * with one: the target is checked on the pooled answers, and a repetition over it should show.
+ */
+export function repetitionP99s(repetitions: readonly RunResult[], scenario: string, concurrency: number): string {
+  const p99s = repetitions.filter((r) => r.scenario === scenario && r.concurrency === concurrency).map((r) => fmt(r.latencyMs.p99, 1));
+  return p99s.length > 1 ? ` (repetitions ${p99s.join(", ")} ms)` : "";
+}
+
+/** Checks the issue's targets against a run (pooled); `repetitions`, every measurement apart. */
+export function checkTargets(
+  runs: RunResult[],
+  micro: MicroResult[],
+  soak: BenchRecord["soak"],
+  roundTrips?: RoundTripReport,
+  repetitions: readonly RunResult[] = [],
+): TargetCheck[] {
   const at = (scenario: string, c: number): RunResult | undefined => runs.find((r) => r.scenario === scenario && r.concurrency === c);
   const maxC = Math.max(...runs.map((r) => r.concurrency));
   const out: TargetCheck[] = [];
@@ -367,7 +382,11 @@ export function checkTargets(runs: RunResult[], micro: MicroResult[], soak: Benc
     }
     const r16 = at(name, 16);
     if (r16) {
-      out.push({ target: `${shape} p99 ≤ 50 ms at c=16 (issues 11, 34)`, measured: `${fmt(r16.latencyMs.p99, 1)} ms`, met: r16.latencyMs.p99 <= 50 });
+      out.push({
+        target: `${shape} p99 ≤ 50 ms at c=16 (issues 11, 34)`,
+        measured: `${fmt(r16.latencyMs.p99, 1)} ms${repetitionP99s(repetitions, name, 16)}`,
+        met: r16.latencyMs.p99 <= 50,
+      });
     }
   }
   const rtCall = roundTrips?.operations.find((o) => o.operation === CALL_OPERATION);

@@ -705,7 +705,7 @@ async function main(): Promise<void> {
     ...(chain ? { chain: { rows: chain, paths: chainScenarios.map((c) => ({ name: c.name, path: [...c.path] })) } } : {}),
     notes,
   };
-  rec.targets = checkTargets(runs, micro.results, soak, roundTrips);
+  rec.targets = checkTargets(runs, micro.results, soak, roundTrips, repetitions);
 
   if (opts.profile) {
     const files = fs.existsSync(profileDir) ? fs.readdirSync(profileDir).filter((f) => f.endsWith(".cpuprofile")) : [];

@@ -1,5 +1,26 @@
 import { expect } from "chai";
 import { formatSpread, interleavedPlan, median, spreadOf } from "../../bench/repetitions";
+import { checkTargets, type RunResult } from "../../bench/report";
+
+function callRun(p99: number, rep?: number): RunResult {
+  const latencyMs = { p50: p99 / 4, p90: p99 / 2, p99, max: p99 * 2, mean: p99 / 3 };
+  return {
+    scenario: "call",
+    driver: "node",
+    concurrency: 16,
+    ...(rep === undefined ? {} : { rep }),
+    seconds: 6,
+    requests: 6000,
+    expected: 6000,
+    errors: 0,
+    statuses: { OK: 6000 },
+    errorSamples: [],
+    throughput: 1000,
+    latencyMs,
+    services: {},
+    invocations: 1,
+  };
+}
 
 describe("bench repetitions (issue 11): ratios per repetition, median and range", function () {
   it("takes the median of odd and even counts and ignores values from a side that did not run", function () {
@@ -31,5 +52,15 @@ describe("bench repetitions (issue 11): ratios per repetition, median and range"
       "1:64:write",
       "1:64:call",
     ]);
+  });
+
+  it("shows each repetition's p99 beside the pooled one, so a repetition over the target is not hidden by the pool", function () {
+    const pooled = [callRun(43)];
+    const row = (reps: RunResult[]) => checkTargets(pooled, [], undefined, undefined, reps).find((t) => t.target.startsWith("whole call p99"));
+    expect(row([callRun(39.7, 0), callRun(53.3, 1), { ...callRun(90, 0), concurrency: 64 }])).to.deep.include({
+      measured: "43.0 ms (repetitions 39.7, 53.3 ms)",
+      met: true,
+    });
+    expect(row([callRun(43, 0)])?.measured, "one repetition: nothing to add").to.equal("43.0 ms");
   });
 });
