@@ -19,27 +19,8 @@ import { startRedis, type RedisHandle } from "../bench/redis";
 import { checkTargets, markdown, wholeEffectMarkdown, type BenchRecord, type RunResult } from "../bench/report";
 import { CALL, PEER, PEER_INPROC } from "../bench/scenarios";
 import { loadConfig } from "../services/common/src/config";
+import { benchRow as row } from "./support/bench-rows";
 import { freshDatabaseName, testMongoUri } from "./support/mongo";
-
-/** A measured row with only what the ratios and the report read. */
-function row(scenario: string, concurrency: number, throughput: number, p99: number, rep?: number): RunResult {
-  return {
-    scenario,
-    driver: "node",
-    concurrency,
-    ...(rep !== undefined ? { rep } : {}),
-    seconds: 1,
-    requests: throughput,
-    expected: throughput,
-    errors: 0,
-    statuses: { OK: throughput },
-    errorSamples: [],
-    throughput,
-    latencyMs: { mean: p99 / 2, p50: p99 / 3, p90: p99 / 2, p99, max: p99 },
-    services: {},
-    invocations: 0,
-  };
-}
 
 describe("bench in-process peer (Powertools idempotency on Redis inside the load driver)", function () {
   this.timeout(300_000);

@@ -1,26 +1,10 @@
 import { expect } from "chai";
 import { formatSpread, interleavedPlan, median, spreadOf } from "../../bench/repetitions";
 import { checkTargets, type RunResult } from "../../bench/report";
+import { benchRow } from "../support/bench-rows";
 
-function callRun(p99: number, rep?: number): RunResult {
-  const latencyMs = { p50: p99 / 4, p90: p99 / 2, p99, max: p99 * 2, mean: p99 / 3 };
-  return {
-    scenario: "call",
-    driver: "node",
-    concurrency: 16,
-    ...(rep === undefined ? {} : { rep }),
-    seconds: 6,
-    requests: 6000,
-    expected: 6000,
-    errors: 0,
-    statuses: { OK: 6000 },
-    errorSamples: [],
-    throughput: 1000,
-    latencyMs,
-    services: {},
-    invocations: 1,
-  };
-}
+/** The whole call at c=16 with this p99 (the p99 target's row reads nothing else). */
+const callRun = (p99: number, rep?: number): RunResult => benchRow("call", 16, 1000, p99, rep);
 
 describe("bench repetitions (issue 11): ratios per repetition, median and range", function () {
   it("takes the median of odd and even counts and ignores values from a side that did not run", function () {
